@@ -1,0 +1,55 @@
+# Ferry — every target a newcomer needs. `make up` runs the mesh, `make test`
+# passes the tests; both run `make setup` first, which is idempotent.
+SHELL := /bin/bash
+PY := .venv/bin/python
+PIP := .venv/bin/pip
+SERVICES := $(wildcard services/*)
+STAMP := .venv/.setup-stamp
+BENCH ?=
+
+.PHONY: setup up down test lint bench clean system-deps
+
+setup: system-deps $(STAMP)
+
+# Debian packages: installed when missing and we are root, otherwise the
+# exact command to run is printed and setup stops.
+system-deps:
+	@missing=""; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = "0" ]; then \
+	    echo "setup: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "setup: please run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requirements-dev.txt
+	@test -x $(PY) || python3 -m venv .venv
+	@$(PIP) install -q --upgrade pip >/dev/null
+	@$(PIP) install -q -r requirements-dev.txt
+	@$(PIP) install -q -e libs/ferry $(foreach s,$(SERVICES),-e $(s))
+	@touch $(STAMP)
+
+up: setup
+	@$(PY) deploy/local_mesh.py up
+
+down: setup
+	@$(PY) deploy/local_mesh.py down
+
+test: setup
+	@$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	@.venv/bin/ruff check libs services tests bench spark
+	@.venv/bin/mypy libs/ferry/ferry
+
+bench: setup
+	@$(PY) bench/run.py $(BENCH)
+
+clean:
+	rm -rf .venv var .pytest_cache .mypy_cache .ruff_cache

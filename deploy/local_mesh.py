@@ -1,0 +1,171 @@
+"""Run the Ferry mesh as local processes: what `make up` and `make down` call.
+
+`up` starts every component in order with its data under ./var/, waits until
+each answers, prints where things are, and then supervises: Ctrl-C or SIGTERM
+(which `make down` sends) stops the children in reverse order. The same
+topology, for users with Docker, is deploy/docker-compose.yml.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = ROOT / "var"
+PIDFILE = VAR / "run" / "mesh.pid"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One process of the mesh: how to start it and which TCP port says it is ready."""
+
+    name: str
+    argv: list[str]
+    port: int
+    env: dict[str, str]
+
+
+def components() -> list[Component]:
+    etcd_port, redis_port = 2379, 6379
+    etcd_dir = VAR / "etcd"
+    return [
+        Component(
+            "etcd",
+            ["etcd", "--name", "ferry", "--data-dir", str(etcd_dir),
+             "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
+             "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
+             "--listen-peer-urls", "http://127.0.0.1:2380", "--log-level", "error"],
+            etcd_port, {},
+        ),
+        Component(
+            "redis",
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+             "--dir", str(VAR / "redis"), "--appendonly", "yes"],
+            redis_port, {},
+        ),
+    ]
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_port(comp: Component, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{comp.name} exited with {proc.returncode}; see var/log/{comp.name}.log")
+        if _port_open(comp.port):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{comp.name} is not answering on port {comp.port} after {timeout_s}s")
+
+
+def up() -> int:
+    if PIDFILE.exists():
+        pid = int(PIDFILE.read_text())
+        try:
+            os.kill(pid, 0)
+            print(f"the mesh is already running (pid {pid}); `make down` stops it")
+            return 1
+        except ProcessLookupError:
+            PIDFILE.unlink()
+    for sub in ("run", "log", "redis"):
+        (VAR / sub).mkdir(parents=True, exist_ok=True)
+    for comp in components():
+        if _port_open(comp.port):
+            print(f"port {comp.port} for {comp.name} is taken by another process; stop it first")
+            return 1
+    PIDFILE.write_text(str(os.getpid()))
+    started: list[tuple[Component, subprocess.Popen[bytes]]] = []
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for comp in components():
+            log = open(VAR / "log" / f"{comp.name}.log", "ab")  # noqa: SIM115
+            env = {**os.environ, **comp.env}
+            proc = subprocess.Popen(comp.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=ROOT, start_new_session=True)
+            log.close()
+            started.append((comp, proc))
+            _wait_port(comp, proc)
+            print(f"  {comp.name:<10} ready on 127.0.0.1:{comp.port}")
+        print(banner())
+        while not stopping:
+            for comp, proc in started:
+                if proc.poll() is not None:
+                    print(f"{comp.name} exited with {proc.returncode}; stopping the mesh")
+                    stopping = True
+            time.sleep(0.5)
+        return 0
+    except RuntimeError as exc:
+        print(f"make up failed: {exc}")
+        return 1
+    finally:
+        for comp, proc in reversed(started):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            print(f"  {comp.name:<10} stopped")
+        PIDFILE.unlink(missing_ok=True)
+
+
+def banner() -> str:
+    return (
+        "\nFerry foundation is up: etcd on 127.0.0.1:2379, Redis on 127.0.0.1:6379.\n"
+        "The next stage adds namesrv (HTTP 9876) and two brokers (10911, 10915).\n"
+        "Ctrl-C or `make down` stops everything.\n"
+    )
+
+
+def down() -> int:
+    if not PIDFILE.exists():
+        print("the mesh is not running")
+        return 0
+    pid = int(PIDFILE.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        PIDFILE.unlink(missing_ok=True)
+        print("the mesh was not running (stale pid file removed)")
+        return 0
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print("the mesh is stopped")
+            return 0
+        time.sleep(0.1)
+    print(f"the mesh (pid {pid}) did not stop within 20 s")
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("action", choices=["up", "down"])
+    args = parser.parse_args(argv)
+    return up() if args.action == "up" else down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

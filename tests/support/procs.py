@@ -1,0 +1,145 @@
+"""Start real etcd and Redis servers (and later, Ferry services) on free ports.
+
+Nothing here is a fake: each helper runs the real binary in a temporary
+directory and waits until it answers on its port.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
+
+
+@dataclass
+class Proc:
+    """A child process with its log file; `stop()` is idempotent."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+
+def spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{name}.log"
+    log = open(log_path, "ab")  # noqa: SIM115 - owned by the child for its life
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    popen = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=full_env,
+        start_new_session=True,
+    )
+    log.close()
+    return Proc(name, popen, log_path)
+
+
+@dataclass
+class Etcd:
+    proc: Proc
+    host: str
+    port: int
+    peer_port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def start_etcd(workdir: Path) -> Etcd:
+    binary = shutil.which("etcd")
+    if binary is None:
+        raise RuntimeError("etcd is not installed: run `make setup`")
+    port, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    purl = f"http://127.0.0.1:{peer}"
+    argv = [
+        binary, "--name", "test", "--data-dir", str(workdir / "etcd-data"),
+        "--listen-client-urls", url, "--advertise-client-urls", url,
+        "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+        "--initial-cluster", f"test={purl}", "--log-level", "error",
+    ]
+    proc = spawn("etcd", argv, workdir, env={"ETCD_UNSUPPORTED_ARCH": os.uname().machine})
+    _wait_ready(proc, lambda: wait_for_port("127.0.0.1", port))
+    return Etcd(proc, "127.0.0.1", port, peer)
+
+
+@dataclass
+class Redis:
+    proc: Proc
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+
+def start_redis(workdir: Path, *extra_args: str) -> Redis:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: run `make setup`")
+    port = free_port()
+    argv = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+        "--save", "", "--appendonly", "no", "--protected-mode", "yes", *extra_args,
+    ]
+    proc = spawn("redis", argv, workdir)
+    _wait_ready(proc, lambda: wait_for_port("127.0.0.1", port))
+    return Redis(proc, "127.0.0.1", port)
+
+
+def _wait_ready(proc: Proc, probe: Callable[[], None]) -> None:
+    try:
+        probe()
+    except TimeoutError:
+        proc.stop()
+        raise RuntimeError(f"{proc.name} did not start:\n{proc.log()[-2000:]}") from None
