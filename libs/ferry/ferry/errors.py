@@ -1,16 +1,161 @@
-"""The root of Ferry's exceptions.
+"""Every error Ferry raises on purpose, and the registry from wire code to class.
 
-A leaf module: it imports nothing of Ferry, so `ferry.store` and `ferry.wire`
-may both build their typed errors on it.
+A leaf module: it imports nothing of Ferry, so `ferry.store`, `ferry.wire`,
+the clients and the services all raise and map the same classes. Each class
+has one wire `code` (0 is success and has no class) and a `retriable` flag:
+whether the same request may succeed if sent again, perhaps to another broker,
+without changing it. `error_for_code()` turns a wire error back into the class.
 """
 from __future__ import annotations
 
 
 class FerryError(Exception):
-    """Root of every error Ferry raises on purpose.
+    """Root of every error Ferry raises on purpose."""
 
-    `retriable` tells a caller whether the same request may succeed if sent
-    again (possibly to another broker) without changing it.
-    """
-
+    code: int = 1
     retriable: bool = False
+
+
+class SystemError_(FerryError):  # noqa: N801 - `SystemError` is a builtin
+    """An unexpected failure inside the server; it was logged there."""
+
+    code = 1
+
+
+class BusyError(FerryError):
+    """The server is overloaded or shutting down; try again shortly."""
+
+    code = 2
+    retriable = True
+
+
+class UnknownCodeError(FerryError):
+    """The request code is not one this server knows."""
+
+    code = 3
+
+
+class MalformedRequestError(FerryError):
+    """The request decoded as a frame but its header or body is invalid."""
+
+    code = 4
+
+
+class InvalidNameError(FerryError, ValueError):
+    """A topic or group name breaks the naming rules."""
+
+    code = 5
+
+
+class MessageTooLargeError(FerryError, ValueError):
+    """A message body (or a frame) is larger than the configured limit."""
+
+    code = 6
+
+
+class TopicNotFoundError(FerryError):
+    """The topic does not exist (and is not created on first use here)."""
+
+    code = 7
+    retriable = True
+
+
+class NoPermissionError(FerryError):
+    """The broker does not accept this operation (not master, read-only topic)."""
+
+    code = 8
+    retriable = True
+
+
+class FlushTimeoutError(FerryError):
+    """Stored, but not made durable within the sync-flush timeout."""
+
+    code = 9
+    retriable = True
+
+
+class SlaveNotAvailableError(FerryError):
+    """Sync replication was asked for and no slave acknowledged in time."""
+
+    code = 10
+    retriable = True
+
+
+class OffsetOutOfRangeError(FerryError):
+    """A queue offset below the queue's minimum or beyond its maximum."""
+
+    code = 11
+
+
+class MessageNotFoundError(FerryError):
+    """No stored message matches the id, key or offset asked for."""
+
+    code = 12
+
+
+class GroupNotFoundError(FerryError):
+    """The consumer group does not exist."""
+
+    code = 13
+
+
+class RequestTimeoutError(FerryError):
+    """No response arrived in time (raised by clients, never sent on the wire)."""
+
+    code = 14
+    retriable = True
+
+
+class ConnectionLostError(FerryError):
+    """The connection closed before the response arrived (client side)."""
+
+    code = 15
+    retriable = True
+
+
+class StoreError(FerryError):
+    """The log store failed: an I/O error, or a closed store."""
+
+    code = 16
+
+
+class CorruptRecordError(StoreError):
+    """A stored record failed its checksum or structure check; it is never served."""
+
+    code = 17
+
+
+class AlreadyExistsError(FerryError):
+    """Creating something (a topic, a group) that already exists."""
+
+    code = 18
+
+
+def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
+    out: list[type[FerryError]] = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def _build_registry() -> dict[int, type[FerryError]]:
+    registry: dict[int, type[FerryError]] = {}
+    for cls in _all_subclasses(FerryError):
+        if cls.code in registry:
+            raise RuntimeError(f"wire code {cls.code} is used by {registry[cls.code]} and {cls}")
+        registry[cls.code] = cls
+    return registry
+
+
+ERRORS_BY_CODE: dict[int, type[FerryError]] = _build_registry()
+
+
+def error_for_code(code: int, message: str) -> FerryError:
+    """The exception for a wire error code; unknown codes become a plain FerryError."""
+    cls = ERRORS_BY_CODE.get(code)
+    if cls is None:
+        err = FerryError(f"error code {code}: {message}")
+        err.code = code
+        return err
+    return cls(message)

@@ -1,0 +1,54 @@
+"""The naming rules for topics and groups, shared by every layer.
+
+A leaf module (it imports only `ferry.errors`). User names match
+`[A-Za-z0-9_-]{1,127}`. `%` is reserved for internal topics, which are built
+only by Ferry itself: `%RETRY%<group>`, `%DLQ%<group>` and the `%SYS%...`
+topics of the scheduler and the transaction service.
+"""
+from __future__ import annotations
+
+import re
+
+from ferry.errors import InvalidNameError
+
+MAX_NAME_LENGTH = 127
+_USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
+_INTERNAL_NAME = re.compile(r"%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127}")
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_PREFIX = "%SYS%"
+
+
+def validate_topic(name: object, *, allow_internal: bool = False) -> str:
+    """Return `name` if it is a valid topic name, else raise InvalidNameError."""
+    if isinstance(name, str):
+        if _USER_NAME.fullmatch(name):
+            return name
+        if allow_internal and _INTERNAL_NAME.fullmatch(name):
+            return name
+    raise InvalidNameError(
+        f"invalid topic name {name!r}: topics match [A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}"
+        + ("" if allow_internal else " ('%' is reserved for internal topics)")
+    )
+
+
+def validate_group(name: object) -> str:
+    """Return `name` if it is a valid group name, else raise InvalidNameError."""
+    if isinstance(name, str) and _USER_NAME.fullmatch(name):
+        return name
+    raise InvalidNameError(
+        f"invalid group name {name!r}: groups match [A-Za-z0-9_-]{{1,{MAX_NAME_LENGTH}}}"
+    )
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + validate_group(group)
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + validate_group(group)
+
+
+def is_internal(topic: str) -> bool:
+    return topic.startswith("%")
