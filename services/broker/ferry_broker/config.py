@@ -1,0 +1,108 @@
+"""The broker's configuration: one frozen value built from FERRY_BROKER_* variables.
+
+`BrokerConfig.from_env()` reads the environment; command-line flags (see
+`__main__`) arrive as `overrides` and win over the environment. Every limit the
+broker enforces is a field here so that operators can see and change it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "FERRY_BROKER_"
+FLUSH_MODES = ("async", "sync")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything the broker needs to start; defaults run on one machine."""
+
+    cluster: str = "DefaultCluster"
+    name: str = "broker-a"
+    id: int = 0
+    host: str = "127.0.0.1"
+    # The host clients are told to dial; empty means `host` (set it when binding 0.0.0.0).
+    advertise_host: str = ""
+    port: int = 10911
+    http_port: int = 10920  # 0 = no HTTP API
+    data_dir: str = "./var/broker-a"
+    etcd: str = "127.0.0.1:2379"  # empty = run without etcd (no registration, no topic config)
+    etcd_prefix: str = "/ferry/"
+    lease_ttl_s: int = 30
+    flush_mode: str = "async"
+    flush_timeout_ms: int = 5000
+    auto_create_topics: bool = True
+    default_queues: int = 8
+    segment_bytes: int = 1 << 30
+    log_level: str = "INFO"
+    consumer_expiry_ms: int = 30_000
+    offsets_flush_interval_ms: int = 5000
+    max_pull_wait_ms: int = 15_000
+    max_held_pulls_per_conn: int = 256
+    max_held_pulls: int = 10_000
+    max_inflight_per_conn: int = 1024
+    max_connections: int = 10_000
+    shutdown_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {self.flush_mode!r}")
+        if not 1 <= self.default_queues <= 1024:
+            raise ValueError("default_queues must be within 1..1024")
+        if self.lease_ttl_s < 1:
+            raise ValueError("lease_ttl_s must be at least 1")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and f.name not in ("id", "http_port") and value <= 0:
+                raise ValueError(f"{f.name} must be positive, not {value}")
+        if self.id < 0 or self.http_port < 0:
+            raise ValueError("id and http_port must not be negative")
+
+    @property
+    def addr(self) -> str:
+        """The wire address ("host:port") registered in etcd for clients."""
+        return f"{self.advertise_host or self.host}:{self.port}"
+
+    @property
+    def http_addr(self) -> str:
+        return f"{self.advertise_host or self.host}:{self.http_port}" if self.http_port else ""
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> BrokerConfig:
+        """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None values) win."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and raw != "" or (raw == "" and f.type == "str"):
+                values[f.name] = _parse(f.name, str(f.type), raw)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                values[key] = value
+        return cls(**values)
+
+
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    if type_name == "bool":
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be true or false, not {raw!r}")
+    if type_name == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{name.upper()} must be an integer, not {raw!r}") from None
+    return raw

@@ -1,0 +1,113 @@
+"""Committed consumer offsets: per (group, topic, queue_id), kept in memory and on disk.
+
+Consumers commit the next queue offset they want to read; the broker keeps the
+latest value and writes the whole table atomically (temp file, fsync, rename,
+fsync of the directory) to `DATA_DIR/config/consumer_offsets.json` on an
+interval when something changed, and once more at stop. A crash therefore
+loses at most one interval of commits, which consumers re-read: delivery is
+at least once, never a gap.
+
+File layout (version 1):
+    {"version": 1, "offsets": {"<group>": {"<topic>": {"<queue_id>": <offset>}}}}
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ferry.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+FILE_VERSION = 1
+OffsetKey = tuple[str, str, int]
+
+
+class ConsumerOffsetManager:
+    """The committed-offset table and its file."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offsets: dict[OffsetKey, int] = {}
+        self._version = 0  # bumped on every change; the file holds `_saved_version`
+        self._saved_version = 0
+        # Saves run in a worker thread; one at a time, and the newest snapshot wins.
+        self._save_lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def load(self) -> None:
+        """Read the file if it exists; a missing file is an empty table."""
+        try:
+            raw = self._path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        try:
+            doc = json.loads(raw)
+            if doc.get("version") != FILE_VERSION:
+                raise ValueError(f"unknown version {doc.get('version')!r}")
+            loaded = {
+                (group, topic, int(qid)): int(offset)
+                for group, topics in doc["offsets"].items()
+                for topic, queues in topics.items()
+                for qid, offset in queues.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StoreError(f"cannot read consumer offsets from {self._path}: {exc}") from exc
+        self._offsets = loaded
+        log.info("loaded %d consumer offsets from %s", len(loaded), self._path)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = (group, topic, queue_id)
+        if self._offsets.get(key) != offset:
+            self._offsets[key] = offset
+            self._version += 1
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed for this queue."""
+        return self._offsets.get((group, topic, queue_id), -1)
+
+    def items(self) -> Iterator[tuple[OffsetKey, int]]:
+        return iter(sorted(self._offsets.items()))
+
+    @property
+    def dirty(self) -> bool:
+        return self._version != self._saved_version
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """The table's version and its file content, taken on the caller's thread."""
+        nested: dict[str, dict[str, dict[str, int]]] = {}
+        for (group, topic, qid), offset in sorted(self._offsets.items()):
+            nested.setdefault(group, {}).setdefault(topic, {})[str(qid)] = offset
+        doc = {"version": FILE_VERSION, "offsets": nested}
+        return self._version, json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    def write_snapshot(self, version: int, content: bytes) -> None:
+        """Write a snapshot atomically; safe to call from a worker thread."""
+        with self._save_lock:
+            if version <= self._saved_version:
+                return  # a newer snapshot is already on disk
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._path.with_suffix(".json.tmp")
+            with open(tmp, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path)
+            dir_fd = os.open(self._path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self._saved_version = version
+
+    def save(self) -> None:
+        """Snapshot and write now, on this thread (used at stop and in tests)."""
+        if self.dirty:
+            self.write_snapshot(*self.snapshot())

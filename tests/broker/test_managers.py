@@ -1,0 +1,111 @@
+"""The broker's state managers on their own: offsets file, live consumers, long polls."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ferry.errors import BusyError, StoreError
+from ferry_broker.config import BrokerConfig
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
+from ferry_broker.consumers import ConsumerManager
+from ferry_broker.long_poll import LongPollManager
+
+
+def test_offsets_survive_save_and_load(tmp_path: Path) -> None:
+    path = tmp_path / "config" / "consumer_offsets.json"
+    mgr = ConsumerOffsetManager(path)
+    assert mgr.query("g", "t", 0) == -1
+    mgr.commit("g", "t", 0, 5)
+    mgr.commit("g", "t", 3, 7)
+    mgr.commit("h", "u", 1, 0)
+    assert mgr.dirty
+    mgr.save()
+    assert not mgr.dirty and not path.with_suffix(".json.tmp").exists()
+    doc = json.loads(path.read_text())
+    assert doc == {"version": 1, "offsets": {"g": {"t": {"0": 5, "3": 7}}, "h": {"u": {"1": 0}}}}
+    again = ConsumerOffsetManager(path)
+    again.load()
+    assert again.query("g", "t", 3) == 7 and again.query("h", "u", 1) == 0
+
+
+def test_offsets_older_snapshot_never_overwrites_newer(tmp_path: Path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "o.json")
+    mgr.commit("g", "t", 0, 1)
+    old = mgr.snapshot()
+    mgr.commit("g", "t", 0, 2)
+    mgr.write_snapshot(*mgr.snapshot())
+    mgr.write_snapshot(*old)
+    fresh = ConsumerOffsetManager(tmp_path / "o.json")
+    fresh.load()
+    assert fresh.query("g", "t", 0) == 2
+
+
+def test_offsets_corrupt_file_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    path.write_text("{not json")
+    with pytest.raises(StoreError):
+        ConsumerOffsetManager(path).load()
+
+
+def test_consumers_sorted_filtered_and_expired() -> None:
+    now = [1000.0]
+    mgr = ConsumerManager(expiry_ms=30_000, clock_ms=lambda: now[0])
+    mgr.heartbeat("c2", "g", frozenset({"t"}), "clustering")
+    mgr.heartbeat("c1", "g", frozenset({"t", "u"}), "clustering")
+    mgr.heartbeat("c3", "g", frozenset({"u"}), "clustering")
+    assert mgr.members("g", "t") == ["c1", "c2"]
+    assert mgr.members("g") == ["c1", "c2", "c3"]
+    now[0] += 20_000
+    mgr.heartbeat("c2", "g", frozenset({"t"}), "clustering")
+    now[0] += 15_000  # c1 and c3 silent for 35 s, c2 for 15 s
+    assert mgr.members("g", "t") == ["c2"]
+    assert mgr.unregister("c2", "g")
+    assert mgr.members("g") == [] and mgr.groups() == {}
+
+
+async def test_long_poll_wakes_on_notify_and_times_out() -> None:
+    lp = LongPollManager(max_per_conn=2, max_total=3)
+    task = asyncio.create_task(lp.wait("t", 0, 5.0))
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    assert lp.notify("t", 1) == 0
+    assert lp.notify("t", 0) == 1
+    assert await task is True
+    assert time.monotonic() - started < 0.05
+    started = time.monotonic()
+    assert await lp.wait("t", 0, 0.05) is False
+    assert 0.04 < time.monotonic() - started < 1.0
+
+
+async def test_long_poll_limits_and_close() -> None:
+    lp = LongPollManager(max_per_conn=2, max_total=3)
+    async with lp.slot(1), lp.slot(1):
+        with pytest.raises(BusyError):
+            async with lp.slot(1):
+                pass
+        async with lp.slot(2):
+            assert lp.held == 3
+            with pytest.raises(BusyError):
+                async with lp.slot(3):
+                    pass
+    assert lp.held == 0
+    task = asyncio.create_task(lp.wait("t", 0, 10.0))
+    await asyncio.sleep(0)
+    lp.close()
+    assert await task is False
+    assert await lp.wait("t", 0, 10.0) is False
+
+
+def test_config_env_and_overrides() -> None:
+    env = {"FERRY_BROKER_PORT": "1234", "FERRY_BROKER_FLUSH_MODE": "sync",
+           "FERRY_BROKER_AUTO_CREATE_TOPICS": "false", "FERRY_BROKER_ETCD": ""}
+    cfg = BrokerConfig.from_env(env, {"port": 4321, "name": None})
+    assert cfg.port == 4321 and cfg.flush_mode == "sync" and not cfg.auto_create_topics
+    assert cfg.etcd == "" and cfg.name == "broker-a" and cfg.addr == "127.0.0.1:4321"
+    with pytest.raises(ValueError):
+        BrokerConfig.from_env({"FERRY_BROKER_FLUSH_MODE": "maybe"})
+    with pytest.raises(ValueError):
+        BrokerConfig.from_env({"FERRY_BROKER_PORT": "x"})
