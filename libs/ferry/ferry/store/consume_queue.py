@@ -1,0 +1,428 @@
+"""Consume queues: the per-(topic, queue) index of a topic's messages in the commit log.
+
+A consume queue turns "message number N of orders/3" into "the record at commit-log
+byte P, S bytes long, tag hash T". Consumers pull by queue offset, so the queue is an
+array of fixed 20-byte entries (`CQ_ENTRY`) cut into segment files of
+`entries_per_segment` entries each:
+
+    <root>/consumequeue/<topic>/<queue_id>/<20-digit queue offset of the segment's first entry>
+
+Segment files are created at full size (sparse) and memory-mapped; an entry whose
+size field is 0 is empty (never written), which is how reopen finds the end.
+The broker dispatches one packed run of entries per batch (`append`) and pulls read
+ranges (`get`); both are one slice of a mapping. Entries of one queue are written in
+commit-log order, so their phy offsets increase: recovery and retention binary search
+them. See docs/store-format-queues.md for the byte layout.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from ferry.errors import StoreError
+from ferry.names import validate_topic
+
+# One entry, little-endian:
+#   0  phy_offset  i64  byte position of the record in the commit log
+#   8  size        i32  record size in bytes (0 = empty entry)
+#  12  tag_hash    i64  tag_hash(tags) of the message (0 = no tag)
+CQ_ENTRY = struct.Struct("<qiq")
+ENTRY_SIZE = CQ_ENTRY.size  # 20
+SEGMENT_NAME_DIGITS = 20
+# Non-active segments stay mapped while readers use them; beyond this many per queue
+# the least recently used is unmapped (each mapping holds a file descriptor).
+MAX_MAPPED_READ_SEGMENTS = 4
+_SCAN_CHUNK_BYTES = 1 << 20
+
+
+def segment_name(first_queue_offset: int) -> str:
+    """The file name of a segment whose first entry is `first_queue_offset`."""
+    return f"{first_queue_offset:0{SEGMENT_NAME_DIGITS}d}"
+
+
+class _Segment:
+    """One segment file: `capacity` entries starting at queue offset `base`."""
+
+    __slots__ = ("base", "capacity", "path", "mm", "dirty")
+
+    def __init__(self, path: str, base: int, capacity: int) -> None:
+        self.path = path
+        self.base = base
+        self.capacity = capacity
+        self.mm: mmap.mmap | None = None
+        self.dirty = False
+
+    @property
+    def end(self) -> int:
+        return self.base + self.capacity
+
+    def map(self) -> mmap.mmap:
+        if self.mm is None:
+            with open(self.path, "r+b") as f:
+                self.mm = mmap.mmap(f.fileno(), self.capacity * ENTRY_SIZE)
+        return self.mm
+
+    def flush(self) -> None:
+        if self.dirty and self.mm is not None:
+            self.mm.flush()
+        self.dirty = False
+
+    def unmap(self) -> None:
+        if self.mm is not None:
+            self.flush()
+            self.mm.close()
+            self.mm = None
+
+
+def _create_segment(directory: str, base: int, capacity: int) -> _Segment:
+    # Create under a temporary name and rename, so a crash never leaves a short file
+    # under a real segment name.
+    path = os.path.join(directory, segment_name(base))
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.truncate(capacity * ENTRY_SIZE)
+    os.replace(tmp, path)
+    return _Segment(path, base, capacity)
+
+
+def _last_used(mm: mmap.mmap, capacity: int) -> int:
+    """Entries up to and including the last non-empty one (0 when all are empty)."""
+    end = capacity * ENTRY_SIZE
+    while end > 0:
+        start = max(0, end - _SCAN_CHUNK_BYTES)
+        used = len(mm[start:end].rstrip(b"\0"))
+        if used:
+            # Walk back from the entry holding the last non-zero byte to one with a size:
+            # a torn tail can leave stray bytes in an entry whose size never landed.
+            i = (start + used - 1) // ENTRY_SIZE
+            while i >= 0 and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
+                i -= 1
+            return i + 1
+        end = start
+    return 0
+
+
+def _first_used(mm: mmap.mmap, capacity: int) -> int:
+    """Index of the first non-empty entry (`capacity` when all are empty)."""
+    total = capacity * ENTRY_SIZE
+    start = 0
+    while start < total:
+        chunk = mm[start : start + _SCAN_CHUNK_BYTES]
+        skipped = len(chunk) - len(chunk.lstrip(b"\0"))
+        if skipped < len(chunk):
+            i = (start + skipped) // ENTRY_SIZE
+            while i < capacity and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
+                i += 1
+            return i
+        start += len(chunk)
+    return capacity
+
+
+class ConsumeQueue:
+    """The consume queue of one (topic, queue_id): append entries, read ranges by offset."""
+
+    def __init__(
+        self, root_dir: str, topic: str, queue_id: int, entries_per_segment: int = 300_000
+    ) -> None:
+        validate_topic(topic, allow_internal=True)
+        if queue_id < 0:
+            raise StoreError(f"queue id must be >= 0, got {queue_id}")
+        if entries_per_segment <= 0:
+            raise StoreError(f"entries_per_segment must be > 0, got {entries_per_segment}")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.entries_per_segment = entries_per_segment
+        self._dir = os.path.join(root_dir, "consumequeue", topic, str(queue_id))
+        os.makedirs(self._dir, exist_ok=True)
+        self._segments: list[_Segment] = []
+        self._bases: list[int] = []
+        self._mapped_reads: list[_Segment] = []
+        self._min = 0
+        self._max = 0
+        self._load()
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """First queue offset still stored (entries below it were deleted by retention)."""
+        return self._min
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written."""
+        return self._max
+
+    def _load(self) -> None:
+        for name in sorted(os.listdir(self._dir)):
+            path = os.path.join(self._dir, name)
+            if name.endswith(".tmp"):
+                os.remove(path)  # a segment whose creation did not finish
+                continue
+            if len(name) != SEGMENT_NAME_DIGITS or not name.isdigit():
+                continue
+            size = os.path.getsize(path)
+            if size < ENTRY_SIZE or size % ENTRY_SIZE:
+                raise StoreError(f"consume queue segment {path} has a bad size {size}")
+            self._segments.append(_Segment(path, int(name), size // ENTRY_SIZE))
+        self._bases = [s.base for s in self._segments]
+        # Drop trailing segments with no entry: created by a roll just before a crash.
+        while len(self._segments) > 1 and _last_used(self._active_mm(), self._segments[-1].capacity) == 0:
+            self._drop_last_segment()
+        if not self._segments:
+            return
+        last = self._segments[-1]
+        self._max = last.base + _last_used(self._active_mm(), last.capacity)
+        first = self._segments[0]
+        self._min = min(first.base + _first_used(self._map(first), first.capacity), self._max)
+
+    def _drop_last_segment(self) -> None:
+        seg = self._segments.pop()
+        self._bases.pop()
+        if seg in self._mapped_reads:
+            self._mapped_reads.remove(seg)
+        seg.unmap()
+        os.remove(seg.path)
+
+    def _active_mm(self) -> mmap.mmap:
+        return self._segments[-1].map()
+
+    def _map(self, seg: _Segment) -> mmap.mmap:
+        """The mapping of `seg`, keeping at most a few non-active segments mapped."""
+        if seg.mm is not None or seg is self._segments[-1]:
+            return seg.map()
+        self._mapped_reads.append(seg)
+        if len(self._mapped_reads) > MAX_MAPPED_READ_SEGMENTS:
+            self._mapped_reads.pop(0).unmap()
+        return seg.map()
+
+    def _segment_for(self, queue_offset: int) -> _Segment:
+        i = bisect_right(self._bases, queue_offset) - 1
+        if i < 0 or queue_offset >= self._segments[i].end:
+            raise StoreError(f"queue offset {queue_offset} of {self.topic}/{self.queue_id} is not stored")
+        return self._segments[i]
+
+    def _phy_at(self, queue_offset: int) -> int:
+        seg = self._segment_for(queue_offset)
+        return CQ_ENTRY.unpack_from(self._map(seg), (queue_offset - seg.base) * ENTRY_SIZE)[0]
+
+    def _first_with_phy_at_least(self, lo: int, hi: int, phy_offset: int) -> int:
+        """Smallest queue offset in [lo, hi) whose phy is >= phy_offset (hi if none)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._phy_at(mid) < phy_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- write -------------------------------------------------------------------------
+
+    def append(self, queue_offset: int, packed_entries: bytes) -> None:
+        """Write the packed `CQ_ENTRY` run starting at `queue_offset`.
+
+        `queue_offset` is `max_offset` when dispatching new messages; recovery may
+        re-dispatch below it, which overwrites the same entries in place (idempotent).
+        """
+        total = len(packed_entries)
+        if total % ENTRY_SIZE:
+            raise StoreError(f"packed entries length {total} is not a multiple of {ENTRY_SIZE}")
+        if total == 0:
+            return
+        if not self._segments:
+            # A fresh queue starts where its first message says (0, unless the
+            # consume queue files were lost and recovery rebuilds it).
+            self._add_segment(queue_offset)
+            self._min = self._max = queue_offset
+        elif queue_offset > self._max:
+            raise StoreError(
+                f"{self.topic}/{self.queue_id}: append at {queue_offset} leaves a gap after {self._max}"
+            )
+        count = total // ENTRY_SIZE
+        end = queue_offset + count
+        data = memoryview(packed_entries)
+        if queue_offset < self._segments[0].base:
+            # Re-dispatch of entries whose segment retention already deleted.
+            skip = min(count, self._segments[0].base - queue_offset)
+            data = data[skip * ENTRY_SIZE :]
+            queue_offset += skip
+        pos = queue_offset
+        while pos < end:
+            seg = self._segments[-1] if pos >= self._bases[-1] else self._segment_for(pos)
+            if pos >= seg.end:
+                seg = self._add_segment(pos)
+            n = min(end, seg.end) - pos
+            at = (pos - seg.base) * ENTRY_SIZE
+            done = (pos - queue_offset) * ENTRY_SIZE
+            self._map(seg)[at : at + n * ENTRY_SIZE] = data[done : done + n * ENTRY_SIZE]
+            seg.dirty = True
+            pos += n
+        if end > self._max:
+            self._max = end
+
+    def _add_segment(self, base: int) -> _Segment:
+        seg = _create_segment(self._dir, base, self.entries_per_segment)
+        if self._segments:
+            prev = self._segments[-1]
+            prev.flush()  # a sealed segment is durable before the next one takes writes
+            self._mapped_reads.append(prev)
+            if len(self._mapped_reads) > MAX_MAPPED_READ_SEGMENTS:
+                self._mapped_reads.pop(0).unmap()
+        self._segments.append(seg)
+        self._bases.append(base)
+        return seg
+
+    # -- read --------------------------------------------------------------------------
+
+    def get(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to `max_count` entries (phy_offset, size, tag_hash) from `queue_offset` on."""
+        if queue_offset < self._min or queue_offset >= self._max or max_count <= 0:
+            return []
+        end = min(self._max, queue_offset + max_count)
+        seg = self._segments[-1]
+        if queue_offset >= seg.base:  # the common case: a consumer near the head
+            mm = seg.map()
+            return list(
+                CQ_ENTRY.iter_unpack(mm[(queue_offset - seg.base) * ENTRY_SIZE : (end - seg.base) * ENTRY_SIZE])
+            )
+        out: list[tuple[int, int, int]] = []
+        pos = queue_offset
+        while pos < end:
+            seg = self._segment_for(pos)
+            stop = min(end, seg.end)
+            mm = self._map(seg)
+            out.extend(CQ_ENTRY.iter_unpack(mm[(pos - seg.base) * ENTRY_SIZE : (stop - seg.base) * ENTRY_SIZE]))
+            pos = stop
+        return out
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        """The newest stored entry, or None when the queue stores none."""
+        if not self._segments or self._max <= self._segments[0].base:
+            return None
+        seg = self._segments[-1]
+        if self._max <= seg.base:
+            seg = self._segment_for(self._max - 1)
+        got = CQ_ENTRY.unpack_from(self._map(seg), (self._max - 1 - seg.base) * ENTRY_SIZE)
+        return (got[0], got[1], got[2])
+
+    # -- recovery and retention --------------------------------------------------------
+
+    def truncate_from_phy(self, phy_offset: int) -> None:
+        """Drop every entry whose phy offset is >= `phy_offset` (recovery of a torn log)."""
+        if not self._segments:
+            return
+        lo = self._segments[0].base
+        cut = self._first_with_phy_at_least(lo, self._max, phy_offset)
+        if cut == self._max:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base >= cut and self._segments[-2].end >= cut:
+            self._drop_last_segment()
+        seg = self._segments[-1]
+        start = max(cut, seg.base)
+        stop = min(self._max, seg.end)
+        if stop > start:
+            mm = seg.map()
+            mm[(start - seg.base) * ENTRY_SIZE : (stop - seg.base) * ENTRY_SIZE] = bytes(
+                (stop - start) * ENTRY_SIZE
+            )
+            seg.dirty = True
+        self._max = cut
+        self._min = min(self._min, cut)
+
+    def delete_below_phy(self, min_phy: int) -> int:
+        """Retention: delete whole segments whose entries all point below `min_phy`.
+
+        The active (last) segment is always kept. `min_offset` moves up to the first
+        entry whose phy is >= `min_phy`. Returns the number of segment files deleted.
+        """
+        deleted = 0
+        while len(self._segments) > 1:
+            first = self._segments[0]
+            if self._phy_at(first.end - 1) >= min_phy:
+                break
+            self._segments.pop(0)
+            self._bases.pop(0)
+            if first in self._mapped_reads:
+                self._mapped_reads.remove(first)
+            first.unmap()
+            os.remove(first.path)
+            deleted += 1
+        if self._segments:
+            lo = max(self._min, self._segments[0].base)
+            self._min = self._first_with_phy_at_least(min(lo, self._max), self._max, min_phy)
+        return deleted
+
+    # -- durability --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """msync every segment written since the last flush."""
+        for seg in self._segments:
+            seg.flush()
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.unmap()
+        self._mapped_reads.clear()
+
+
+class ConsumeQueues:
+    """Every consume queue under `<root_dir>/consumequeue`, loaded on open."""
+
+    def __init__(self, root_dir: str, entries_per_segment: int = 300_000) -> None:
+        self.root_dir = root_dir
+        self.entries_per_segment = entries_per_segment
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        base = os.path.join(root_dir, "consumequeue")
+        os.makedirs(base, exist_ok=True)
+        for topic in sorted(os.listdir(base)):
+            topic_dir = os.path.join(base, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                if qid.isdigit() and os.path.isdir(os.path.join(topic_dir, qid)):
+                    self.get_or_create(topic, int(qid))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.entries_per_segment)
+            self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def truncate_from_phy(self, phy_offset: int) -> None:
+        """truncate_from_phy on every queue."""
+        for cq in self._queues.values():
+            cq.truncate_from_phy(phy_offset)
+
+    def delete_below_phy(self, min_phy: int) -> int:
+        """delete_below_phy on every queue; returns the segment files deleted."""
+        return sum(cq.delete_below_phy(min_phy) for cq in self._queues.values())
+
+    def max_last_phy(self) -> int:
+        """The highest phy offset any queue's newest entry points to (-1 when none)."""
+        best = -1
+        for cq in self._queues.values():
+            last = cq.last_entry()
+            if last is not None and last[0] > best:
+                best = last[0]
+        return best
+
+    def flush(self) -> None:
+        for cq in self._queues.values():
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in self._queues.values():
+            cq.close()
