@@ -1,0 +1,154 @@
+"""The SEND body: a batch of messages, each a fixed 44-byte head and four byte strings.
+
+One entry (all integers little-endian):
+
+    offset  size  field
+    0       4     u32 length        whole entry, this field included
+    4       16    msg_id            16 bytes; all zero = none, the broker assigns one
+    20      8     i64 born_ts_ms    when the producer created the message
+    28      4     u32 flags         message flags, stored as given
+    32      2     u16 tags_len
+    34      2     u16 keys_len
+    36      4     u32 props_len
+    40      4     u32 body_len
+    44      ...   tags (UTF-8) | keys (UTF-8, space-separated) | properties | body
+
+Entries follow each other with no padding; the batch ends where the frame
+body ends. `length` is redundant with the four lengths on purpose: a reader
+checks that they agree, which catches most corruption and misframing.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ferry.errors import MalformedRequestError, MessageTooLargeError
+from ferry.wire.codes import MAX_BODY_BYTES
+
+#: u32 length | 16s msg_id | i64 born_ts_ms | u32 flags | u16 tags_len | u16 keys_len
+#: | u32 props_len | u32 body_len
+MESSAGE_HEAD = struct.Struct("<I16sqIHHII")
+MSG_ID_BYTES = 16
+MAX_TAGS_BYTES = 0xFFFF
+MAX_KEYS_BYTES = 0xFFFF
+_NO_MSG_ID = bytes(MSG_ID_BYTES)
+
+
+@dataclass(slots=True)
+class WireMessage:
+    """One message as the producer sends it (the broker adds topic, queue and offsets).
+
+    `properties` is already encoded as UTF-8 `key\\x01value\\x02` pairs
+    (`ferry.store.encode_properties`); `msg_id` is 16 bytes, or empty to let
+    the broker assign one.
+    """
+
+    body: bytes
+    msg_id: bytes
+    born_ts_ms: int
+    flags: int = 0
+    tags: str = ""
+    keys: str = ""
+    properties: bytes = b""
+
+
+def encode_messages(
+    msgs: Sequence[WireMessage], max_body_bytes: int = MAX_BODY_BYTES
+) -> bytes:
+    """The SEND body for `msgs`.
+
+    Raises MessageTooLargeError for a body over `max_body_bytes` and
+    MalformedRequestError for a field that does not fit its slot.
+    """
+    pack = MESSAGE_HEAD.pack
+    head_size = MESSAGE_HEAD.size
+    parts: list[bytes] = []
+    append = parts.append
+    for msg in msgs:
+        body = msg.body
+        body_len = len(body)
+        if body_len > max_body_bytes:
+            raise MessageTooLargeError(
+                f"message body is {body_len} bytes; the limit is {max_body_bytes}"
+            )
+        msg_id = msg.msg_id or _NO_MSG_ID
+        if len(msg_id) != MSG_ID_BYTES:
+            raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes, not {len(msg_id)}")
+        tags = msg.tags.encode() if msg.tags else b""
+        keys = msg.keys.encode() if msg.keys else b""
+        props = msg.properties
+        if len(tags) > MAX_TAGS_BYTES or len(keys) > MAX_KEYS_BYTES:
+            raise MalformedRequestError("tags and keys are limited to 65535 UTF-8 bytes each")
+        try:
+            append(pack(
+                head_size + len(tags) + len(keys) + len(props) + body_len,
+                msg_id, msg.born_ts_ms, msg.flags,
+                len(tags), len(keys), len(props), body_len,
+            ))
+        except struct.error as exc:
+            raise MalformedRequestError(f"message field out of range: {exc}") from None
+        if tags:
+            append(tags)
+        if keys:
+            append(keys)
+        if props:
+            append(props)
+        append(body)
+    return b"".join(parts)
+
+
+def decode_messages(
+    body: bytes | bytearray | memoryview, max_body_bytes: int = MAX_BODY_BYTES
+) -> list[WireMessage]:
+    """The messages of a SEND body.
+
+    Raises MalformedRequestError on a truncated or inconsistent entry and
+    MessageTooLargeError on a message body over `max_body_bytes`. An empty
+    body is an empty list (SEND itself refuses it).
+    """
+    data = body if type(body) is bytes else bytes(body)  # bytes slices are one copy each
+    end = len(data)
+    unpack_from = MESSAGE_HEAD.unpack_from
+    head_size = MESSAGE_HEAD.size
+    out: list[WireMessage] = []
+    append = out.append
+    pos = 0
+    while pos < end:
+        if end - pos < head_size:
+            raise MalformedRequestError(
+                f"message batch truncated: {end - pos} bytes left at {pos}, an entry head is "
+                f"{head_size}"
+            )
+        length, msg_id, born_ts_ms, flags, tags_len, keys_len, props_len, body_len = (
+            unpack_from(data, pos)
+        )
+        if body_len > max_body_bytes:
+            raise MessageTooLargeError(
+                f"message body is {body_len} bytes; the limit is {max_body_bytes}"
+            )
+        if length != head_size + tags_len + keys_len + props_len + body_len:
+            raise MalformedRequestError(f"message at {pos}: entry length {length} disagrees "
+                                        "with its field lengths")
+        if length > end - pos:
+            raise MalformedRequestError(
+                f"message batch truncated: entry at {pos} needs {length} bytes, "
+                f"{end - pos} left"
+            )
+        p = pos + head_size
+        try:
+            tags = data[p:p + tags_len].decode() if tags_len else ""
+            p += tags_len
+            keys = data[p:p + keys_len].decode() if keys_len else ""
+        except UnicodeDecodeError:
+            raise MalformedRequestError(f"message at {pos}: tags or keys are not UTF-8") from None
+        p += keys_len
+        props = data[p:p + props_len] if props_len else b""
+        p += props_len
+        append(WireMessage(
+            data[p:p + body_len],
+            b"" if msg_id == _NO_MSG_ID else msg_id,
+            born_ts_ms, flags, tags, keys, props,
+        ))
+        pos += length
+    return out

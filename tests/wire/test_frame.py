@@ -1,0 +1,201 @@
+"""Frame encoding and the sans-IO FrameDecoder: round trips, chunking, hostile input."""
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+import msgpack
+import pytest
+from ferry.errors import MalformedRequestError, MessageTooLargeError
+from ferry.wire import (
+    FRAME_PREFIX,
+    MAX_FRAME_BYTES,
+    MAX_HEADER_BYTES,
+    Flag,
+    Frame,
+    FrameDecoder,
+    MalformedFrameError,
+    RequestCode,
+    decode_frame,
+    encode_frame,
+    encode_frame_parts,
+    request,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.wire.strategies import frames
+
+
+def _raw(header: object, body: bytes = b"", *, header_bytes: bytes | None = None) -> bytes:
+    """A frame built by hand, so tests can send what encode_frame refuses to make."""
+    hb = msgpack.packb(header) if header_bytes is None else header_bytes
+    return FRAME_PREFIX.pack(4 + len(hb) + len(body), len(hb)) + hb + body
+
+
+@given(frames)
+def test_round_trip(frame: Frame) -> None:
+    assert decode_frame(encode_frame(frame)) == frame
+
+
+@given(st.lists(frames, min_size=1, max_size=6), st.randoms(use_true_random=False))
+@settings(max_examples=50)
+def test_random_chunks_yield_the_same_frames(batch: list[Frame], rnd: random.Random) -> None:
+    stream = b"".join(encode_frame(f) for f in batch)
+    decoder = FrameDecoder()
+    out: list[Frame] = []
+    pos = 0
+    while pos < len(stream):
+        step = rnd.randint(1, 300)
+        out += decoder.feed(stream[pos:pos + step])
+        pos += step
+    assert out == batch
+    assert decoder.buffered_bytes == 0
+
+
+def test_byte_by_byte() -> None:
+    batch = [request(RequestCode.SEND, i, {"topic": "t", "queue_id": i}, os.urandom(i * 7))
+             for i in range(20)]
+    stream = b"".join(encode_frame(f) for f in batch)
+    decoder = FrameDecoder()
+    out: list[Frame] = []
+    for i in range(len(stream)):
+        out += decoder.feed(stream[i:i + 1])
+    assert out == batch
+
+
+def test_feed_returns_every_complete_frame_and_keeps_the_tail() -> None:
+    batch = [request(RequestCode.HEARTBEAT, i, {"client_id": "c"}) for i in range(5)]
+    stream = b"".join(encode_frame(f) for f in batch)
+    decoder = FrameDecoder()
+    assert decoder.feed(stream[:-3]) == batch[:4]
+    assert decoder.buffered_bytes == len(encode_frame(batch[4])) - 3
+    assert decoder.feed(stream[-3:]) == batch[4:]
+    assert decoder.buffered_bytes == 0
+
+
+def test_memoryview_and_bytearray_input() -> None:
+    frame = request(RequestCode.PULL, 9, {"topic": "t"}, b"x" * 100)
+    raw = encode_frame(frame)
+    assert FrameDecoder().feed(memoryview(raw)) == [frame]
+    assert FrameDecoder().feed(bytearray(raw)) == [frame]
+
+
+def test_parts_do_not_copy_the_body() -> None:
+    body = os.urandom(1 << 20)
+    parts = encode_frame_parts(request(RequestCode.SEND, 1, {}, body))
+    assert parts[-1] is body
+    assert b"".join(parts) == encode_frame(request(RequestCode.SEND, 1, {}, body))
+
+
+def test_defaults_are_left_out_of_the_header() -> None:
+    raw = encode_frame(request(RequestCode.HEARTBEAT, 5))
+    header = msgpack.unpackb(raw[8:])
+    assert header == {"v": 1, "id": 5, "c": 18, "f": 0}
+
+
+def test_flags() -> None:
+    frame = request(RequestCode.COMMIT_OFFSET, 1, {}, oneway=True)
+    assert frame.is_oneway and not frame.is_response
+    assert frame.flags == Flag.ONEWAY
+
+
+def test_announced_2_gib_is_refused_before_buffering() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(MalformedFrameError, match="limit"):
+        decoder.feed(struct.pack("<II", 2**31, 10) + b"\0" * 4096)
+    assert decoder.buffered_bytes == 0
+
+
+def test_oversized_length_refused_from_its_four_bytes_alone() -> None:
+    decoder = FrameDecoder()
+    assert decoder.feed(b"\x00") == []  # pending tail
+    with pytest.raises(MalformedFrameError):
+        decoder.feed(struct.pack("<I", 2**31)[1:])
+    assert decoder.buffered_bytes == 0
+
+
+def test_limit_is_inclusive() -> None:
+    decoder = FrameDecoder(max_frame_bytes=100)
+    good = _raw({"v": 1, "id": 1, "c": 10, "f": 0})
+    body = b"z" * (100 - (len(good) - 4))
+    assert len(decoder.feed(_raw({"v": 1, "id": 1, "c": 10, "f": 0}, body))) == 1
+    with pytest.raises(MalformedFrameError):
+        FrameDecoder(max_frame_bytes=100).feed(_raw({"v": 1, "id": 1, "c": 10, "f": 0}, body + b"!"))
+
+
+@pytest.mark.parametrize("prefix", [
+    struct.pack("<II", 3, 0),  # frame shorter than its header_length field
+    struct.pack("<II", 20, 17),  # header longer than the frame
+    struct.pack("<II", MAX_HEADER_BYTES + 100, MAX_HEADER_BYTES + 1),  # header over its limit
+    struct.pack("<II", 4, 0),  # empty header: not a map
+])
+def test_bad_lengths(prefix: bytes) -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(MalformedFrameError):
+        decoder.feed(prefix + b"\x80" * 20)
+    assert decoder.buffered_bytes == 0
+
+
+@pytest.mark.parametrize("header", [
+    [1, 2, 3],
+    {"v": 1, "id": 1, "c": 10},  # no flags
+    {"v": 1, "id": "1", "c": 10, "f": 0},
+    {"v": 1, "id": 1, "c": 10, "f": True},
+    {"v": 1, "id": -1, "c": 10, "f": 0},
+    {"v": 1, "id": 2**32, "c": 10, "f": 0},
+    {"v": 1, "id": 1, "c": 10, "f": 0, "x": [1]},
+    {"v": 1, "id": 1, "c": 10, "f": 0, "x": {b"k": 1}},
+    {"v": 1, "id": 1, "c": 10, "f": 0, "e": "x"},
+    {"v": 1, "id": 1, "c": 10, "f": 0, "m": 5},
+])
+def test_bad_headers(header: object) -> None:
+    with pytest.raises(MalformedFrameError):
+        FrameDecoder().feed(_raw(header))
+
+
+def test_header_with_trailing_garbage() -> None:
+    hb = msgpack.packb({"v": 1, "id": 1, "c": 10, "f": 0}) + b"\xc1"
+    with pytest.raises(MalformedFrameError, match="msgpack"):
+        FrameDecoder().feed(_raw(None, header_bytes=hb))
+
+
+def test_wrong_version_says_so() -> None:
+    with pytest.raises(MalformedFrameError, match="version 2"):
+        FrameDecoder().feed(_raw({"v": 2, "id": 1, "c": 10, "f": 0}))
+
+
+def test_decoder_stays_failed() -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(MalformedFrameError):
+        decoder.feed(_raw({"v": 9, "id": 1, "c": 10, "f": 0}))
+    with pytest.raises(MalformedFrameError, match="already failed"):
+        decoder.feed(encode_frame(request(RequestCode.PULL, 1)))
+
+
+def test_malformed_frame_is_a_malformed_request() -> None:
+    assert issubclass(MalformedFrameError, MalformedRequestError)
+    assert MalformedFrameError.code == MalformedRequestError.code == 4
+
+
+@given(st.binary(min_size=1, max_size=512))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    decoder = FrameDecoder()
+    try:
+        for frame in decoder.feed(data):
+            assert isinstance(frame, Frame)
+    except MalformedFrameError:
+        assert decoder.buffered_bytes == 0
+    assert decoder.buffered_bytes <= len(data)
+
+
+def test_encode_refuses_oversized_frames() -> None:
+    with pytest.raises(MessageTooLargeError):
+        encode_frame(request(RequestCode.SEND, 1, {}, bytes(MAX_FRAME_BYTES)))
+    with pytest.raises(MessageTooLargeError):
+        encode_frame(request(RequestCode.SEND, 1, {"k": "x" * MAX_HEADER_BYTES}))
+    with pytest.raises(MalformedRequestError):
+        encode_frame(request(RequestCode.SEND, 2**32, {}))
+    with pytest.raises(MalformedRequestError):
+        encode_frame(request(RequestCode.SEND, 1, {"k": object()}))
