@@ -1,0 +1,159 @@
+"""The producer's accumulator: concurrent sends to one queue share one SEND frame.
+
+There is one `QueueBatcher` per (broker, queue). A message joins the open
+batch; the open batch goes out
+- at once (on the next loop turn, so sends made in the same turn join it) when
+  the queue has no batch in flight: low latency at low rates;
+- when it reaches `max_batch_bytes`;
+- when `linger_ms` has passed since its first message;
+always with at most `max_in_flight` batches of the queue on the wire, so that a
+slow broker makes batches grow instead of requests pile up. The batch's result
+(the first queue offset and a count) is fanned out to each message's future by
+the caller-provided `send_batch` coroutine.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ferry.wire import WireMessage
+
+# The fixed per-message overhead of the SEND batch layout (length .. body_len fields).
+_MESSAGE_OVERHEAD_BYTES = 4 + 16 + 8 + 4 + 2 + 2 + 4 + 4
+
+
+@dataclass(slots=True)
+class PendingMessage:
+    """A message waiting in a batch, with the future its sender awaits and its retry count."""
+
+    wire: WireMessage
+    future: asyncio.Future[object]
+    topic: str
+    attempts: int = 0
+    key: str | None = None
+    ordered: bool = False
+
+    @property
+    def size_bytes(self) -> int:
+        w = self.wire
+        return (_MESSAGE_OVERHEAD_BYTES + len(w.body) + len(w.tags.encode())
+                + len(w.keys.encode()) + len(w.properties))
+
+
+@dataclass(slots=True)
+class Batch:
+    """The messages that travel in one SEND frame."""
+
+    items: list[PendingMessage] = field(default_factory=list)
+    size_bytes: int = 0
+
+
+SendBatch = Callable[[Batch], Awaitable[None]]
+
+
+class QueueBatcher:
+    """The accumulator of one (topic, broker, queue)."""
+
+    def __init__(self, send_batch: SendBatch, *, linger_ms: int, max_batch_bytes: int,
+                 max_in_flight: int = 2) -> None:
+        self._send_batch = send_batch
+        self.linger_ms = linger_ms
+        self.max_batch_bytes = max_batch_bytes
+        self.max_in_flight = max_in_flight
+        self._open = Batch()
+        self._ready: deque[Batch] = deque()   # closed batches waiting for an in-flight slot
+        self._in_flight = 0
+        self._linger_handle: asyncio.TimerHandle | None = None
+        self._soon_handle: asyncio.Handle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def pending(self) -> int:
+        return len(self._open.items) + sum(len(b.items) for b in self._ready)
+
+    def add(self, item: PendingMessage) -> None:
+        """Append to the open batch and arrange for it to be sent per the rules above."""
+        loop = asyncio.get_running_loop()
+        size = item.size_bytes
+        if self._open.items and self._open.size_bytes + size > self.max_batch_bytes:
+            self._close_open()
+        self._open.items.append(item)
+        self._open.size_bytes += size
+        self._idle.clear()
+        if len(self._open.items) == 1:
+            self._linger_handle = loop.call_later(self.linger_ms / 1000, self._on_linger)
+        if self._open.size_bytes >= self.max_batch_bytes:
+            self._close_open()
+        if self._in_flight == 0 and self._soon_handle is None:
+            self._soon_handle = loop.call_soon(self._on_soon)
+        else:
+            self._pump()
+
+    def _close_open(self) -> None:
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        if self._open.items:
+            self._ready.append(self._open)
+            self._open = Batch()
+
+    def _on_soon(self) -> None:
+        self._soon_handle = None
+        if self._in_flight == 0:
+            self._close_open()
+        self._pump()
+
+    def _on_linger(self) -> None:
+        self._linger_handle = None
+        self._close_open()
+        self._pump()
+
+    def _pump(self) -> None:
+        """Start sending closed batches while in-flight slots are free."""
+        loop = asyncio.get_running_loop()
+        while self._ready and self._in_flight < self.max_in_flight:
+            batch = self._ready.popleft()
+            self._in_flight += 1
+            task = loop.create_task(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: Batch) -> None:
+        try:
+            await self._send_batch(batch)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and not self._ready:
+                self._close_open()  # nothing in flight: what waited goes now
+            self._pump()
+            if not self._open.items and not self._ready and self._in_flight == 0:
+                self._idle.set()
+
+    async def flush(self) -> None:
+        """Send what is open now and wait until nothing is pending or in flight."""
+        self._close_open()
+        self._pump()
+        await self._idle.wait()
+
+    def cancel(self) -> None:
+        """Drop what is not yet sent (stop without flush); in-flight batches finish."""
+        for handle in (self._linger_handle, self._soon_handle):
+            if handle is not None:
+                handle.cancel()
+        self._linger_handle = self._soon_handle = None
+        self._close_open()
+        batches, self._ready = list(self._ready), deque()
+        for batch in batches:
+            for item in batch.items:
+                if not item.future.done():
+                    item.future.cancel()
+        if self._in_flight == 0:
+            self._idle.set()

@@ -1,0 +1,221 @@
+"""HTTP client for namesrv, and the per-topic route cache producers and consumers share.
+
+Several namesrv addresses may be given ("h:p,h:p"); a request that fails to
+reach one (connection error, 5xx) is tried on the next. Error bodies
+(`{"error": {"code", "type", "message"}}`) become `ferry.errors` classes.
+Routes are cached per topic for `refresh_interval_ms` (30 s) and fetched
+again early when a caller reports an error with `invalidate()`.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from ferry.errors import (
+    ConnectionLostError,
+    FerryError,
+    RequestTimeoutError,
+    TopicNotFoundError,
+    error_for_code,
+)
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+ROUTE_REFRESH_INTERVAL_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRoute:
+    """One broker's share of a topic: its name, master wire address and queue count."""
+
+    name: str
+    cluster: str
+    master: str | None
+    queues: int
+    perm: str = "rw"
+    slaves: tuple[str, ...] = ()
+
+    @property
+    def readable(self) -> bool:
+        return "r" in self.perm
+
+    @property
+    def writable(self) -> bool:
+        return "w" in self.perm
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """Where a topic lives: the brokers serving it and their queues."""
+
+    topic: str
+    type: str
+    perm: str
+    brokers: tuple[BrokerRoute, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicRoute:
+        brokers = []
+        for b in data.get("brokers") or ():
+            master = b.get("master")
+            if isinstance(master, dict):  # tolerate {"addr": ...} shaped masters
+                master = master.get("addr")
+            slaves = tuple(s.get("addr", "") if isinstance(s, dict) else str(s)
+                           for s in b.get("slaves") or ())
+            brokers.append(BrokerRoute(
+                name=str(b["name"]), cluster=str(b.get("cluster", "")), master=master or None,
+                queues=int(b.get("queues", 0)), perm=str(b.get("perm", "rw")), slaves=slaves))
+        brokers.sort(key=lambda br: br.name)
+        return cls(topic=str(data.get("topic", "")), type=str(data.get("type", "normal")),
+                   perm=str(data.get("perm", "rw")), brokers=tuple(brokers))
+
+    def broker_addr(self, name: str) -> str | None:
+        for b in self.brokers:
+            if b.name == name:
+                return b.master
+        return None
+
+    def writable_queues(self) -> list[tuple[str, int]]:
+        """(broker name, queue id) of every queue a producer may send to, sorted."""
+        if "w" not in self.perm:
+            return []
+        return [(b.name, q) for b in self.brokers if b.writable and b.master
+                for q in range(b.queues)]
+
+    def readable_queues(self) -> list[tuple[str, int]]:
+        """(broker name, queue id) of every queue a consumer may pull from, sorted."""
+        if "r" not in self.perm:
+            return []
+        return [(b.name, q) for b in self.brokers if b.readable and b.master
+                for q in range(b.queues)]
+
+
+def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
+    """'h:p,h:p' (or a list) -> base URLs; 'http://' is added where missing."""
+    items = addrs.split(",") if isinstance(addrs, str) else list(addrs)
+    urls = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        urls.append(item.rstrip("/") if "://" in item else f"http://{item}")
+    if not urls:
+        raise ValueError(f"no namesrv address in {addrs!r}")
+    return urls
+
+
+class NamesrvClient:
+    """The namesrv HTTP API (routes, topics, groups, brokers)."""
+
+    def __init__(self, addrs: str | Sequence[str] = DEFAULT_NAMESRV, *,
+                 timeout_ms: int = 5_000) -> None:
+        self.urls = parse_namesrv(addrs)
+        self.timeout_ms = timeout_ms
+        self._session: aiohttp.ClientSession | None = None
+        self._preferred = 0
+
+    async def start(self) -> None:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def call(self, method: str, path: str, *, json: Any = None,
+                   params: dict[str, str] | None = None) -> Any:
+        """One API call, tried on each namesrv in turn until one answers."""
+        await self.start()
+        assert self._session is not None
+        last: FerryError | None = None
+        n = len(self.urls)
+        for i in range(n):
+            idx = (self._preferred + i) % n
+            url = self.urls[idx] + path
+            try:
+                async with self._session.request(method, url, json=json, params=params) as resp:
+                    data = await _read_json(resp)
+                    if resp.status >= 500:
+                        last = _error_from(resp.status, data, url)
+                        continue
+                    self._preferred = idx
+                    if resp.status >= 400:
+                        raise _error_from(resp.status, data, url)
+                    return data
+            except TimeoutError as exc:
+                last = RequestTimeoutError(f"namesrv {url} did not answer: {exc!r}")
+            except aiohttp.ClientError as exc:
+                last = ConnectionLostError(f"namesrv {url} unreachable: {exc!r}")
+        assert last is not None
+        raise last
+
+    async def get_route(self, topic: str, *, create: bool = False) -> TopicRoute:
+        params = {"create": "1"} if create else None
+        data = await self.call("GET", f"/v1/routes/{topic}", params=params)
+        return TopicRoute.from_json(data)
+
+
+async def _read_json(resp: aiohttp.ClientResponse) -> Any:
+    try:
+        return await resp.json(content_type=None)
+    except ValueError:
+        return None
+
+
+def _error_from(status: int, data: Any, url: str) -> FerryError:
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("code"), int):
+        return error_for_code(err["code"], str(err.get("message", "")))
+    if status == 404:
+        return TopicNotFoundError(f"{url}: not found")
+    return FerryError(f"{url}: HTTP {status}: {data!r}")
+
+
+class RouteCache:
+    """Topic routes by name, each kept `refresh_interval_ms` and refreshed on demand."""
+
+    def __init__(self, client: NamesrvClient, *, create_topics: bool = False,
+                 refresh_interval_ms: int = ROUTE_REFRESH_INTERVAL_MS) -> None:
+        self.client = client
+        self.create_topics = create_topics
+        self.refresh_interval_ms = refresh_interval_ms
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def cached(self, topic: str) -> TopicRoute | None:
+        entry = self._routes.get(topic)
+        return entry[1] if entry else None
+
+    def invalidate(self, topic: str) -> None:
+        """Make the next `route(topic)` ask namesrv again (after an error)."""
+        entry = self._routes.get(topic)
+        if entry:
+            self._routes[topic] = (0.0, entry[1])
+
+    async def route(self, topic: str) -> TopicRoute:
+        entry = self._routes.get(topic)
+        if entry and time.monotonic() - entry[0] < self.refresh_interval_ms / 1000:
+            return entry[1]
+        async with self._locks.setdefault(topic, asyncio.Lock()):
+            entry = self._routes.get(topic)
+            if entry and time.monotonic() - entry[0] < self.refresh_interval_ms / 1000:
+                return entry[1]
+            try:
+                route = await self.client.get_route(topic, create=self.create_topics)
+            except TopicNotFoundError:
+                self._routes.pop(topic, None)
+                raise
+            except FerryError:
+                if entry is None:
+                    raise
+                # namesrv is unreachable: serve the last known route, ask again soon.
+                retry_at = time.monotonic() - self.refresh_interval_ms / 1000 + 1.0
+                self._routes[topic] = (retry_at, entry[1])
+                return entry[1]
+            self._routes[topic] = (time.monotonic(), route)
+            return route

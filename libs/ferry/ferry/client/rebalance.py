@@ -1,0 +1,125 @@
+"""Which queues each member of a consumer group owns, and the heartbeats that define members.
+
+Allocation is RocketMQ's "averagely" strategy, computed by every member on its
+own from the same inputs: the topic's queues sorted, the group's members sorted;
+member i takes one contiguous range, and the first `len(queues) % len(members)`
+members take one queue more. Every member computing it from the same inputs
+gets a disjoint cover of all queues, so no coordinator is needed. Members are
+what the brokers know from heartbeats (a member missing heartbeats for 30 s is
+dropped by the broker, one that stops sends UNREGISTER at once).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.message import TopicQueue
+from ferry.client.namesrv import RouteCache, TopicRoute
+from ferry.errors import FerryError
+from ferry.wire import RequestCode
+
+log = logging.getLogger(__name__)
+
+Q = TypeVar("Q")
+
+
+def allocate_averagely(queues: Sequence[Q], members: Sequence[str], me: str) -> list[Q]:
+    """The queues `me` owns: a contiguous range of the sorted queues; [] if not a member."""
+    qs = sorted(queues)  # type: ignore[type-var]
+    ms = sorted(set(members))
+    if me not in ms or not qs:
+        return []
+    idx = ms.index(me)
+    base, extra = divmod(len(qs), len(ms))
+    start = idx * base + min(idx, extra)
+    count = base + (1 if idx < extra else 0)
+    return qs[start:start + count]
+
+
+def allocate_all(queues: Sequence[Q], members: Iterable[str]) -> dict[str, list[Q]]:
+    """Every member's share (used by tests and the admin view)."""
+    ms = sorted(set(members))
+    return {m: allocate_averagely(queues, ms, m) for m in ms}
+
+
+class GroupMembership:
+    """Heartbeats of one consumer to the brokers, and the group's members per topic."""
+
+    def __init__(self, pool: ConnectionPool, routes: RouteCache, *, client_id: str, group: str,
+                 topics: Sequence[str], mode: str) -> None:
+        self.pool = pool
+        self.routes = routes
+        self.client_id = client_id
+        self.group = group
+        self.topics = list(topics)
+        self.mode = mode
+
+    async def known_routes(self) -> dict[str, TopicRoute]:
+        """The routes of the subscribed topics that exist now (missing topics are skipped)."""
+        out: dict[str, TopicRoute] = {}
+        for topic in self.topics:
+            try:
+                out[topic] = await self.routes.route(topic)
+            except FerryError as exc:
+                log.debug("no route for %s yet: %s", topic, exc)
+        return out
+
+    def broker_addrs(self, routes: Iterable[TopicRoute]) -> list[str]:
+        return sorted({b.master for r in routes for b in r.brokers if b.master})
+
+    async def heartbeat(self, routes: Iterable[TopicRoute]) -> None:
+        """HEARTBEAT to every broker serving a subscribed topic; failures are logged."""
+        fields = {"client_id": self.client_id, "group": self.group, "topics": self.topics,
+                  "mode": self.mode}
+        for addr in self.broker_addrs(routes):
+            try:
+                await self.pool.request(addr, RequestCode.HEARTBEAT, fields)
+            except FerryError as exc:
+                log.info("heartbeat to %s failed: %s", addr, exc)
+
+    async def unregister(self, routes: Iterable[TopicRoute]) -> None:
+        fields = {"client_id": self.client_id, "group": self.group}
+        for addr in self.broker_addrs(routes):
+            try:
+                await self.pool.request(addr, RequestCode.UNREGISTER, fields)
+            except FerryError as exc:
+                log.info("unregister at %s failed: %s", addr, exc)
+
+    async def members(self, route: TopicRoute) -> list[str]:
+        """The group's members on this topic: the union of what its brokers report."""
+        found: set[str] = set()
+        answered = False
+        for b in route.brokers:
+            if not b.master:
+                continue
+            try:
+                resp = await self.pool.request(
+                    b.master, RequestCode.GET_CONSUMERS, {"group": self.group, "topic": route.topic})
+            except FerryError as exc:
+                log.info("GET_CONSUMERS at %s failed: %s", b.master, exc)
+                continue
+            answered = True
+            found.update(str(m) for m in resp.fields.get("members") or ())
+        if answered:
+            found.add(self.client_id)  # our own heartbeat may not have reached a broker yet
+        return sorted(found)
+
+    async def clustering_assignment(
+            self, routes: dict[str, TopicRoute]) -> dict[str, set[TopicQueue] | None]:
+        """The queues this member owns per topic; None where no broker answered (keep as is)."""
+        owned: dict[str, set[TopicQueue] | None] = {}
+        for topic, route in routes.items():
+            members = await self.members(route)
+            if not members:
+                owned[topic] = None
+                continue
+            queues = [TopicQueue(topic, b, q) for b, q in route.readable_queues()]
+            owned[topic] = set(allocate_averagely(queues, members, self.client_id))
+        return owned
+
+
+def broadcasting_assignment(routes: dict[str, TopicRoute]) -> dict[str, set[TopicQueue] | None]:
+    """Every readable queue of every subscribed topic."""
+    return {t: {TopicQueue(t, b, q) for b, q in r.readable_queues()} for t, r in routes.items()}

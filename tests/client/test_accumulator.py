@@ -1,0 +1,107 @@
+"""The producer accumulator: concurrent sends share frames; linger, size and in-flight bounds."""
+from __future__ import annotations
+
+import asyncio
+
+from ferry.client.accumulator import Batch, PendingMessage, QueueBatcher
+from ferry.wire import WireMessage
+
+
+def _item(body: bytes = b"x") -> PendingMessage:
+    fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    return PendingMessage(wire=WireMessage(body=body, msg_id=b"\0" * 16, born_ts_ms=0),
+                          future=fut, topic="t")
+
+
+class Recorder:
+    """A send_batch that records batches and completes them when told."""
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def __call__(self, batch: Batch) -> None:
+        self.batches.append(batch)
+        await self.release.wait()
+        for it in batch.items:
+            it.future.set_result(len(self.batches))
+
+
+async def test_sends_of_one_loop_turn_share_one_frame() -> None:
+    rec = Recorder()
+    b = QueueBatcher(rec, linger_ms=1000, max_batch_bytes=1 << 20)
+    items = [_item() for _ in range(50)]
+    for it in items:
+        b.add(it)
+    await asyncio.gather(*(it.future for it in items))
+    assert len(rec.batches) == 1 and len(rec.batches[0].items) == 50
+
+
+async def test_idle_queue_sends_at_once_without_waiting_for_linger() -> None:
+    rec = Recorder()
+    b = QueueBatcher(rec, linger_ms=10_000, max_batch_bytes=1 << 20)
+    it = _item()
+    b.add(it)
+    await asyncio.wait_for(it.future, 1.0)  # far less than linger_ms
+
+
+async def test_while_in_flight_messages_gather_and_go_after_linger() -> None:
+    rec = Recorder()
+    rec.release.clear()
+    b = QueueBatcher(rec, linger_ms=20, max_batch_bytes=1 << 20, max_in_flight=2)
+    first = _item()
+    b.add(first)
+    await asyncio.sleep(0.005)
+    assert len(rec.batches) == 1
+    later = [_item() for _ in range(10)]
+    for it in later:
+        b.add(it)
+        await asyncio.sleep(0)
+    assert len(rec.batches) == 1           # still lingering
+    await asyncio.sleep(0.05)
+    assert len(rec.batches) == 2 and len(rec.batches[1].items) == 10
+    rec.release.set()
+    await asyncio.gather(first.future, *(it.future for it in later))
+
+
+async def test_in_flight_limit_holds_batches_back() -> None:
+    rec = Recorder()
+    rec.release.clear()
+    b = QueueBatcher(rec, linger_ms=1, max_batch_bytes=1 << 20, max_in_flight=1)
+    items = [_item()]
+    b.add(items[0])
+    await asyncio.sleep(0.01)
+    for _ in range(5):
+        items.append(_item())
+        b.add(items[-1])
+    await asyncio.sleep(0.02)
+    assert len(rec.batches) == 1
+    rec.release.set()
+    await asyncio.gather(*(it.future for it in items))
+    assert len(rec.batches) == 2 and len(rec.batches[1].items) == 5
+
+
+async def test_full_batch_is_closed_at_max_batch_bytes() -> None:
+    rec = Recorder()
+    rec.release.clear()
+    b = QueueBatcher(rec, linger_ms=10_000, max_batch_bytes=1000, max_in_flight=4)
+    items = [_item(b"y" * 300) for _ in range(7)]
+    for it in items:
+        b.add(it)
+    await asyncio.sleep(0.01)
+    rec.release.set()
+    await asyncio.gather(*(it.future for it in items))
+    sizes = [len(batch.items) for batch in rec.batches]
+    assert sum(sizes) == 7 and max(sizes) <= 3
+    assert all(batch.size_bytes <= 1000 for batch in rec.batches)
+
+
+async def test_flush_waits_for_everything() -> None:
+    rec = Recorder()
+    b = QueueBatcher(rec, linger_ms=10_000, max_batch_bytes=1 << 20)
+    items = [_item() for _ in range(3)]
+    for it in items:
+        b.add(it)
+    await b.flush()
+    assert all(it.future.done() for it in items)
