@@ -1,0 +1,83 @@
+"""BrokerInfo, TopicConfig and GroupConfig: JSON round trips and validation."""
+from __future__ import annotations
+
+import pytest
+from ferry.errors import InvalidNameError, MalformedRequestError
+from ferry.routing import BrokerInfo, GroupConfig, InvalidConfigError, TopicConfig
+
+
+def test_topic_round_trip_and_defaults() -> None:
+    cfg = TopicConfig("orders", queues=4, perm="r", type="fifo", brokers=("broker-a",))
+    assert TopicConfig.from_json(cfg.to_json()) == cfg
+    assert TopicConfig.from_dict({"name": "t"}) == TopicConfig("t", 8, "rw", "normal", ())
+    assert cfg.readable and not cfg.writable
+
+
+def test_broker_round_trip() -> None:
+    info = BrokerInfo("c1", "broker-a", 1, "127.0.0.1:10911", "127.0.0.1:10912", "",
+                      {"orders": 8, "%RETRY%g1": 1})
+    assert BrokerInfo.from_json(info.to_json()) == info
+    assert info.to_dict()["id"] == 1 and not info.is_master
+
+
+def test_group_round_trip() -> None:
+    cfg = GroupConfig("g1", retry_max=3, broadcast_allowed=False, consume_from="timestamp",
+                      consume_timestamp_ms=1_700_000_000_000)
+    assert GroupConfig.from_json(cfg.to_json()) == cfg
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a/b", "x" * 128, "%FOO%x", 7, None])
+def test_invalid_topic_names(bad: object) -> None:
+    with pytest.raises(InvalidNameError):
+        TopicConfig(bad)  # type: ignore[arg-type]
+
+
+def test_internal_topics_allowed_in_config() -> None:
+    assert TopicConfig("%RETRY%g1", queues=1).name == "%RETRY%g1"
+
+
+@pytest.mark.parametrize("fields", [
+    {"queues": 0}, {"queues": 1025}, {"queues": True}, {"queues": "8"}, {"perm": "x"},
+    {"type": "weird"}, {"brokers": "broker-a"}, {"brokers": ["a/b"]}, {"brokers": ["a", "a"]},
+])
+def test_invalid_topic_fields(fields: dict[str, object]) -> None:
+    with pytest.raises((InvalidConfigError, InvalidNameError)) as info:
+        TopicConfig.from_dict({"name": "t", **fields}, strict=True)
+    assert isinstance(info.value, ValueError)
+
+
+def test_strict_rejects_unknown_fields_lenient_ignores_them() -> None:
+    with pytest.raises(MalformedRequestError, match="unknown topic field"):
+        TopicConfig.from_dict({"name": "t", "colour": "red"}, strict=True)
+    assert TopicConfig.from_dict({"name": "t", "colour": "red"}).name == "t"
+
+
+def test_url_name_must_match_body_name() -> None:
+    assert TopicConfig.from_dict({"queues": 2}, name="t").name == "t"
+    with pytest.raises(InvalidConfigError, match="differs"):
+        TopicConfig.from_dict({"name": "u"}, name="t")
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"\xff", b'"x"'])
+def test_malformed_json(raw: bytes) -> None:
+    with pytest.raises(InvalidConfigError):
+        TopicConfig.from_json(raw)
+
+
+@pytest.mark.parametrize("fields", [
+    {"retry_max": -1}, {"retry_max": 65}, {"broadcast_allowed": 1},
+    {"consume_from": "now"}, {"consume_timestamp_ms": -5},
+])
+def test_invalid_group_fields(fields: dict[str, object]) -> None:
+    with pytest.raises(InvalidConfigError):
+        GroupConfig.from_dict({"name": "g", **fields}, strict=True)
+
+
+@pytest.mark.parametrize("fields", [
+    {"addr": "nohost"}, {"addr": ""}, {"addr": "h:99999"}, {"id": -1}, {"cluster": "a b"},
+    {"topics": {"t": 0}}, {"topics": []},
+])
+def test_invalid_broker_fields(fields: dict[str, object]) -> None:
+    base = {"cluster": "c", "name": "b", "id": 0, "addr": "127.0.0.1:1"}
+    with pytest.raises(ValueError):
+        BrokerInfo.from_dict({**base, **fields})
