@@ -26,7 +26,15 @@ from ferry.wire.frame import (
     encode_frame_parts,
 )
 from ferry.wire.helpers import check_response, error_response, request, response
-from ferry.wire.messages import MESSAGE_HEAD, WireMessage, decode_messages, encode_messages
+from ferry.wire.messages import (
+    MAX_KEYS_BYTES,
+    MAX_TAGS_BYTES,
+    MESSAGE_HEAD,
+    MSG_ID_BYTES,
+    WireMessage,
+    decode_messages,
+    encode_messages,
+)
 
 __all__ = [
     # protocol numbers
@@ -56,4 +64,7 @@ __all__ = [
     "encode_messages",
     "decode_messages",
     "MESSAGE_HEAD",
+    "MSG_ID_BYTES",
+    "MAX_TAGS_BYTES",
+    "MAX_KEYS_BYTES",
 ]

@@ -35,11 +35,14 @@ from ferry.wire.codes import (
 
 #: The 8-byte prefix: u32 frame_length | u32 header_length.
 FRAME_PREFIX = struct.Struct("<II")
+FRAME_PREFIX_FIELDS = ("frame_length", "header_length")
 #: The first field alone, read before the rest has arrived.
 FRAME_LENGTH = struct.Struct("<I")
 #: Bytes that frame_length covers besides header and body: the header_length field.
 HEADER_LENGTH_SIZE = 4
 
+#: Every header key; `v`, `id`, `c` and `f` are always present.
+HEADER_KEYS = ("v", "id", "c", "f", "e", "m", "x")
 _OK = 0
 
 

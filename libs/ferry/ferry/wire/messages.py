@@ -29,6 +29,9 @@ from ferry.wire.codes import MAX_BODY_BYTES
 #: u32 length | 16s msg_id | i64 born_ts_ms | u32 flags | u16 tags_len | u16 keys_len
 #: | u32 props_len | u32 body_len
 MESSAGE_HEAD = struct.Struct("<I16sqIHHII")
+MESSAGE_HEAD_FIELDS = (
+    "length", "msg_id", "born_ts_ms", "flags", "tags_len", "keys_len", "props_len", "body_len",
+)
 MSG_ID_BYTES = 16
 MAX_TAGS_BYTES = 0xFFFF
 MAX_KEYS_BYTES = 0xFFFF
