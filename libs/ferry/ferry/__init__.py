@@ -1,9 +1,52 @@
 """Ferry: a distributed message middleware in the RocketMQ tradition.
 
-The public client API is re-exported here once it exists (see ferry.client).
+The public client API lives here: `Producer`, `Consumer` and `Admin` (asyncio,
+aiokafka-style), the values they exchange, and the error classes.
 """
 from __future__ import annotations
 
+from ferry import errors
+from ferry.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    Message,
+    Producer,
+    QueueInfo,
+    QueueLag,
+    SendResult,
+    TopicQueue,
+)
+from ferry.errors import (
+    ConnectionLostError,
+    FerryError,
+    MessageTooLargeError,
+    RequestTimeoutError,
+    TopicNotFoundError,
+    error_for_code,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "__version__",
+    # clients
+    "Producer",
+    "Consumer",
+    "Admin",
+    # values
+    "Message",
+    "SendResult",
+    "ConsumerRecord",
+    "TopicQueue",
+    "QueueInfo",
+    "QueueLag",
+    # errors
+    "errors",
+    "FerryError",
+    "ConnectionLostError",
+    "RequestTimeoutError",
+    "TopicNotFoundError",
+    "MessageTooLargeError",
+    "error_for_code",
+]

@@ -1,0 +1,347 @@
+"""The asyncio Consumer: group membership, rebalance, per-queue fetchers, offsets.
+
+`async for rec in consumer` yields records one by one; `getmany()` returns a
+dict `{TopicQueue: [ConsumerRecord, ...]}` (the aiokafka shape). Positions are
+at-least-once: records handed out count as consumed once the application asks
+for more (the next `getmany()` / iteration step) or calls `commit()`; only
+consumed positions are auto-committed, so a crash re-delivers what was being
+processed instead of losing it.
+
+Clustering: every `heartbeat_interval_ms` a HEARTBEAT goes to each broker of
+the subscribed topics, and every `rebalance_interval_ms` (and at start) the
+member list (GET_CONSUMERS) is allocated averagely (see `rebalance`). A lost
+queue is committed and its fetcher stopped; a gained one starts from the
+group's committed offset, else from `auto_offset_reset`. Broadcasting: every
+queue, positions kept locally (`offset_store_path` to keep them across runs).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.fetcher import FetchConfig, QueueFetcher
+from ferry.client.message import ConsumerRecord, TopicQueue
+from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
+from ferry.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore, broker_addr
+from ferry.client.producer import default_namesrv
+from ferry.client.rebalance import GroupMembership, broadcasting_assignment
+from ferry.errors import FerryError
+from ferry.names import validate_group, validate_topic
+from ferry.wire import RequestCode
+
+log = logging.getLogger(__name__)
+
+MODES = ("clustering", "broadcasting")
+RESETS = ("latest", "earliest")
+
+
+def _normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
+    if tags is None:
+        return None
+    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
+    items = [t for t in items if t]
+    return None if not items or "*" in items else sorted(set(items))
+
+
+class Consumer:
+    """Consumes topics as a member of `group`. Use `async with Consumer(...) as c:`."""
+
+    def __init__(self, *topics: str, group: str, namesrv: str | None = None,
+                 mode: str = "clustering", auto_offset_reset: str = "latest",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
+                 max_poll_records: int = 500, prefetch_records_per_queue: int = 1_000,
+                 pull_batch_size: int = 32, pull_max_wait_ms: int = 15_000,
+                 request_timeout_ms: int = 30_000, heartbeat_interval_ms: int = 5_000,
+                 rebalance_interval_ms: int = 5_000, tags: str | Iterable[str] | None = None,
+                 offset_store_path: str | os.PathLike[str] | None = None,
+                 client_id: str | None = None, route_refresh_interval_ms: int = 30_000) -> None:
+        if not topics:
+            raise ValueError("subscribe to at least one topic")
+        if mode not in MODES or auto_offset_reset not in RESETS:
+            raise ValueError(f"mode must be one of {MODES}, auto_offset_reset one of {RESETS}")
+        if request_timeout_ms <= pull_max_wait_ms:
+            raise ValueError("request_timeout_ms must exceed pull_max_wait_ms (long polling)")
+        self.topics = [validate_topic(t, allow_internal=True) for t in topics]
+        self.group = validate_group(group)
+        self.mode = mode
+        self.auto_offset_reset = auto_offset_reset
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.max_poll_records = max_poll_records
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_interval_ms = rebalance_interval_ms
+        self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
+        self._namesrv = NamesrvClient(namesrv or default_namesrv())
+        self._routes = RouteCache(self._namesrv, refresh_interval_ms=route_refresh_interval_ms)
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self._fetch_config = FetchConfig(
+            group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
+            request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
+            tags=_normalize_tags(tags))
+        self._members = GroupMembership(self._pool, self._routes, client_id=self.client_id,
+                                        group=self.group, topics=self.topics, mode=mode)
+        self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
+                                      if mode == "clustering" else LocalOffsetStore(offset_store_path))
+        self._fetchers: dict[TopicQueue, QueueFetcher] = {}
+        self._consumed: dict[TopicQueue, int] = {}
+        self._committed: dict[TopicQueue, int] = {}
+        self._wakeup = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next_queue = 0
+        self._routes_seen: dict[str, TopicRoute] = {}
+        self._started = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._namesrv.start()
+        self._started = True
+        await self._heartbeat_and_rebalance(heartbeat=True)
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._coordinate(), name="ferry-rebalance"))
+        if self.enable_auto_commit:
+            self._tasks.append(loop.create_task(self._auto_commit(), name="ferry-autocommit"))
+
+    async def stop(self, *, processed: bool = True) -> None:
+        """Leave the group: stop fetching, commit, unregister, close connections.
+
+        `processed=False` (used when `async with` exits with an exception) commits
+        only positions known consumed, not the records handed out last.
+        """
+        if not self._started:
+            return
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for fetcher in self._fetchers.values():
+            await fetcher.stop()
+        if processed:
+            self._promote()
+        await self._commit_quietly()
+        self._fetchers.clear()
+        if self.mode == "clustering":
+            await self._members.unregister(self._routes_seen.values())
+        await self._offsets.close()
+        await self._pool.close()
+        await self._namesrv.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        await self.stop(processed=exc_type is None)
+
+    # -- reading ----------------------------------------------------------------------------
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while True:
+            batch = await self.getmany(timeout_ms=1_000, max_records=1)
+            for records in batch.values():
+                return records[0]
+            if not self._started:
+                raise StopAsyncIteration
+
+    async def getmany(self, timeout_ms: int = 0,
+                      max_records: int | None = None) -> dict[TopicQueue, list[ConsumerRecord]]:
+        """Buffered records by queue, waiting up to `timeout_ms` for the first one."""
+        self._promote()
+        limit = max_records or self.max_poll_records
+        out = self._take(limit)
+        if out or timeout_ms <= 0:
+            return out
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while not out and self._started:
+            self._wakeup.clear()
+            out = self._take(limit)
+            if out:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
+            out = self._take(limit)
+        return out
+
+    def _take(self, limit: int) -> dict[TopicQueue, list[ConsumerRecord]]:
+        """Round-robin over the queues, so that a busy queue does not starve the others."""
+        out: dict[TopicQueue, list[ConsumerRecord]] = {}
+        fetchers = [f for f in self._fetchers.values() if f.buffered]
+        if not fetchers:
+            return out
+        self._next_queue = (self._next_queue + 1) % len(fetchers)
+        fetchers = fetchers[self._next_queue:] + fetchers[:self._next_queue]
+        share = max(1, limit // len(fetchers))
+        taken = 0
+        for fetcher in fetchers:
+            records = fetcher.take(min(share, limit - taken))
+            if records:
+                out[fetcher.tq] = records
+                taken += len(records)
+            if taken >= limit:
+                break
+        return out
+
+    def _promote(self) -> None:
+        """What was handed out before counts as processed now."""
+        for tq, fetcher in self._fetchers.items():
+            self._consumed[tq] = fetcher.delivered
+
+    # -- offsets ----------------------------------------------------------------------------
+    async def commit(self, offsets: dict[TopicQueue, int] | None = None) -> None:
+        """Commit every position handed out so far (or the given next offsets)."""
+        if offsets is None:
+            self._promote()
+        else:
+            self._consumed.update(offsets)
+        await self._commit_consumed()
+
+    async def _commit_consumed(self, only: Iterable[TopicQueue] | None = None) -> None:
+        tqs = list(only) if only is not None else list(self._consumed)
+        todo = {tq: self._consumed[tq] for tq in tqs
+                if tq in self._consumed and self._committed.get(tq) != self._consumed[tq]}
+        if todo:
+            await self._offsets.commit(todo)
+            self._committed.update(todo)
+
+    async def _commit_quietly(self, only: Iterable[TopicQueue] | None = None) -> None:
+        try:
+            await self._commit_consumed(only)
+        except FerryError as exc:
+            log.warning("commit failed: %s", exc)
+
+    async def _auto_commit(self) -> None:
+        while True:
+            await asyncio.sleep(self.auto_commit_interval_ms / 1000)
+            await self._commit_quietly()
+
+    def assignment(self) -> frozenset[TopicQueue]:
+        return frozenset(self._fetchers)
+
+    def position(self, tq: TopicQueue) -> int:
+        """The next offset this consumer hands out from `tq`."""
+        return self._fetchers[tq].delivered
+
+    async def seek(self, tq: TopicQueue, offset: int) -> None:
+        """Continue `tq` from `offset` (its buffer is dropped)."""
+        fetcher = self._fetchers.get(tq)
+        if fetcher is None:
+            raise ValueError(f"{tq} is not assigned to this consumer")
+        await fetcher.seek(offset)
+        self._consumed[tq] = offset
+
+    async def seek_to_beginning(self, *tqs: TopicQueue) -> None:
+        for tq in tqs or sorted(self._fetchers):
+            await self.seek(tq, (await self._min_max(tq))[0])
+
+    async def seek_to_end(self, *tqs: TopicQueue) -> None:
+        for tq in tqs or sorted(self._fetchers):
+            await self.seek(tq, (await self._min_max(tq))[1])
+
+    async def offsets_for_times(self, timestamps: dict[TopicQueue, int]) -> dict[TopicQueue, int]:
+        """The first offset stored at or after each timestamp (ms)."""
+        out = {}
+        for tq, ts_ms in timestamps.items():
+            addr = await broker_addr(self._routes, tq)
+            resp = await self._pool.request(addr, RequestCode.OFFSET_FOR_TIME, {
+                "topic": tq.topic, "queue_id": tq.queue_id, "ts_ms": int(ts_ms)})
+            out[tq] = int(resp.fields["offset"])
+        return out
+
+    async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:
+        addr = await broker_addr(self._routes, tq)
+        resp = await self._pool.request(addr, RequestCode.GET_MIN_MAX,
+                                        {"topic": tq.topic, "queue_id": tq.queue_id})
+        return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
+
+    # -- membership and rebalance -----------------------------------------------------------
+    async def _coordinate(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_hb = loop.time() + self.heartbeat_interval_ms / 1000
+        next_rb = loop.time() + self.rebalance_interval_ms / 1000
+        while True:
+            await asyncio.sleep(max(0.0, min(next_hb, next_rb) - loop.time()))
+            now = loop.time()
+            heartbeat, rebalance = now >= next_hb, now >= next_rb
+            if heartbeat:
+                next_hb = now + self.heartbeat_interval_ms / 1000
+            if rebalance:
+                next_rb = now + self.rebalance_interval_ms / 1000
+            try:
+                await self._heartbeat_and_rebalance(heartbeat=heartbeat, rebalance=rebalance)
+            except FerryError as exc:
+                log.warning("rebalance failed: %s", exc)
+
+    async def _heartbeat_and_rebalance(self, *, heartbeat: bool, rebalance: bool = True) -> None:
+        async with self._rebalance_lock:
+            routes = await self._members.known_routes()
+            self._routes_seen.update(routes)
+            if heartbeat:
+                await self._members.heartbeat(routes.values())
+            if not rebalance:
+                return
+            if self.mode == "clustering":
+                wanted = await self._members.clustering_assignment(routes)
+            else:
+                wanted = broadcasting_assignment(routes)
+            await self._apply(wanted)
+
+    async def _apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None:
+        target: set[TopicQueue] = set()
+        for topic in self.topics:
+            share = wanted.get(topic)
+            if share is None:   # unknown now: keep what we hold
+                target.update(tq for tq in self._fetchers if tq.topic == topic)
+            else:
+                target.update(share)
+        lost = sorted(set(self._fetchers) - target)
+        gained = sorted(target - set(self._fetchers))
+        if lost or gained:
+            log.info("%s rebalanced: -%s +%s", self.client_id, lost, gained)
+        for tq in lost:
+            await self._release(tq)
+        for tq in gained:
+            try:
+                await self._acquire(tq)
+            except FerryError as exc:
+                log.warning("cannot start %s yet: %s", tq, exc)
+
+    async def _release(self, tq: TopicQueue) -> None:
+        fetcher = self._fetchers.pop(tq)
+        await fetcher.stop()
+        await self._commit_quietly([tq])
+        self._consumed.pop(tq, None)
+        self._committed.pop(tq, None)
+
+    async def _acquire(self, tq: TopicQueue) -> None:
+        offset = await self._offsets.load(tq)
+        if offset is None:
+            low, high = await self._min_max(tq)
+            offset = low if self.auto_offset_reset == "earliest" else high
+        fetcher = QueueFetcher(tq=tq, pool=self._pool, routes=self._routes,
+                               config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset)
+        self._fetchers[tq] = fetcher
+        self._consumed[tq] = offset
+        fetcher.start()
+
+    def describe(self) -> dict[str, Any]:
+        """A snapshot for logs and tools: assignment and positions."""
+        return {"client_id": self.client_id, "group": self.group, "mode": self.mode,
+                "queues": {str(tq): {"position": f.delivered, "buffered": f.buffered}
+                           for tq, f in sorted(self._fetchers.items())}}

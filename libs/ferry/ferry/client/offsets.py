@@ -1,0 +1,96 @@
+"""Where a consumer keeps its queue positions: at the broker (clustering) or locally (broadcasting).
+
+Clustering groups share positions, so they live at each queue's broker
+(COMMIT_OFFSET / QUERY_OFFSET). In broadcasting mode every member reads every
+queue for itself, so positions are its own: kept in memory and, when a path
+is given, in a small JSON file written atomically (temp file + rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.message import TopicQueue
+from ferry.client.namesrv import RouteCache
+from ferry.errors import TopicNotFoundError
+from ferry.wire import RequestCode
+
+
+class OffsetStore(Protocol):
+    """Loads and stores the next offset to consume per queue."""
+
+    async def load(self, tq: TopicQueue) -> int | None: ...
+    async def commit(self, offsets: dict[TopicQueue, int]) -> None: ...
+    async def close(self) -> None: ...
+
+
+async def broker_addr(routes: RouteCache, tq: TopicQueue) -> str:
+    """The wire address of the master broker holding `tq`."""
+    route = await routes.route(tq.topic)
+    addr = route.broker_addr(tq.broker)
+    if addr is None:
+        routes.invalidate(tq.topic)
+        raise TopicNotFoundError(f"broker {tq.broker} does not serve {tq.topic} (now)")
+    return addr
+
+
+class RemoteOffsetStore:
+    """Group offsets stored at each queue's broker."""
+
+    def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str) -> None:
+        self.pool = pool
+        self.routes = routes
+        self.group = group
+
+    async def load(self, tq: TopicQueue) -> int | None:
+        addr = await broker_addr(self.routes, tq)
+        resp = await self.pool.request(addr, RequestCode.QUERY_OFFSET, {
+            "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id})
+        offset = int(resp.fields.get("offset", -1))
+        return offset if offset >= 0 else None
+
+    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+        for tq, offset in sorted(offsets.items()):
+            addr = await broker_addr(self.routes, tq)
+            await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
+                "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id,
+                "offset": offset})
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalOffsetStore:
+    """Offsets kept by this consumer alone, optionally persisted to a JSON file."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self._offsets: dict[TopicQueue, int] = {}
+        if self.path is not None and self.path.exists():
+            data = json.loads(self.path.read_text())
+            for item in data.get("offsets", []):
+                tq = TopicQueue(str(item["topic"]), str(item["broker"]), int(item["queue_id"]))
+                self._offsets[tq] = int(item["offset"])
+
+    async def load(self, tq: TopicQueue) -> int | None:
+        return self._offsets.get(tq)
+
+    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+        self._offsets.update(offsets)
+        self._persist()
+
+    def _persist(self) -> None:
+        if self.path is None:
+            return
+        items = [{"topic": t, "broker": b, "queue_id": q, "offset": o}
+                 for (t, b, q), o in sorted(self._offsets.items())]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        tmp.write_text(json.dumps({"offsets": items}, indent=1))
+        os.replace(tmp, self.path)  # a crash leaves the old file or the new one, never half
+
+    async def close(self) -> None:
+        self._persist()
