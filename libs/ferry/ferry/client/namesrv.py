@@ -147,10 +147,10 @@ class NamesrvClient:
                     if resp.status >= 400:
                         raise _error_from(resp.status, data, url)
                     return data
-            except TimeoutError as exc:
-                last = RequestTimeoutError(f"namesrv {url} did not answer: {exc!r}")
+            except TimeoutError:
+                last = RequestTimeoutError(f"namesrv {url} did not answer in {self.timeout_ms} ms")
             except aiohttp.ClientError as exc:
-                last = ConnectionLostError(f"namesrv {url} unreachable: {exc!r}")
+                last = ConnectionLostError(f"namesrv {url} unreachable: {exc}")
         assert last is not None
         raise last
 

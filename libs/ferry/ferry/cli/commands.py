@@ -1,0 +1,105 @@
+"""What each `ferry` sub-command does; `main` parses arguments and maps errors to exit codes."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from ferry.client import Admin, Consumer, Producer
+
+EXIT_TIMEOUT = 3
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+async def topic_create(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        cfg = await admin.create_topic(args.name, queues=args.queues, perm=args.perm,
+                                       type=args.type, brokers=args.brokers)
+    _print_json(cfg)
+    return 0
+
+
+async def topic_list(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        topics = await admin.list_topics()
+    for t in topics:
+        print(f"{t['name']}\tqueues={t.get('queues')}\tperm={t.get('perm')}\ttype={t.get('type')}")
+    return 0
+
+
+async def topic_describe(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        _print_json(await admin.describe_topic(args.name))
+    return 0
+
+
+async def topic_delete(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        await admin.delete_topic(args.name)
+    print(f"deleted {args.name}")
+    return 0
+
+
+async def group_list(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        for g in await admin.list_groups():
+            print(g["name"])
+    return 0
+
+
+async def group_lag(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        lags = await admin.group_lag(args.group, args.topics)
+    total = 0
+    print("topic\tbroker\tqueue\tcommitted\tmax\tlag")
+    for q in lags:
+        total += q.lag
+        print(f"{q.tq.topic}\t{q.tq.broker}\t{q.tq.queue_id}\t{q.committed}\t{q.max_offset}\t{q.lag}")
+    print(f"total lag: {total}")
+    return 0
+
+
+async def send(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise ValueError("--count must be at least 1")
+    props = dict(args.prop)
+    async with Producer(namesrv=args.namesrv) as producer:
+        futs = [await producer.send(args.topic, args.body.encode(), key=args.key, tags=args.tags,
+                                    properties=props, ordered=args.ordered)
+                for _ in range(args.count)]
+        results = await asyncio.gather(*futs)
+    for r in results:
+        print(f"sent {r.msg_id} to {r.topic}@{r.broker}#{r.queue_id} offset {r.queue_offset}")
+    return 0
+
+
+async def consume(args: argparse.Namespace) -> int:
+    mode = "broadcasting" if args.broadcast else "clustering"
+    deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms > 0 else None
+    seen = 0
+    async with Consumer(args.topic, group=args.group, namesrv=args.namesrv, mode=mode,
+                        auto_offset_reset=args.from_, tags=args.tags) as consumer:
+        while args.count <= 0 or seen < args.count:
+            wait_ms = 1000
+            if deadline is not None:
+                wait_ms = int((deadline - time.monotonic()) * 1000)
+                if wait_ms <= 0:
+                    break
+            batch = await consumer.getmany(timeout_ms=min(wait_ms, 1000),
+                                           max_records=(args.count - seen) if args.count else None)
+            for records in batch.values():
+                for rec in records:
+                    seen += 1
+                    body = rec.body.decode("utf-8", errors="replace")
+                    print(f"{rec.topic}@{rec.broker}#{rec.queue_id} offset={rec.queue_offset} "
+                          f"id={rec.msg_id} key={rec.key or ''} tags={rec.tags or ''}\t{body}",
+                          flush=True)
+        await consumer.commit()
+    if args.count > 0 and seen < args.count:
+        return EXIT_TIMEOUT
+    return 0

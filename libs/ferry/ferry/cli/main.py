@@ -1,0 +1,106 @@
+"""The `ferry` command: topics, sending, consuming and group lag from a shell.
+
+Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`),
+2 bad usage (argparse), 3 `consume` ended by its timeout before --count
+messages arrived, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from ferry.cli import commands
+from ferry.client.namesrv import DEFAULT_NAMESRV
+from ferry.errors import FerryError
+
+EXIT_FERRY_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def _prop(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected k=v, got {value!r}")
+    return key, val
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferry", description="Administer and use a Ferry cluster through its namesrv.")
+    parser.add_argument("--namesrv", default=os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV),
+                        help="namesrv address(es) h:p[,h:p] (env FERRY_NAMESRV; "
+                             f"default {DEFAULT_NAMESRV})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topic = sub.add_parser("topic", help="create, list, describe or delete topics")
+    tsub = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = tsub.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--queues", type=int, default=8, help="queues per broker (default 8)")
+    create.add_argument("--perm", default="rw", choices=["rw", "r", "w"])
+    create.add_argument("--type", default="normal",
+                        choices=["normal", "fifo", "delay", "transaction"])
+    create.add_argument("--broker", action="append", default=[], dest="brokers",
+                        help="broker group to place it on (repeat; default every master)")
+    create.set_defaults(func=commands.topic_create)
+    tsub.add_parser("list", help="list topics").set_defaults(func=commands.topic_list)
+    describe = tsub.add_parser("describe", help="config, route and queue offsets of a topic")
+    describe.add_argument("name")
+    describe.set_defaults(func=commands.topic_describe)
+    delete = tsub.add_parser("delete", help="delete a topic's config")
+    delete.add_argument("name")
+    delete.set_defaults(func=commands.topic_delete)
+
+    send = sub.add_parser("send", help="send a message (or --count copies) and print results")
+    send.add_argument("topic")
+    send.add_argument("body")
+    send.add_argument("--key", help="message key (also used for ordering with --ordered)")
+    send.add_argument("--tags", help="message tag")
+    send.add_argument("--prop", type=_prop, action="append", default=[], metavar="K=V",
+                      help="user property (repeat)")
+    send.add_argument("--count", type=int, default=1, help="send N copies (default 1)")
+    send.add_argument("--ordered", action="store_true", help="hash --key to one queue")
+    send.set_defaults(func=commands.send)
+
+    consume = sub.add_parser("consume", help="consume and print messages with their offsets")
+    consume.add_argument("topic")
+    consume.add_argument("--group", required=True)
+    consume.add_argument("--from", dest="from_", default="latest", choices=["earliest", "latest"],
+                         help="where a group with no committed offset starts (default latest)")
+    consume.add_argument("--count", type=int, default=0, help="exit after N messages")
+    consume.add_argument("--timeout-ms", type=int, default=0,
+                         help="exit after this long without reaching --count (0 = never)")
+    consume.add_argument("--tags", help="tag filter, e.g. 'a||b'")
+    consume.add_argument("--broadcast", action="store_true", help="broadcasting mode")
+    consume.set_defaults(func=commands.consume)
+
+    group = sub.add_parser("group", help="consumer group tools")
+    gsub = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lag = gsub.add_parser("lag", help="per-queue committed offset, max offset and lag")
+    lag.add_argument("group")
+    lag.add_argument("--topic", action="append", dest="topics",
+                     help="topic to check (repeat; default every topic the group committed on)")
+    lag.set_defaults(func=commands.group_lag)
+    gsub.add_parser("list", help="list group configs").set_defaults(func=commands.group_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(args.func(args))
+    except FerryError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FERRY_ERROR
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FERRY_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
