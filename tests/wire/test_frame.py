@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import tracemalloc
 
 import msgpack
 import pytest
@@ -50,6 +51,8 @@ def test_random_chunks_yield_the_same_frames(batch: list[Frame], rnd: random.Ran
         step = rnd.randint(1, 300)
         out += decoder.feed(stream[pos:pos + step])
         pos += step
+        # Only the one incomplete frame is ever held.
+        assert decoder.buffered_bytes < max(len(encode_frame(f)) for f in batch)
     assert out == batch
     assert decoder.buffered_bytes == 0
 
@@ -106,6 +109,36 @@ def test_announced_2_gib_is_refused_before_buffering() -> None:
     with pytest.raises(MalformedFrameError, match="limit"):
         decoder.feed(struct.pack("<II", 2**31, 10) + b"\0" * 4096)
     assert decoder.buffered_bytes == 0
+
+
+@pytest.mark.parametrize("pending", [0, 1, 3])
+def test_announced_2_gib_allocates_nothing(pending: int) -> None:
+    """Refused from the length field alone, whether or not part of it arrived earlier."""
+    prefix = struct.pack("<II", 2**31, 10)
+    junk = prefix[pending:] + os.urandom(1 << 20)
+    decoder = FrameDecoder()
+    assert decoder.feed(prefix[:pending]) == []
+    tracemalloc.start()
+    try:
+        with pytest.raises(MalformedFrameError):
+            decoder.feed(junk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+    assert decoder.buffered_bytes == 0
+
+
+def test_frames_do_not_alias_the_callers_buffer() -> None:
+    """A reused receive buffer (BufferedProtocol) may change after feed returns."""
+    frame = request(RequestCode.SEND, 1, {"topic": "t"}, b"payload" * 10)
+    raw = encode_frame(frame)
+    recv = bytearray(raw + raw[:20])
+    decoder = FrameDecoder()
+    got = decoder.feed(memoryview(recv))
+    recv[:] = bytes(len(recv))
+    assert got == [frame]
+    assert decoder.feed(raw[20:]) == [frame]
 
 
 def test_oversized_length_refused_from_its_four_bytes_alone() -> None:
@@ -199,3 +232,26 @@ def test_encode_refuses_oversized_frames() -> None:
         encode_frame(request(RequestCode.SEND, 2**32, {}))
     with pytest.raises(MalformedRequestError):
         encode_frame(request(RequestCode.SEND, 1, {"k": object()}))
+
+
+def _header_of_size(size: int) -> bytes:
+    """A valid header of exactly `size` bytes (padding in an `x` string)."""
+    base = {"v": 1, "id": 1, "c": 10, "f": 0}
+    for pad in range(size - 40, size):
+        hb = msgpack.packb({**base, "x": {"p": "a" * pad}})
+        if len(hb) == size:
+            return hb
+    raise AssertionError(size)
+
+
+def test_header_limit_is_inclusive() -> None:
+    hb = _header_of_size(MAX_HEADER_BYTES)
+    (frame,) = FrameDecoder().feed(_raw(None, b"body", header_bytes=hb))
+    assert frame.body == b"body" and len(frame.fields["p"]) > 60000
+    assert len(encode_frame_parts(frame)[0]) == 8 + MAX_HEADER_BYTES
+    too_big = _header_of_size(MAX_HEADER_BYTES + 1)
+    with pytest.raises(MalformedFrameError, match="limit"):
+        FrameDecoder().feed(_raw(None, header_bytes=too_big))
+    frame.fields["p"] += "a"
+    with pytest.raises(MessageTooLargeError):
+        encode_frame(frame)

@@ -32,9 +32,9 @@ class FrameDecoder:
 
     def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        # Bytes of an incomplete frame. Complete frames are parsed straight
-        # from the caller's chunk when nothing is pending, so this only ever
-        # holds the tail of one frame.
+        # Bytes of the one incomplete frame, if any. Whole frames are parsed
+        # straight from the caller's chunk, so nothing else is ever buffered
+        # and nothing is copied twice.
         self._buf = bytearray()
         self._failed: str | None = None
 
@@ -47,54 +47,75 @@ class FrameDecoder:
         """Take the next bytes of the stream; return every frame now complete, in order."""
         if self._failed is not None:
             raise MalformedFrameError(f"stream already failed: {self._failed}")
-        buf = self._buf
         try:
-            if not buf:
-                # Fast path: no pending tail, parse the chunk in place and keep
-                # only its incomplete end.
-                frames, used = self._parse(data)
-                if used < len(data):
-                    with memoryview(data) as view:
-                        buf += view[used:]
-                return frames
-            buf += data
-            frames, used = self._parse(buf)
-            if used:
-                # Drops consumed frames; what moves is at most the tail of the
-                # last chunk, so the total copying stays linear in the stream.
-                del buf[:used]
-            return frames
+            with memoryview(data) as view:
+                return self._feed(view)
         except MalformedFrameError as exc:
             self._failed = str(exc)
-            buf.clear()
+            self._buf.clear()
             raise
 
-    def _parse(self, src: bytes | bytearray | memoryview) -> tuple[list[Frame], int]:
-        """Decode whole frames from the start of `src`; return them and the bytes used."""
+    def _feed(self, view: memoryview) -> list[Frame]:
         frames: list[Frame] = []
-        pos = 0
-        with memoryview(src) as view:
-            end = view.nbytes
-            while end - pos >= _LENGTH_SIZE:
-                frame_length = FRAME_LENGTH.unpack_from(view, pos)[0]
+        start = 0
+        if self._buf:
+            # Finish the pending frame with just the bytes it lacks, so the
+            # rest of the chunk is parsed in place rather than copied first.
+            start = self._complete_pending(view, frames)
+            if self._buf:
+                return frames
+        used = self._parse(view, start, frames)
+        if used < view.nbytes:
+            self._buf += view[used:]  # only the tail of one incomplete frame
+        return frames
+
+    def _complete_pending(self, view: memoryview, frames: list[Frame]) -> int:
+        """Move bytes from `view` into the pending frame; decode it once whole. Bytes taken."""
+        buf = self._buf
+        taken = 0
+        while True:
+            have = len(buf)
+            if have < _LENGTH_SIZE:
+                target = _LENGTH_SIZE
+            else:
+                frame_length = FRAME_LENGTH.unpack_from(buf)[0]
                 self._check_frame_length(frame_length)
-                if end - pos < _PREFIX_SIZE:
-                    break
-                header_length = FRAME_PREFIX.unpack_from(view, pos)[1]
-                self._check_header_length(frame_length, header_length)
-                frame_end = pos + _LENGTH_SIZE + frame_length
-                if frame_end > end:
-                    break
-                header_start = pos + _PREFIX_SIZE
-                body_start = header_start + header_length
-                body = view[body_start:frame_end].tobytes() if frame_end > body_start else b""
-                header = view[header_start:body_start]
-                try:
-                    frames.append(decode_header(header, body))
-                finally:
-                    header.release()  # so the bytearray can be resized afterwards
-                pos = frame_end
-        return frames, pos
+                target = _PREFIX_SIZE
+                if have >= _PREFIX_SIZE:
+                    self._check_header_length(frame_length, FRAME_PREFIX.unpack_from(buf)[1])
+                    target = _LENGTH_SIZE + frame_length
+            if have >= target:
+                break
+            take = min(target - have, view.nbytes - taken)
+            if take == 0:
+                return taken
+            buf += view[taken:taken + take]
+            taken += take
+        with memoryview(buf) as pending:
+            self._parse(pending, 0, frames)
+        buf.clear()
+        return taken
+
+    def _parse(self, view: memoryview, pos: int, frames: list[Frame]) -> int:
+        """Decode whole frames from `view[pos:]` into `frames`; return where the rest starts."""
+        end = view.nbytes
+        while end - pos >= _LENGTH_SIZE:
+            frame_length = FRAME_LENGTH.unpack_from(view, pos)[0]
+            self._check_frame_length(frame_length)
+            if end - pos < _PREFIX_SIZE:
+                break
+            header_length = FRAME_PREFIX.unpack_from(view, pos)[1]
+            self._check_header_length(frame_length, header_length)
+            frame_end = pos + _LENGTH_SIZE + frame_length
+            if frame_end > end:
+                break
+            header_start = pos + _PREFIX_SIZE
+            body_start = header_start + header_length
+            body = view[body_start:frame_end].tobytes() if frame_end > body_start else b""
+            with view[header_start:body_start] as header:
+                frames.append(decode_header(header, body))
+            pos = frame_end
+        return pos
 
     def _check_frame_length(self, frame_length: int) -> None:
         if frame_length > self.max_frame_bytes:
