@@ -42,6 +42,7 @@ End-of-segment blank marker (fills the rest of a segment a record did not fit in
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -196,8 +197,8 @@ def record_size(topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes, ke
             + len(props) + len(body))
 
 
-def pack_record(buf: bytearray, mv: memoryview, off: int, flags: int, queue_id: int,
-                queue_offset: int, phy_offset: int, born_ts_ms: int, store_ts_ms: int,
+def pack_record(buf: bytearray | mmap.mmap, mv: memoryview, off: int, phy_offset: int,
+                flags: int, queue_id: int, queue_offset: int, born_ts_ms: int, store_ts_ms: int,
                 prepared_offset: int, reconsume_times: int, th: int, msg_id: bytes,
                 topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes, keys_b: bytes,
                 props: bytes, body: bytes) -> int:
@@ -229,7 +230,7 @@ def encode_record(msg: MessageIn, *, queue_offset: int, phy_offset: int, store_t
         raise ValueError(f"msg_id must be {MSG_ID_BYTES} bytes, got {len(msg_id)}")
     size = record_size(topic_b, born_b, store_b, tags_b, keys_b, msg.properties, msg.body)
     buf = bytearray(size)
-    pack_record(buf, memoryview(buf), 0, msg.flags, msg.queue_id, queue_offset, phy_offset,
+    pack_record(buf, memoryview(buf), 0, phy_offset, msg.flags, msg.queue_id, queue_offset,
                 msg.born_ts_ms, store_ts_ms, msg.prepared_offset, msg.reconsume_times,
                 tag_hash(msg.tags), msg_id, topic_b, born_b, store_b, tags_b, keys_b,
                 msg.properties, msg.body)

@@ -1,0 +1,202 @@
+"""The commit log: every message of every topic, appended to fixed-size segments.
+
+Segments live under `<root>/commitlog/`, each named by the 20-digit commit-log
+offset of its first byte, all `segment_bytes` long. A record never straddles two
+segments: when the next record would not leave `BLANK_SIZE` bytes free, a blank
+marker fills the rest and the record goes to the next segment. Appends encode
+records straight into the active segment's mapping (no intermediate buffer, no
+write syscall); reads are zero-copy memoryview slices.
+
+Threads: one writer (the store's caller, under the store lock) appends, rolls and
+deletes; the flush thread calls `flush`. `_segments_lock` keeps a segment's file
+descriptor open while the flush thread fdatasyncs it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+
+from ferry.errors import StoreError
+
+from .mapped_file import MappedFile, segment_name
+from .record import BLANK, BLANK_MAGIC, BLANK_SIZE, pack_record
+
+log = logging.getLogger(__name__)
+
+# (size, pack_record arguments after phy_offset) for one record to append.
+PreparedRecord = tuple[int, tuple]
+
+
+class CommitLog:
+    """Segment list, write position and flushed position of the commit log."""
+
+    def __init__(self, root_dir: str, segment_bytes: int) -> None:
+        self.dir = os.path.join(root_dir, "commitlog")
+        self.segment_bytes = segment_bytes
+        os.makedirs(self.dir, exist_ok=True)
+        self._segments: list[MappedFile] = []
+        self._segments_lock = threading.Lock()
+        self._write_offset = 0
+        self._flushed_offset = 0
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if len(name) != 20 or not name.isdigit():
+                log.warning("ignoring stray file %s in the commit log directory", path)
+                continue
+            start = int(name)
+            if start % segment_bytes:
+                raise StoreError(f"segment {path} does not start on a {segment_bytes}-byte boundary")
+            if self._segments and start != self._segments[-1].end_offset:
+                raise StoreError(f"commit log has a gap before {path}")
+            self._segments.append(MappedFile(path, start, segment_bytes, create=False))
+
+    # -- positions ---------------------------------------------------------------------
+
+    @property
+    def segments(self) -> Sequence[MappedFile]:
+        return tuple(self._segments)
+
+    @property
+    def min_offset(self) -> int:
+        """First commit-log byte still stored."""
+        return self._segments[0].start_offset if self._segments else 0
+
+    @property
+    def write_offset(self) -> int:
+        """Where the next record goes (the end of the written data)."""
+        return self._write_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this is on disk (fdatasync'd)."""
+        return self._flushed_offset
+
+    def set_positions(self, write_offset: int) -> None:
+        """Recovery's verdict: data ends at `write_offset`, all of it counted as flushed."""
+        if not self._segments:
+            start = write_offset - write_offset % self.segment_bytes
+            self._add_segment(start)
+        elif write_offset >= self._segments[-1].end_offset:
+            self._add_segment(self._segments[-1].end_offset)
+        self._write_offset = write_offset
+        self._flushed_offset = write_offset
+
+    # -- write -------------------------------------------------------------------------
+
+    def append(self, records: Sequence[PreparedRecord]) -> list[int]:
+        """Encode `records` at the write position; returns each record's phy offset."""
+        seg = self._segments[-1]
+        rel = self._write_offset - seg.start_offset
+        limit = seg.size - BLANK_SIZE
+        mm, mv, start = seg.mm, seg.view, seg.start_offset
+        phys: list[int] = []
+        add = phys.append
+        try:
+            for size, args in records:
+                if rel + size > limit:
+                    self._write_offset = start + rel
+                    seg = self._roll(seg, rel)
+                    rel, mm, mv, start = 0, seg.mm, seg.view, seg.start_offset
+                add(start + rel)
+                rel = pack_record(mm, mv, rel, start + rel, *args)
+        finally:
+            self._write_offset = start + rel
+        return phys
+
+    def _roll(self, seg: MappedFile, rel: int) -> MappedFile:
+        """Seal `seg` with a blank marker at `rel` and start the next segment."""
+        BLANK.pack_into(seg.mm, rel, seg.size - rel, BLANK_MAGIC)
+        nxt = self._add_segment(seg.end_offset)
+        self._write_offset = nxt.start_offset
+        return nxt
+
+    def _add_segment(self, start: int) -> MappedFile:
+        path = os.path.join(self.dir, segment_name(start))
+        if os.path.exists(path):  # left empty by a crash right after a roll
+            seg = MappedFile(path, start, self.segment_bytes, create=False)
+            seg.zero_from(0)
+        else:
+            seg = MappedFile(path, start, self.segment_bytes, create=True)
+            _fsync_dir(self.dir)
+        with self._segments_lock:
+            self._segments.append(seg)
+        return seg
+
+    # -- read --------------------------------------------------------------------------
+
+    def segment_for(self, phy_offset: int) -> MappedFile | None:
+        segs = self._segments
+        if not segs:
+            return None
+        i = (phy_offset - segs[0].start_offset) // self.segment_bytes
+        if i < 0 or i >= len(segs):
+            return None
+        return segs[i]
+
+    def read(self, phy_offset: int, size: int) -> memoryview | None:
+        """A read-only view of `size` bytes at `phy_offset`, or None when not stored."""
+        segs = self._segments
+        i = (phy_offset - segs[0].start_offset) // self.segment_bytes
+        if i < 0 or i >= len(segs) or phy_offset + size > self._write_offset or size <= 0:
+            return None
+        seg = segs[i]
+        rel = phy_offset - seg.start_offset
+        if rel + size > seg.size:
+            return None
+        return seg.read_view[rel:rel + size]
+
+    # -- durability, recovery, retention ----------------------------------------------
+
+    def flush(self, target: int | None = None) -> int:
+        """fdatasync every segment holding data below `target` (default: all written)."""
+        end = self._write_offset if target is None else target
+        if end <= self._flushed_offset:
+            return self._flushed_offset
+        with self._segments_lock:
+            for seg in self._segments:
+                if seg.start_offset < end and seg.end_offset > self._flushed_offset:
+                    seg.flush()
+            self._flushed_offset = max(self._flushed_offset, end)
+        return self._flushed_offset
+
+    def truncate(self, phy_offset: int) -> None:
+        """Recovery: discard everything from `phy_offset` on (segments after it are deleted)."""
+        with self._segments_lock:
+            while self._segments and self._segments[-1].start_offset > phy_offset:
+                seg = self._segments.pop()
+                log.warning("recovery: deleting commit-log segment %s past the end of valid data",
+                            seg.path)
+                seg.delete()
+        seg = self.segment_for(phy_offset)
+        if seg is not None and phy_offset < seg.end_offset:
+            seg.zero_from(phy_offset - seg.start_offset)
+
+    def delete_segments(self, starts: set[int]) -> int:
+        """Retention: delete the (non-active) segments starting at `starts`."""
+        deleted = 0
+        with self._segments_lock:
+            keep: list[MappedFile] = []
+            for i, seg in enumerate(self._segments):
+                if seg.start_offset in starts and i < len(self._segments) - 1 and not keep:
+                    seg.delete()
+                    deleted += 1
+                else:
+                    keep.append(seg)
+            self._segments = keep
+        return deleted
+
+    def close(self) -> None:
+        with self._segments_lock:
+            for seg in self._segments:
+                seg.close()
+            self._segments = []
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

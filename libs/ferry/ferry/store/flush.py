@@ -1,0 +1,124 @@
+"""The flush thread: makes the commit log durable, in async or group-commit mode.
+
+ASYNC: every `flush_interval_ms` the thread fdatasyncs what was appended since
+the last flush. SYNC (group commit): `wait_durable(end)` hands out a Future
+shared by every append since the previous flush began; the thread takes the
+whole group, fdatasyncs once and resolves it. So N concurrent appenders cost one
+fdatasync per group, not N. A group not resolved within `sync_flush_timeout_ms`
+fails with FlushTimeoutError (checked whenever `wait_durable` is called and by
+the thread between flushes), which the broker answers as PutStatus.FLUSH_TIMEOUT.
+
+The same thread runs the periodic checkpoint callback.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+
+from ferry.errors import FlushTimeoutError, StoreError
+
+from .commit_log import CommitLog
+
+log = logging.getLogger(__name__)
+
+
+class _Group:
+    """Appends waiting for the same fdatasync."""
+
+    __slots__ = ("future", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.future: Future[None] = Future()
+        self.deadline = deadline
+
+
+def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
+    try:
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+    except InvalidStateError:
+        pass  # already failed by the timeout check
+
+
+class FlushService:
+    """Owns the flush thread of one commit log."""
+
+    def __init__(self, commit_log: CommitLog, *, interval_ms: int, timeout_ms: int,
+                 checkpoint_interval_ms: int, on_checkpoint: Callable[[], None]) -> None:
+        self._log = commit_log
+        self._interval_s = interval_ms / 1000
+        self._timeout_s = timeout_ms / 1000
+        self._checkpoint_interval_s = checkpoint_interval_ms / 1000
+        self._on_checkpoint = on_checkpoint
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: _Group | None = None
+        self._inflight: _Group | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="ferry-store-flush", daemon=True)
+        self.failed: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_durable(self, end_offset: int) -> Future[None]:
+        """A Future resolved once the commit log is durable up to `end_offset`."""
+        if end_offset <= self._log.flushed_offset:
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        now = time.monotonic()
+        with self._cond:
+            if self.failed is not None or self._stopping:
+                failed: Future[None] = Future()
+                failed.set_exception(StoreError("the store's flush thread is not running"))
+                return failed
+            inflight = self._inflight
+            if inflight is not None and now > inflight.deadline:
+                _resolve(inflight.future, FlushTimeoutError("fdatasync is taking too long"))
+            group = self._pending
+            if group is None:
+                group = self._pending = _Group(now + self._timeout_s)
+                self._cond.notify()
+            return group.future
+
+    def stop(self) -> None:
+        """Flush everything, resolve every waiter and end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        next_checkpoint = time.monotonic() + self._checkpoint_interval_s
+        try:
+            while True:
+                with self._cond:
+                    if self._pending is None and not self._stopping:
+                        wait_s = min(self._interval_s, max(0.0, next_checkpoint - time.monotonic()))
+                        self._cond.wait(wait_s)
+                    group, self._pending = self._pending, None
+                    self._inflight = group
+                    stopping = self._stopping
+                    target = self._log.write_offset  # every append of the group is below it
+                self._log.flush(target)
+                if group is not None:
+                    _resolve(group.future)
+                    self._inflight = None
+                if stopping:
+                    return
+                if time.monotonic() >= next_checkpoint:
+                    self._on_checkpoint()
+                    next_checkpoint = time.monotonic() + self._checkpoint_interval_s
+        except BaseException as exc:  # an I/O error: fail every waiter, refuse new ones
+            log.exception("the store's flush thread failed")
+            with self._cond:
+                self.failed = exc
+                groups = [g for g in (self._pending, self._inflight) if g is not None]
+                self._pending = self._inflight = None
+            for g in groups:
+                _resolve(g.future, StoreError(f"flush failed: {exc}"))

@@ -1,0 +1,92 @@
+"""One commit-log segment: a preallocated file, memory-mapped for writes and reads.
+
+Segments are created at full size with posix_fallocate (zeros, blocks reserved)
+so that appends are plain memory copies into the mapping: no write syscall and
+no ENOSPC halfway through a record. A zero `total_size` marks where data ends.
+Readers get read-only memoryview slices of the mapping (zero copy).
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+from ferry.errors import StoreError
+
+
+def segment_name(start_offset: int) -> str:
+    """File name of the segment starting at commit-log byte `start_offset`."""
+    return f"{start_offset:020d}"
+
+
+class MappedFile:
+    """A fixed-size segment file mapped read-write; positions are relative to its start."""
+
+    def __init__(self, path: str, start_offset: int, size: int, *, create: bool) -> None:
+        self.path = path
+        self.start_offset = start_offset
+        self.size = size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            self.fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot open commit-log segment {path}: {exc}") from exc
+        try:
+            if create:
+                _preallocate(self.fd, size)
+            elif os.fstat(self.fd).st_size != size:
+                raise StoreError(
+                    f"commit-log segment {path} has size {os.fstat(self.fd).st_size}, expected {size}")
+            self.mm = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.view = memoryview(self.mm)  # writable: the encoder packs records in place
+        self.read_view = self.view.toreadonly()
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+    def zero_from(self, rel: int) -> None:
+        """Discard everything from `rel` to the end (recovery of a torn tail).
+
+        Shrinking then re-growing the file makes the kernel drop those pages,
+        which is far cheaper than writing zeros over a mostly-empty segment.
+        """
+        self._unmap()
+        os.ftruncate(self.fd, rel)
+        _preallocate(self.fd, self.size)
+        os.fsync(self.fd)
+        self.mm = mmap.mmap(self.fd, self.size)
+        self.view = memoryview(self.mm)
+        self.read_view = self.view.toreadonly()
+
+    def flush(self) -> None:
+        os.fdatasync(self.fd)
+
+    def _unmap(self) -> None:
+        self.read_view.release()
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a slice: the mapping goes away when it drops it.
+            pass
+
+    def close(self) -> None:
+        self._unmap()
+        os.close(self.fd)
+
+    def delete(self) -> None:
+        self.close()
+        os.unlink(self.path)
+
+
+def _preallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise StoreError(f"cannot allocate a {size}-byte commit-log segment: {exc}") from exc
+        os.ftruncate(fd, size)  # a file system without fallocate: a sparse file will do

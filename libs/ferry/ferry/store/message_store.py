@@ -1,0 +1,386 @@
+"""MessageStore: the store's facade, the one object the broker and tools use.
+
+It owns the commit log, the consume queues, the index, the flush thread and the
+checkpoint, and holds them consistent: every call that touches them runs under
+one lock (writes come from one thread anyway; the lock keeps the flush
+thread's checkpoint and readers on other threads safe). See docs/internals.md
+for the API and docs/store-format.md for the files.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+from crc32c import crc32c
+
+from ferry.errors import CorruptRecordError, MalformedRequestError, MessageTooLargeError, StoreError
+from ferry.names import validate_topic
+
+from .checkpoint import Checkpoint, write_checkpoint
+from .commit_log import CommitLog, PreparedRecord
+from .config import StoreConfig
+from .consume_queue import ConsumeQueues
+from .dispatch import DispatchBatch
+from .flush import FlushService
+from .index_file import IndexService
+from .record import (
+    CRC_START,
+    HEADER_SIZE,
+    MAX_KEYS_BYTES,
+    MAX_TAGS_BYTES,
+    MSG_ID_BYTES,
+    RECORD_MAGIC,
+    MessageIn,
+    StoredMessage,
+    decode_record,
+    new_msg_id,
+)
+from .recovery import RecoveryReport, recover
+from .results import GetResult, GetStatus, PutResult, PutStatus
+from .retention_runner import RetentionReport, run_retention
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUE_ID = 0xFFFF
+# A filtered pull scans at most this many consume-queue entries ("a limit on everything").
+MAX_SCAN_ENTRIES = 16_000
+_SCAN_CHUNK = 1024
+_RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
+_STORE_TS = struct.Struct("<q")
+_STORE_TS_AT = 44
+_OK = PutStatus.OK
+
+
+class MessageStore:
+    """An open log store directory: append, read by queue, query, retain, close."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        root = config.root_dir
+        os.makedirs(root, exist_ok=True)
+        self._lock_fd = _lock_directory(root)
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._cl = CommitLog(root, config.commitlog_segment_bytes)
+            self._cqs = ConsumeQueues(root, config.cq_entries_per_segment)
+            self._index = IndexService(root, config.index_max_slots, config.index_max_entries)
+            self.recovery: RecoveryReport = recover(root, self._cl, self._cqs, self._index)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._next_qoff = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._cqs}
+        self._last_store_ts = self.recovery.last_store_ts_ms
+        self._topic_bytes: dict[str, bytes] = {}
+        self._host_bytes: dict[str, bytes] = {}
+        self._store_host_b = config.store_host.encode()
+        write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
+        self._flush = FlushService(
+            self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms, on_checkpoint=self._checkpoint)
+        self._flush.start()
+
+    # -- append ------------------------------------------------------------------------
+
+    def put(self, msg: MessageIn) -> PutResult:
+        """Append one message; see put_batch."""
+        return self.put_batch((msg,))[0]
+
+    def put_batch(self, msgs: Sequence[MessageIn]) -> list[PutResult]:
+        """Append messages in one write, dispatch them, return where each went.
+
+        The whole batch is validated first: a bad message raises (InvalidNameError,
+        MessageTooLargeError, MalformedRequestError) and nothing is written.
+        """
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            now = int(time.time() * 1000)
+            # Store timestamps never go backwards, so offset_for_timestamp can bisect.
+            ts = now if now > self._last_store_ts else self._last_store_ts
+            prepared, meta = self._prepare(msgs, ts)
+            phys = self._cl.append(prepared)
+            batch = DispatchBatch()
+            out: list[PutResult] = []
+            for phy, (size, args), (topic, topic_b, keys_b) in zip(phys, prepared, meta,
+                                                                    strict=True):
+                qid, qoff, th, msg_id = args[1], args[2], args[7], args[8]
+                batch.add_entry(topic, qid, qoff, phy, size, th)
+                batch.add_keys(topic_b, keys_b, msg_id, phy, ts)
+                out.append(PutResult(_OK, msg_id, phy, size, qoff, ts))
+            batch.apply(self._cqs, self._index)
+            self._last_store_ts = ts
+            return out
+
+    def _prepare(self, msgs: Sequence[MessageIn], ts: int
+                 ) -> tuple[list[PreparedRecord], list[tuple[str, bytes, bytes]]]:
+        """Validate and encode the variable parts; assign queue offsets."""
+        cfg = self.config
+        max_body = cfg.max_message_bytes
+        store_b = self._store_host_b
+        next_qoff = self._next_qoff
+        assigned: dict[tuple[str, int], int] = {}
+        prepared: list[PreparedRecord] = []
+        meta: list[tuple[str, bytes, bytes]] = []
+        for m in msgs:
+            (topic, qid, body, tags, keys, props, msg_id, flags, born_ts, born_host, reconsume,
+             prepared_offset) = m
+            topic_b = self._topic_bytes.get(topic)
+            if topic_b is None:
+                topic_b = self._topic_bytes[topic] = validate_topic(topic, allow_internal=True).encode()
+            if len(body) > max_body:
+                raise MessageTooLargeError(f"message body of {len(body)} bytes exceeds {max_body}")
+            if len(props) > max_body:
+                raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {max_body}")
+            if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
+                raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
+            tags_b = tags.encode() if tags else b""
+            keys_b = keys.encode() if keys else b""
+            if len(tags_b) > MAX_TAGS_BYTES or len(keys_b) > MAX_KEYS_BYTES:
+                raise MessageTooLargeError("tags or keys are longer than 65535 bytes")
+            born_b = self._host_bytes.get(born_host)
+            if born_b is None:
+                born_b = born_host.encode()
+                if len(born_b) > 255:
+                    raise MalformedRequestError("born_host is longer than 255 bytes")
+                if len(self._host_bytes) < 100_000:
+                    self._host_bytes[born_host] = born_b
+            if not msg_id:
+                msg_id = new_msg_id()
+            elif len(msg_id) != MSG_ID_BYTES:
+                raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes")
+            key = (topic, qid)
+            qoff = assigned.get(key)
+            if qoff is None:
+                qoff = next_qoff.get(key, 0)
+            assigned[key] = qoff + 1
+            size = (HEADER_SIZE + len(topic_b) + len(born_b) + len(store_b) + len(tags_b)
+                    + len(keys_b) + len(props) + len(body))
+            th = crc32c(tags_b) + 1 if tags_b else 0
+            prepared.append((size, (flags, qid, qoff, born_ts, ts, prepared_offset, reconsume, th,
+                                    msg_id, topic_b, born_b, store_b, tags_b, keys_b, props, body)))
+            meta.append((topic, topic_b, keys_b))
+        next_qoff.update(assigned)  # only reached when the whole batch is valid
+        return prepared, meta
+
+    def wait_durable(self, end_offset: int) -> Future[None]:
+        """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
+
+        Never blocks. Fails with FlushTimeoutError after sync_flush_timeout_ms.
+        Appends flushed together share one Future: wrap it once per group.
+        """
+        return self._flush.wait_durable(end_offset)
+
+    # -- read --------------------------------------------------------------------------
+
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                     max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None
+                     ) -> GetResult:
+        """Read up to max_count records (and max_bytes, but at least one) from a queue.
+
+        `tag_hashes` filters in the consume queue, before the commit log is read;
+        None means no filter.
+        """
+        with self._lock:
+            cq = self._cqs.find(topic, queue_id)
+            if cq is None or cq.max_offset == 0:
+                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+            lo, hi = cq.min_offset, cq.max_offset
+            if queue_offset < lo:
+                return GetResult(GetStatus.OFFSET_TOO_SMALL, [], lo, lo, hi)
+            if queue_offset == hi:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
+            if queue_offset > hi:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
+            records: list[memoryview] = []
+            nxt = queue_offset
+            total = 0
+            read = self._cl.read
+            scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
+            while nxt < scan_limit and len(records) < max_count:
+                want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
+                entries = cq.get(nxt, min(want, scan_limit - nxt))
+                if not entries:
+                    break
+                for phy, size, th in entries:
+                    if tag_hashes is not None and th not in tag_hashes:
+                        nxt += 1
+                        continue
+                    if total + size > max_bytes and records:
+                        return GetResult(GetStatus.FOUND, records, nxt, lo, hi)
+                    raw = read(phy, size)
+                    nxt += 1
+                    if raw is None or not _intact(raw, size):
+                        if raw is not None:
+                            log.error("skipping corrupt record at phy %d (%s/%d offset %d)",
+                                      phy, topic, queue_id, nxt - 1)
+                        continue  # deleted by retention, or damaged: never served
+                    records.append(raw)
+                    total += size
+                    if len(records) >= max_count:
+                        break
+            status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
+            return GetResult(status, records, nxt, lo, hi)
+
+    def get_message(self, phy_offset: int) -> StoredMessage | None:
+        """The record at a commit-log offset, or None when no valid record starts there."""
+        with self._lock:
+            return self._read_message(phy_offset)
+
+    def _read_message(self, phy_offset: int) -> StoredMessage | None:
+        head = self._cl.read(phy_offset, HEADER_SIZE)
+        if head is None:
+            return None
+        raw = self._cl.read(phy_offset, _RECORD_CHECK.unpack_from(head)[0])
+        if raw is None:
+            return None
+        try:
+            msg = decode_record(raw)
+        except CorruptRecordError:
+            return None
+        return msg if msg.phy_offset == phy_offset else None
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        with self._lock:
+            cq = self._cqs.find(topic, queue_id)
+            return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        with self._lock:
+            cq = self._cqs.find(topic, queue_id)
+            return cq.max_offset if cq is not None else 0
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """The first queue offset stored at or after ts_ms (max_offset when none is)."""
+        with self._lock:
+            cq = self._cqs.find(topic, queue_id)
+            if cq is None:
+                return 0
+            lo, hi = cq.min_offset, cq.max_offset
+            while lo < hi:  # store timestamps never decrease along a queue
+                mid = (lo + hi) // 2
+                entry = cq.get(mid, 1)
+                head = self._cl.read(entry[0][0], HEADER_SIZE) if entry else None
+                if head is None or _STORE_TS.unpack_from(head, _STORE_TS_AT)[0] < ts_ms:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+
+    def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
+                     max_count: int = 64) -> list[StoredMessage]:
+        """Messages of `topic` carrying `key`, stored in [begin_ms, end_ms], newest first."""
+        topic_b = validate_topic(topic, allow_internal=True).encode()
+        if not key or " " in key:
+            return []
+        with self._lock:
+            phys = self._index.query(b"K" + topic_b + b"\x00" + key.encode(), begin_ms, end_ms,
+                                     max_count + 16)  # spare room for hash collisions
+            out: list[StoredMessage] = []
+            for phy in phys:
+                msg = self._read_message(phy)
+                if (msg is not None and msg.topic == topic and key in msg.keys.split(" ")
+                        and begin_ms <= msg.store_ts_ms <= end_ms):
+                    out.append(msg)
+                    if len(out) >= max_count:
+                        break
+            return out
+
+    def query_by_id(self, msg_id: bytes) -> StoredMessage | None:
+        """The message with this 16-byte id, or None."""
+        if len(msg_id) != MSG_ID_BYTES:
+            return None
+        with self._lock:
+            for phy in self._index.query(b"I" + bytes(msg_id), 0, 2**62, 8):
+                msg = self._read_message(phy)
+                if msg is not None and msg.msg_id == msg_id:
+                    return msg
+            return None
+
+    def topic_queues(self) -> dict[str, list[int]]:
+        """Every topic the store holds, with its queue ids."""
+        with self._lock:
+            out: dict[str, list[int]] = {}
+            for cq in self._cqs:
+                out.setdefault(cq.topic, []).append(cq.queue_id)
+            return {t: sorted(q) for t, q in sorted(out.items())}
+
+    @property
+    def commit_log_min_offset(self) -> int:
+        return self._cl.min_offset
+
+    @property
+    def commit_log_max_offset(self) -> int:
+        return self._cl.write_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._cl.flushed_offset
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def run_retention(self, now_ms: int | None = None) -> RetentionReport:
+        """Delete expired commit-log segments (or the oldest, over the disk high-water mark)."""
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
+
+    def _checkpoint(self) -> None:
+        """Flush thread: make queues and index durable, then record how far."""
+        with self._lock:
+            if self._closed:
+                return
+            dispatched = self._cl.write_offset
+            self._cqs.flush()
+            self._index.flush()
+        flushed = self._cl.flush(dispatched)
+        write_checkpoint(self.config.root_dir, Checkpoint(flushed, dispatched, False))
+
+    def close(self) -> None:
+        """Flush everything, resolve pending waiters, mark a clean shutdown."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._flush.stop()
+        with self._lock:
+            self._cqs.flush()
+            self._index.flush()
+            self._cl.flush()
+            write_checkpoint(self.config.root_dir,
+                             Checkpoint(self._cl.flushed_offset, self._cl.write_offset, True))
+            self._cqs.close()
+            self._index.close()
+            self._cl.close()
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _intact(raw: memoryview, size: int) -> bool:
+    """Cheap full check of a record about to be served: size, magic and CRC."""
+    total, magic, crc = _RECORD_CHECK.unpack_from(raw)
+    return total == size and magic == RECORD_MAGIC and crc32c(raw[CRC_START:]) == crc
+
+
+def _lock_directory(root: str) -> int:
+    """Hold an exclusive lock on the store directory for the life of the process."""
+    fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StoreError(f"store directory {root} is in use by another process") from None
+    return fd

@@ -1,0 +1,60 @@
+"""What put and get return: outcome enums and result values."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class PutStatus(enum.Enum):
+    """Outcome of an append.
+
+    `put` itself always returns OK (the record is written and dispatched); in
+    SYNC mode the broker answers FLUSH_TIMEOUT when the future of
+    `wait_durable` fails with FlushTimeoutError.
+    """
+
+    OK = "OK"
+    FLUSH_TIMEOUT = "FLUSH_TIMEOUT"
+
+
+class PutResult(NamedTuple):
+    """Where one message was stored (a NamedTuple: the put path makes one per message)."""
+
+    status: PutStatus
+    msg_id: bytes
+    phy_offset: int
+    size: int
+    queue_offset: int
+    store_ts_ms: int
+
+    @property
+    def end_offset(self) -> int:
+        """The commit-log offset just past this record: what `wait_durable` takes."""
+        return self.phy_offset + self.size
+
+
+class GetStatus(enum.Enum):
+    """Outcome of a pull from one queue (RocketMQ's names)."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # entries were scanned, none passed the filter
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue is unknown or never had a message
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below min_offset (deleted by retention)
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # exactly max_offset: caught up, long-poll
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # beyond max_offset
+
+
+@dataclass(frozen=True)
+class GetResult:
+    """Records read from one queue and where the consumer should continue."""
+
+    status: GetStatus
+    records: list[memoryview]  # raw records, zero-copy views of the commit log
+    next_queue_offset: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(len(r) for r in self.records)

@@ -1,0 +1,87 @@
+"""Commit log: append, roll-over with blank markers, reads, flush, truncate, reopen."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from ferry.errors import StoreError
+from ferry.store.commit_log import CommitLog
+from ferry.store.record import BLANK, BLANK_MAGIC, HEADER_SIZE, decode_record
+
+SEG = 4096
+
+
+def _rec(body: bytes, qoff: int = 0) -> tuple[int, tuple]:
+    size = HEADER_SIZE + 1 + len(body)
+    return size, (0, 0, qoff, 0, 1, 0, 0, 0, bytes(16), b"t", b"", b"", b"", b"", b"", body)
+
+
+def test_append_read_and_roll(tmp_path: Path) -> None:
+    cl = CommitLog(str(tmp_path), SEG)
+    cl.set_positions(0)
+    phys: list[int] = []
+    for i in range(40):
+        phys += cl.append([_rec(bytes([i]) * 300, i)])
+    segs = cl.segments
+    assert len(segs) > 3
+    for seg in segs:
+        assert os.path.basename(seg.path) == f"{seg.start_offset:020d}"
+        assert os.path.getsize(seg.path) == SEG
+    for i, phy in enumerate(phys):
+        size = HEADER_SIZE + 1 + 300
+        # never straddles: the record and 8 spare bytes fit in its segment
+        assert phy // SEG == (phy + size + 8 - 1) // SEG
+        msg = decode_record(cl.read(phy, size))
+        assert (msg.queue_offset, msg.body, msg.phy_offset) == (i, bytes([i]) * 300, phy)
+    # the first segment ends with a blank marker filling it
+    first_end = phys[1] + HEADER_SIZE + 301
+    while first_end + HEADER_SIZE + 301 + 8 <= SEG:
+        first_end += HEADER_SIZE + 301
+    size, magic = BLANK.unpack_from(segs[0].view, first_end)
+    assert (magic, first_end + size) == (BLANK_MAGIC, SEG)
+    assert cl.read(phys[-1], 10_000) is None
+    assert cl.read(cl.write_offset, 10) is None
+    assert cl.flush() == cl.write_offset == cl.flushed_offset
+    cl.close()
+
+
+def test_batch_spanning_segments_and_truncate(tmp_path: Path) -> None:
+    cl = CommitLog(str(tmp_path), SEG)
+    cl.set_positions(0)
+    phys = cl.append([_rec(b"x" * 500, i) for i in range(20)])
+    assert len({p // SEG for p in phys}) >= 3
+    cut = phys[10]
+    end = cl.write_offset
+    cl.truncate(cut)
+    cl.set_positions(cut)
+    assert cl.segments[-1].start_offset == cut - cut % SEG
+    assert cl.read(cut, 10) is None
+    assert bytes(cl.segments[-1].view[cut % SEG:]) == bytes(SEG - cut % SEG)
+    assert end > cl.write_offset
+    new = cl.append([_rec(b"y" * 10, 99)])
+    assert new == [cut]
+    cl.close()
+
+
+def test_reopen_and_bad_files(tmp_path: Path) -> None:
+    cl = CommitLog(str(tmp_path), SEG)
+    cl.set_positions(0)
+    cl.append([_rec(b"x" * 1000) for _ in range(10)])
+    cl.close()
+    cl = CommitLog(str(tmp_path), SEG)
+    assert len(cl.segments) >= 3
+    cl.close()
+    os.truncate(tmp_path / "commitlog" / f"{0:020d}", 100)
+    with pytest.raises(StoreError):
+        CommitLog(str(tmp_path), SEG)
+
+
+def test_delete_segments_keeps_active(tmp_path: Path) -> None:
+    cl = CommitLog(str(tmp_path), SEG)
+    cl.set_positions(0)
+    cl.append([_rec(b"x" * 1000) for _ in range(10)])
+    starts = {s.start_offset for s in cl.segments}
+    assert cl.delete_segments(starts) == len(starts) - 1
+    assert len(cl.segments) == 1 and cl.min_offset == max(starts)
+    cl.close()
