@@ -127,8 +127,9 @@ class IndexFile:
         slots, nslots, base = self._slots, self.slot_count, self.base_ts_ms
         n, cap = self.count, self.capacity
         lo_d, hi_d = self.begin_ts_ms - base, self.end_ts_ms - base
-        pack, hash_ = INDEX_ENTRY.pack, crc32c
+        pack, hash_, dmin, dmax = INDEX_ENTRY.pack, crc32c, _DELTA_MIN, _DELTA_MAX
         parts: list[bytes] = []
+        append = parts.append
         first_phy = self.begin_phy
         phy = self.end_phy
         i, total = start, len(items)
@@ -138,11 +139,11 @@ class IndexFile:
                 i += 1
                 continue
             d = ts - base
-            if d < _DELTA_MIN or d > _DELTA_MAX:
+            if d < dmin or d > dmax:
                 break
             h = hash_(key)
             s = h % nslots
-            parts.append(pack(h, p, d, slots[s]))
+            append(pack(h, p, d, slots[s]))
             n += 1
             slots[s] = n
             phy = p
