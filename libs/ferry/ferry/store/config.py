@@ -10,6 +10,7 @@ from ferry.errors import StoreError
 from .record import HEADER_SIZE, MAX_HOST_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES, MAX_TOPIC_BYTES
 
 GIB = 1 << 30
+MAX_PROPERTIES_BYTES = 0xFFFF
 MIB = 1 << 20
 
 
@@ -65,8 +66,8 @@ class StoreConfig:
 
     @property
     def max_properties_bytes(self) -> int:
-        """Encoded properties are bounded like the body (the record field is a u32)."""
-        return self.max_message_bytes
+        """Encoded properties are bounded apart from the body (RocketMQ allows 32 KiB)."""
+        return MAX_PROPERTIES_BYTES
 
     @property
     def max_record_bytes(self) -> int:

@@ -24,7 +24,7 @@ from ferry.names import validate_topic
 
 from .checkpoint import Checkpoint, write_checkpoint
 from .commit_log import CommitLog, PreparedRecord
-from .config import StoreConfig
+from .config import MAX_PROPERTIES_BYTES, StoreConfig
 from .consume_queue import ConsumeQueues
 from .dispatch import DispatchBatch
 from .flush import FlushService
@@ -136,8 +136,9 @@ class MessageStore:
                 topic_b = self._topic_bytes[topic] = validate_topic(topic, allow_internal=True).encode()
             if len(body) > max_body:
                 raise MessageTooLargeError(f"message body of {len(body)} bytes exceeds {max_body}")
-            if len(props) > max_body:
-                raise MessageTooLargeError(f"properties of {len(props)} bytes exceed {max_body}")
+            if len(props) > MAX_PROPERTIES_BYTES:
+                raise MessageTooLargeError(
+                    f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}")
             if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
                 raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
             tags_b = tags.encode() if tags else b""
