@@ -1,0 +1,132 @@
+"""The HTTP API: the route table, error mapping and request logging.
+
+Every failure leaves as the JSON error body of docs/internals.md:
+`{"error": {"code", "type", "message"}}`. Bad input is a 4xx and a WARNING
+log line; only a bug in namesrv is a 500 (logged with its traceback).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from ferry.errors import (
+    AlreadyExistsError,
+    BusyError,
+    FerryError,
+    GroupNotFoundError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageTooLargeError,
+    NoPermissionError,
+    SystemError_,
+    TopicNotFoundError,
+)
+from ferry.routing import EtcdUnavailable
+
+from ferry_namesrv.context import CONTEXT, NamesrvContext
+from ferry_namesrv.handlers import brokers, groups, health, routes, topics
+from ferry_namesrv.handlers.common import MAX_BODY_BYTES, json_response
+from ferry_namesrv.openapi import openapi_document
+
+log = logging.getLogger("ferry_namesrv.api")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_STATUS: list[tuple[type[FerryError], int]] = [
+    (InvalidNameError, 400), (MalformedRequestError, 400), (MessageTooLargeError, 413),
+    (TopicNotFoundError, 404), (GroupNotFoundError, 404), (AlreadyExistsError, 409),
+    (NoPermissionError, 403), (BusyError, 503),
+]
+
+
+def status_for(exc: FerryError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_body(exc: FerryError) -> dict[str, object]:
+    # Subclasses local to a module (InvalidConfigError) report the shared class
+    # whose code they carry, so clients can map `type` back to ferry.errors.
+    cls = next((c for c in type(exc).__mro__ if c.__module__ == "ferry.errors"), type(exc))
+    return {"error": {"code": exc.code, "type": cls.__name__, "message": str(exc)}}
+
+
+def _from_http(exc: web.HTTPException, request: web.Request) -> FerryError:
+    if exc.status == 404:
+        return MalformedRequestError(f"no endpoint {request.method} {request.path}")
+    if exc.status == 405:
+        return MalformedRequestError(f"method {request.method} not allowed on {request.path}")
+    if exc.status == 413:
+        return MessageTooLargeError(f"request body larger than {MAX_BODY_BYTES} bytes")
+    return MalformedRequestError(exc.reason)
+
+
+@web.middleware
+async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every failure to a JSON error; log one line per request."""
+    started = time.perf_counter()
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err = _from_http(exc, request)
+        response = json_response(error_body(err), status=exc.status)
+        _log_error(request, exc.status, err, started)
+        return response
+    except FerryError as exc:
+        status = status_for(exc)
+        _log_error(request, status, exc, started)
+        return json_response(error_body(exc), status=status)
+    except EtcdUnavailable as exc:
+        err = BusyError(f"etcd unavailable: {exc}")
+        _log_error(request, 503, err, started)
+        return json_response(error_body(err), status=503)
+    except Exception:
+        log.exception("unexpected failure", extra=_fields(request, 500, started))
+        return json_response(error_body(SystemError_("internal error; see the namesrv log")),
+                             status=500)
+    log.debug("request", extra=_fields(request, response.status, started))
+    return response
+
+
+def _fields(request: web.Request, status: int, started: float) -> dict[str, object]:
+    return {"method": request.method, "path": request.path, "status": status,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "remote": request.remote}
+
+
+def _log_error(request: web.Request, status: int, err: FerryError, started: float) -> None:
+    fields = _fields(request, status, started)
+    fields["error"] = str(err)
+    log.warning("request failed", extra=fields)
+
+
+def build_app(context: NamesrvContext, version: str) -> web.Application:
+    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    app[CONTEXT] = context
+    document = openapi_document(version)
+
+    async def openapi(request: web.Request) -> web.Response:
+        return json_response(document)
+
+    app.router.add_get("/v1/routes/{topic}", routes.get_route)
+    app.router.add_get("/v1/brokers", brokers.list_brokers)
+    app.router.add_get("/v1/topics", topics.list_topics)
+    app.router.add_post("/v1/topics", topics.create_topic)
+    app.router.add_get("/v1/topics/{topic}", topics.get_topic)
+    app.router.add_put("/v1/topics/{topic}", topics.put_topic)
+    app.router.add_delete("/v1/topics/{topic}", topics.delete_topic)
+    app.router.add_get("/v1/groups", groups.list_groups)
+    app.router.add_post("/v1/groups", groups.create_group)
+    app.router.add_get("/v1/groups/{group}", groups.get_group)
+    app.router.add_put("/v1/groups/{group}", groups.put_group)
+    app.router.add_delete("/v1/groups/{group}", groups.delete_group)
+    app.router.add_get("/healthz", health.healthz)
+    app.router.add_get("/readyz", health.readyz)
+    app.router.add_get("/openapi.json", openapi)
+    return app

@@ -1,0 +1,105 @@
+"""The name server's controller: wires registry, cache and HTTP API; starts and stops them.
+
+The HTTP server comes up first so that /healthz answers at once; the cache
+then loads from etcd (retrying while etcd is unreachable) and /readyz turns
+200. SIGTERM or SIGINT stops it cleanly: stop accepting, finish the requests
+in flight, stop watching, close the etcd connection. namesrv holds no state of
+its own, so there is nothing to flush.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from importlib.metadata import PackageNotFoundError, version
+
+from aiohttp import web
+from ferry.routing import EtcdRegistry, EtcdUnavailable, RouteCache
+
+from ferry_namesrv.api import build_app
+from ferry_namesrv.config import NamesrvConfig
+from ferry_namesrv.context import NamesrvContext
+
+log = logging.getLogger("ferry_namesrv")
+
+_MAX_BACKOFF_S = 5.0
+# Requests in flight get this long to finish on shutdown.
+SHUTDOWN_GRACE_S = 5.0
+
+
+def _version() -> str:
+    try:
+        return version("ferry-namesrv")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class NamesrvApp:
+    """One namesrv instance: `await start()`, then `await stop()` (or `run()` for both)."""
+
+    def __init__(self, config: NamesrvConfig) -> None:
+        self.config = config
+        self.registry = EtcdRegistry(config.etcd, prefix=config.etcd_prefix)
+        self.cache = RouteCache(self.registry)
+        self.context = NamesrvContext(config, self.registry, self.cache)
+        self._runner: web.AppRunner | None = None
+        self._loader: asyncio.Task[None] | None = None
+        self.port: int = config.port
+
+    async def start(self) -> None:
+        app = build_app(self.context, _version())
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port,
+                           reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("listening", extra={"host": self.config.host, "port": self.port,
+                                     "etcd": self.config.etcd, "prefix": self.config.etcd_prefix,
+                                     "auto_create_topics": self.config.auto_create_topics})
+        self._loader = asyncio.create_task(self._load(), name="namesrv-load")
+
+    async def _load(self) -> None:
+        """Connect and load the cache, retrying with back-off until etcd answers."""
+        backoff_s = 0.2
+        while True:
+            try:
+                await self.registry.start()
+                await self.cache.start()
+                log.info("ready", extra={"revision": self.cache.revision,
+                                         "brokers": len(self.cache.brokers),
+                                         "topics": len(self.cache.topics)})
+                return
+            except (EtcdUnavailable, ConnectionError) as exc:
+                log.warning("etcd not reachable yet (%s); retrying in %.1fs", exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()  # stops accepting, lets in-flight requests finish
+            self._runner = None
+        if self._loader is not None:
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+            self._loader = None
+        await self.cache.stop()
+        await self.registry.stop()
+        log.info("stopped")
+
+    async def run(self) -> None:
+        """Start, wait for SIGTERM or SIGINT, stop."""
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await self.start()
+        try:
+            await stopping.wait()
+            log.info("stopping on signal")
+        finally:
+            await self.stop()

@@ -1,0 +1,86 @@
+"""The name server's configuration: FERRY_NAMESRV_* environment variables, then flags.
+
+Defaults run on one machine next to a local etcd. A bad value stops startup
+with a message naming the variable, never a traceback.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
+
+ENV_PREFIX = "FERRY_NAMESRV_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class NamesrvConfig:
+    """Everything the name server needs to start (see docs/namesrv.md for the table)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9876
+    etcd: str = "127.0.0.1:2379"
+    etcd_prefix: str = "/ferry/"
+    auto_create_topics: bool = True
+    default_queues: int = 8
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        try:
+            parse_endpoints(self.etcd)
+        except ValueError as exc:
+            raise ConfigError(f"etcd: {exc}") from None
+        if not self.etcd_prefix.startswith("/") or not self.etcd_prefix.endswith("/"):
+            raise ConfigError(f"etcd_prefix must start and end with '/', got {self.etcd_prefix!r}")
+        if not MIN_QUEUES <= self.default_queues <= MAX_QUEUES:
+            raise ConfigError(f"default_queues must be in {MIN_QUEUES}..{MAX_QUEUES}, "
+                              f"got {self.default_queues}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> NamesrvConfig:
+        """Read every FERRY_NAMESRV_<FIELD> that is set; the rest keep their defaults."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = _convert(f.name, f.type, raw)
+        return cls(**values)
+
+    def with_overrides(self, **overrides: Any) -> NamesrvConfig:
+        """A copy with the given fields replaced (None means "not given")."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _convert(name: str, type_name: object, raw: str) -> Any:
+    raw = raw.strip()
+    if type_name in (int, "int"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
+    if type_name in (bool, "bool"):
+        return parse_bool(raw, ENV_PREFIX + name.upper())
+    if name == "log_level":
+        return raw.upper()
+    return raw
+
+
+def parse_bool(raw: str, what: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{what} must be true or false, got {raw!r}")

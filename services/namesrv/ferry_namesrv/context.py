@@ -1,0 +1,32 @@
+"""What every request handler reaches through the aiohttp app: config, registry, cache."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+from ferry.errors import BusyError
+from ferry.routing import EtcdRegistry, RouteCache
+
+from ferry_namesrv.config import NamesrvConfig
+
+
+@dataclass(frozen=True)
+class NamesrvContext:
+    """The components the handlers share; the cache answers reads, the registry writes."""
+
+    config: NamesrvConfig
+    registry: EtcdRegistry
+    cache: RouteCache
+
+    def ready_cache(self) -> RouteCache:
+        """The cache, or BusyError (503) while it has not loaded from etcd yet."""
+        if not self.cache.loaded:
+            raise BusyError("namesrv has not loaded its routes from etcd yet")
+        return self.cache
+
+
+CONTEXT = web.AppKey("namesrv_context", NamesrvContext)
+
+
+def ctx(request: web.Request) -> NamesrvContext:
+    return request.app[CONTEXT]

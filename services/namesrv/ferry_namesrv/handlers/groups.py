@@ -1,0 +1,55 @@
+"""/v1/groups: group configs. Reads come from the cache, writes go to etcd.
+
+Every write waits until this instance's cache has seen it, so a client that
+writes and then reads through the same namesrv sees its write.
+"""
+from __future__ import annotations
+
+from aiohttp import web
+from ferry.errors import GroupNotFoundError
+from ferry.names import validate_group
+from ferry.routing import GroupConfig
+
+from ferry_namesrv.context import ctx
+from ferry_namesrv.handlers.common import json_response, read_json, visible
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    cache = ctx(request).ready_cache()
+    return json_response({"groups": [t.to_dict() for _, t in sorted(cache.groups.items())]})
+
+
+async def create_group(request: web.Request) -> web.Response:
+    c = ctx(request)
+    c.ready_cache()  # a write is confirmed through the cache
+    cfg = GroupConfig.from_dict(await read_json(request), strict=True)
+    await visible(c.cache, await c.registry.put_group(cfg, create_only=True))
+    return json_response(cfg.to_dict(), status=201)
+
+
+async def get_group(request: web.Request) -> web.Response:
+    name = validate_group(request.match_info["group"])
+    cfg = ctx(request).ready_cache().groups.get(name)
+    if cfg is None:
+        raise GroupNotFoundError(f"group {name!r} does not exist")
+    return json_response(cfg.to_dict())
+
+
+async def put_group(request: web.Request) -> web.Response:
+    c = ctx(request)
+    c.ready_cache()  # a write is confirmed through the cache
+    name = validate_group(request.match_info["group"])
+    cfg = GroupConfig.from_dict(await read_json(request), strict=True, name=name)
+    await visible(c.cache, await c.registry.put_group(cfg))
+    return json_response(cfg.to_dict())
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    c = ctx(request)
+    c.ready_cache()  # a write is confirmed through the cache
+    name = validate_group(request.match_info["group"])
+    revision = await c.registry.delete_group(name)
+    if not revision:
+        raise GroupNotFoundError(f"group {name!r} does not exist")
+    await visible(c.cache, revision)
+    return json_response({"deleted": name})

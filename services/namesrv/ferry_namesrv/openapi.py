@@ -1,0 +1,148 @@
+"""The OpenAPI 3 document of the namesrv HTTP API, served at /openapi.json."""
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.routing import MAX_QUEUES, MIN_QUEUES
+from ferry.routing.models import CONSUME_FROM, MAX_RETRY, TOPIC_PERMS, TOPIC_TYPES
+
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,127}$"}
+_TOPIC_NAME = {"type": "string", "pattern": "^([A-Za-z0-9_-]{1,127}|%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127})$"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["code", "type", "message"],
+            "properties": {
+                "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
+                "type": {"type": "string", "description": "error class, e.g. InvalidNameError"},
+                "message": {"type": "string"}}}}},
+    "TopicConfig": {
+        "type": "object", "additionalProperties": False, "required": ["name"],
+        "properties": {
+            "name": _TOPIC_NAME,
+            "queues": {"type": "integer", "minimum": MIN_QUEUES, "maximum": MAX_QUEUES,
+                       "default": 8, "description": "queues on each serving broker group"},
+            "perm": {"type": "string", "enum": list(TOPIC_PERMS), "default": "rw"},
+            "type": {"type": "string", "enum": list(TOPIC_TYPES), "default": "normal"},
+            "brokers": {"type": "array", "items": _NAME, "uniqueItems": True, "default": [],
+                        "description": "broker groups serving the topic; empty = every master"}}},
+    "GroupConfig": {
+        "type": "object", "additionalProperties": False, "required": ["name"],
+        "properties": {
+            "name": _NAME,
+            "retry_max": {"type": "integer", "minimum": 0, "maximum": MAX_RETRY, "default": 16},
+            "broadcast_allowed": {"type": "boolean", "default": True},
+            "consume_from": {"type": "string", "enum": list(CONSUME_FROM), "default": "latest"},
+            "consume_timestamp_ms": {"type": "integer", "minimum": 0, "default": 0}}},
+    "Broker": {
+        "type": "object",
+        "properties": {
+            "cluster": _NAME, "name": _NAME,
+            "id": {"type": "integer", "description": "0 = master"},
+            "addr": {"type": "string", "description": "wire address host:port"},
+            "repl_addr": {"type": "string"}, "http_addr": {"type": "string"},
+            "topics": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+    "Route": {
+        "type": "object", "required": ["topic", "type", "perm", "brokers"],
+        "properties": {
+            "topic": _TOPIC_NAME,
+            "type": {"type": "string", "enum": list(TOPIC_TYPES)},
+            "perm": {"type": "string", "enum": list(TOPIC_PERMS)},
+            "brokers": {"type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "name": _NAME, "cluster": _NAME,
+                    "master": {"type": "string", "nullable": True,
+                               "description": "master wire address; null while it is down"},
+                    "slaves": {"type": "array", "items": {"type": "string"}},
+                    "queues": {"type": "integer"},
+                    "perm": {"type": "string", "enum": list(TOPIC_PERMS)}}}}}},
+}
+
+_BAD = _error("invalid name or body")
+_BUSY = _error("not ready, or etcd unavailable; retry")
+
+
+def _crud(kind: str, schema: str, not_found: str) -> dict[str, Any]:
+    one = f"/v1/{kind}s/{{{kind}}}"
+    param = [{"name": kind, "in": "path", "required": True, "schema": _NAME if kind == "group"
+              else _TOPIC_NAME}]
+    body = {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
+    return {
+        f"/v1/{kind}s": {
+            "get": {"summary": f"List {kind} configs", "operationId": f"list_{kind}s",
+                    "responses": {"200": _json({"type": "object", "properties": {
+                        f"{kind}s": {"type": "array", "items": _ref(schema)}}}, "all"),
+                        "503": _BUSY}},
+            "post": {"summary": f"Create a {kind}", "operationId": f"create_{kind}",
+                     "requestBody": body,
+                     "responses": {"201": _json(_ref(schema), "created"), "400": _BAD,
+                                   "409": _error("already exists"), "503": _BUSY}}},
+        one: {
+            "parameters": param,
+            "get": {"summary": f"One {kind} config", "operationId": f"get_{kind}",
+                    "responses": {"200": _json(_ref(schema), kind), "400": _BAD,
+                                  "404": _error(not_found), "503": _BUSY}},
+            "put": {"summary": f"Create or replace a {kind}", "operationId": f"put_{kind}",
+                    "requestBody": body,
+                    "responses": {"200": _json(_ref(schema), "stored"), "400": _BAD,
+                                  "503": _BUSY}},
+            "delete": {"summary": f"Delete a {kind}", "operationId": f"delete_{kind}",
+                       "responses": {"200": _json({"type": "object", "properties": {
+                           "deleted": {"type": "string"}}}, "deleted"), "400": _BAD,
+                           "404": _error(not_found), "503": _BUSY}}},
+    }
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The whole document; `version` is the namesrv package version."""
+    paths: dict[str, Any] = {
+        "/v1/routes/{topic}": {"get": {
+            "summary": "Route of a topic: the broker groups serving it and their queues",
+            "operationId": "get_route",
+            "parameters": [
+                {"name": "topic", "in": "path", "required": True, "schema": _TOPIC_NAME},
+                {"name": "create", "in": "query", "required": False,
+                 "schema": {"type": "string", "enum": ["0", "1", "true", "false"]},
+                 "description": "create the topic with the default queue count if unknown "
+                                "(when the namesrv allows auto-create)"}],
+            "responses": {"200": _json(_ref("Route"), "the route"), "400": _BAD,
+                          "404": _error("unknown topic"), "503": _BUSY}}},
+        "/v1/brokers": {"get": {
+            "summary": "Live brokers (each under its etcd lease)", "operationId": "list_brokers",
+            "responses": {"200": _json({"type": "object", "properties": {
+                "brokers": {"type": "array", "items": _ref("Broker")},
+                "revision": {"type": "integer"}}}, "brokers"), "503": _BUSY}}},
+        "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
+                             "responses": {"200": _json({"type": "object"}, "alive")}}},
+        "/readyz": {"get": {"summary": "Routes are loaded from etcd", "operationId": "readyz",
+                            "responses": {"200": _json({"type": "object"}, "ready"),
+                                          "503": _BUSY}}},
+        "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
+                                  "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
+    }
+    paths.update(_crud("topic", "TopicConfig", "unknown topic"))
+    paths.update(_crud("group", "GroupConfig", "unknown group"))
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "Ferry namesrv", "version": version,
+                 "description": "Topic routes, topic and group config, and live brokers, "
+                                "answered from a cache that watches etcd."},
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS},
+    }
