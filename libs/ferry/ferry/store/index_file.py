@@ -132,26 +132,34 @@ class IndexFile:
         append = parts.append
         first_phy = self.begin_phy
         phy = self.end_phy
-        i, total = start, len(items)
-        while i < total and n < cap:
+        last_ts: int | None = None
+        d = 0
+        stop = len(items)
+        # The hot loop of every put: locals only, and the time checks run only when
+        # the timestamp changes (a batch usually shares one).
+        for i in range(start, stop):
             key, p, ts = items[i]
             if p <= floor_phy:
-                i += 1
                 continue
-            d = ts - base
-            if d < dmin or d > dmax:
+            if n >= cap:
+                stop = i
                 break
+            if ts != last_ts:
+                d = ts - base
+                if d < dmin or d > dmax:
+                    stop = i
+                    break
+                if d < lo_d:
+                    lo_d = d
+                if d > hi_d:
+                    hi_d = d
+                last_ts = ts
             h = hash_(key)
             s = h % nslots
             append(pack(h, p, d, slots[s]))
             n += 1
             slots[s] = n
             phy = p
-            if d < lo_d:
-                lo_d = d
-            elif d > hi_d:
-                hi_d = d
-            i += 1
         if parts:
             at = self._entries_at + self.count * INDEX_ENTRY.size
             data = b"".join(parts)
@@ -161,7 +169,7 @@ class IndexFile:
             self.count, self.begin_phy, self.end_phy = n, first_phy, phy
             self.begin_ts_ms, self.end_ts_ms = base + lo_d, base + hi_d
             self.write_header()
-        return i
+        return stop
 
     def overlaps(self, begin_ms: int, end_ms: int) -> bool:
         return self.count > 0 and self.begin_ts_ms <= end_ms and self.end_ts_ms >= begin_ms
