@@ -1,0 +1,71 @@
+"""The `ferry` command against a real mesh: each sub-command, its output and exit codes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.client.conftest import Mesh, unique
+
+pytestmark = pytest.mark.integration
+
+FERRY = str(Path(sys.executable).with_name("ferry"))
+
+
+def ferry(mesh: Mesh | None, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if mesh is not None:
+        env["FERRY_NAMESRV"] = mesh.namesrv
+    return subprocess.run([FERRY, *args], capture_output=True, text=True, timeout=timeout_s,
+                          env=env, check=False)
+
+
+def test_help_for_every_command() -> None:
+    for args in ([], ["topic"], ["topic", "create"], ["topic", "list"], ["topic", "describe"],
+                 ["topic", "delete"], ["send"], ["consume"], ["group", "lag"]):
+        res = ferry(None, *args, "--help")
+        assert res.returncode == 0, (args, res.stderr)
+        assert "usage: ferry" in res.stdout
+
+
+def test_topic_lifecycle(mesh: Mesh) -> None:
+    topic = unique("cli")
+    res = ferry(mesh, "topic", "create", topic, "--queues", "2")
+    assert res.returncode == 0, res.stderr
+    assert ferry(mesh, "topic", "create", topic).returncode == 1   # already exists
+    listed = ferry(mesh, "topic", "list")
+    assert listed.returncode == 0 and topic in listed.stdout
+    described = ferry(mesh, "topic", "describe", topic)
+    assert described.returncode == 0 and '"max_offset": 0' in described.stdout
+    assert ferry(mesh, "topic", "delete", topic).returncode == 0
+    assert topic not in ferry(mesh, "topic", "list").stdout
+
+
+def test_send_consume_and_lag(mesh: Mesh) -> None:
+    topic, group = unique("cli"), unique("g")
+    res = ferry(mesh, "send", topic, "hello", "--key", "k1", "--tags", "t", "--prop", "a=b",
+                "--count", "3")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("sent ") == 3
+    res = ferry(mesh, "consume", topic, "--group", group, "--from", "earliest", "--count", "3",
+                "--timeout-ms", "20000")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3 and all(line.endswith("\thello") and "key=k1" in line
+                                   for line in lines)
+    lag = ferry(mesh, "group", "lag", group, "--topic", topic)
+    assert lag.returncode == 0 and "total lag: 0" in lag.stdout
+    # nothing more: the timeout ends it with exit code 3
+    res = ferry(mesh, "consume", topic, "--group", group, "--count", "1", "--timeout-ms", "1500")
+    assert res.returncode == 3 and res.stdout == ""
+
+
+def test_errors_are_clear() -> None:
+    res = ferry(None, "--namesrv", "127.0.0.1:1", "topic", "list")
+    assert res.returncode == 1 and res.stderr.startswith("error: ConnectionLostError")
+    res = ferry(None, "send", "bad%topic", "x")
+    assert res.returncode == 1 and "InvalidNameError" in res.stderr
+    assert ferry(None, "consume", "t").returncode == 2   # --group is required
