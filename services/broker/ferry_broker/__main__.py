@@ -1,20 +1,90 @@
-"""Entry point: `python -m ferry_broker` or `ferry-broker`."""
+"""Entry point: `python -m ferry_broker` or `ferry-broker`.
+
+Configuration comes from FERRY_BROKER_* environment variables; a flag given
+on the command line wins over the variable.
+"""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from ferry_broker.config import BrokerConfig
 
 DESCRIPTION = (
-    "Broker: stores and serves messages (send, long-polling pull, consumer offsets, queue locks, message query, master/slave replication) on its log store directory. "
-    "Configured by FERRY_BROKER_* environment variables."
+    "Ferry broker: stores and serves messages on its log store directory. It owns the "
+    "commit log and consume queues under DATA_DIR, SEND (acknowledged after the write, or "
+    "after fsync in sync flush mode), PULL with long polling and tag filtering, consumer "
+    "offsets (DATA_DIR/config/consumer_offsets.json), message query by id, key and time, "
+    "and the live consumers of each group. It registers itself in etcd under a lease with "
+    "the topics it serves. Configured by FERRY_BROKER_* environment variables; flags override them."
 )
+
+# flag -> (config field, type, help)
+_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--cluster", "cluster", str, "cluster name (FERRY_BROKER_CLUSTER)"),
+    ("--name", "name", str, "broker group name (FERRY_BROKER_NAME)"),
+    ("--id", "id", int, "broker id, 0 = master (FERRY_BROKER_ID)"),
+    ("--host", "host", str, "address to bind (FERRY_BROKER_HOST)"),
+    ("--advertise-host", "advertise_host", str, "host registered for clients "
+     "(FERRY_BROKER_ADVERTISE_HOST, default: --host)"),
+    ("--port", "port", int, "wire protocol port (FERRY_BROKER_PORT)"),
+    ("--http-port", "http_port", int, "HTTP API port, 0 = none (FERRY_BROKER_HTTP_PORT)"),
+    ("--data-dir", "data_dir", str, "log store directory (FERRY_BROKER_DATA_DIR)"),
+    ("--etcd", "etcd", str, "etcd endpoints host:port[,host:port], empty = no etcd "
+     "(FERRY_BROKER_ETCD)"),
+    ("--etcd-prefix", "etcd_prefix", str, "etcd key prefix (FERRY_BROKER_ETCD_PREFIX)"),
+    ("--lease-ttl-s", "lease_ttl_s", int, "etcd lease TTL in seconds (FERRY_BROKER_LEASE_TTL_S)"),
+    ("--flush-mode", "flush_mode", str, "async or sync (FERRY_BROKER_FLUSH_MODE)"),
+    ("--default-queues", "default_queues", int, "queues of an auto-created topic "
+     "(FERRY_BROKER_DEFAULT_QUEUES)"),
+    ("--segment-bytes", "segment_bytes", int, "commit log segment size "
+     "(FERRY_BROKER_SEGMENT_BYTES)"),
+    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
+]
+
+
+def parse_args(argv: list[str] | None) -> BrokerConfig:
+    parser = argparse.ArgumentParser(prog="ferry-broker", description=DESCRIPTION)
+    for flag, dest, typ, help_text in _FLAGS:
+        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+    parser.add_argument("--auto-create-topics", dest="auto_create_topics", default=None,
+                        action=argparse.BooleanOptionalAction,
+                        help="create unknown topics on first SEND (FERRY_BROKER_AUTO_CREATE_TOPICS)")
+    args = parser.parse_args(argv)
+    try:
+        return BrokerConfig.from_env(overrides=vars(args))
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # optional: the standard loop works, only slower
+        asyncio.run(coro)
+        return
+    uvloop.run(coro)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ferry-broker", description=DESCRIPTION)
-    parser.parse_args(argv)
-    print("ferry_broker: not built yet; this service arrives in a later issue.", file=sys.stderr)
-    return 2
+    config = parse_args(argv)
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    from ferry_broker.app import BrokerApp  # after logging is set up
+
+    try:
+        _run(BrokerApp(config).run())
+    except Exception:
+        logging.getLogger("ferry_broker").exception("broker failed")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

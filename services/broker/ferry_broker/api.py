@@ -1,0 +1,102 @@
+"""The broker's HTTP API: health, readiness, statistics and its OpenAPI document.
+
+- `GET /healthz`: 200 while the process serves HTTP at all.
+- `GET /readyz`: 200 once the store is open, the wire port listens and the
+  broker is registered in etcd (when it uses etcd); 503 before that and
+  while stopping.
+- `GET /v1/stats`: per topic and queue the min/max offsets; per group, topic
+  and queue the committed offset and the lag (max offset - committed); the
+  live consumers and the held pulls.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from ferry_broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "ferry-broker", "version": "1",
+             "description": "Health and statistics of one Ferry broker. Messages travel "
+                            "over the Ferry wire protocol, not over HTTP."},
+    "paths": {
+        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}},
+        "/readyz": {"get": {"summary": "Readiness", "responses": {
+            "200": {"description": "serving"}, "503": {"description": "starting or stopping"}}}},
+        "/v1/stats": {"get": {"summary": "Queue offsets, committed offsets and lag",
+                              "responses": {"200": {"description": "statistics",
+                                                    "content": {"application/json": {}}}}}},
+        "/openapi.json": {"get": {"summary": "This document",
+                                  "responses": {"200": {"description": "OpenAPI 3"}}}},
+    },
+}
+
+
+def stats(ctx: BrokerContext) -> dict[str, Any]:
+    """The statistics document of /v1/stats."""
+    store = ctx.store
+    topics: dict[str, dict[str, dict[str, int]]] = {}
+    for topic, queue_ids in sorted(store.topic_queues().items()):
+        topics[topic] = {
+            str(q): {"min_offset": store.min_offset(topic, q), "max_offset": store.max_offset(topic, q)}
+            for q in sorted(queue_ids)
+        }
+    groups: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    for (group, topic, q), committed in ctx.offsets.items():
+        max_offset = store.max_offset(topic, q)
+        groups.setdefault(group, {}).setdefault(topic, {})[str(q)] = {
+            "committed_offset": committed, "max_offset": max_offset,
+            "lag": max(0, max_offset - committed),
+        }
+    consumers = {g: [i.client_id for i in infos] for g, infos in ctx.consumers.groups().items()}
+    return {"broker": {"cluster": ctx.config.cluster, "name": ctx.config.name,
+                       "id": ctx.config.id, "addr": ctx.config.addr,
+                       "flush_mode": ctx.config.flush_mode},
+            "topics": topics, "groups": groups, "consumers": consumers,
+            "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held}
+
+
+def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if is_ready():
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def get_stats(_: web.Request) -> web.Response:
+        return web.json_response(stats(ctx))
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.json_response(OPENAPI)
+
+    app = web.Application(client_max_size=64 * 1024)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/v1/stats", get_stats)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
+
+class ApiServer:
+    """Runs the aiohttp app on the HTTP port."""
+
+    def __init__(self, ctx: BrokerContext, is_ready: Callable[[], bool]) -> None:
+        self._runner = web.AppRunner(build_app(ctx, is_ready), access_log=None)
+        self._site: web.TCPSite | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        await self._site.start()
+        log.info("HTTP API listening on %s:%d", host, port)
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()

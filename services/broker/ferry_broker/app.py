@@ -1,0 +1,154 @@
+"""BrokerApp: builds the broker's components, starts them in order and stops them cleanly.
+
+Start: open the store (recovering it if needed), load committed offsets,
+connect to etcd and load topic config (RouteCache), listen on the wire port,
+register in etcd with the topics served, start the HTTP API. Stop (SIGTERM or
+SIGINT): leave etcd first so that clients route elsewhere, stop accepting
+connections and requests, answer parked pulls and in-flight requests, save
+the offsets, close the store (flush + clean-shutdown mark), stop HTTP.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from ferry.errors import FerryError
+from ferry.store import FlushMode, MessageStore, StoreConfig
+
+from ferry_broker.api import ApiServer
+from ferry_broker.config import BrokerConfig
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
+from ferry_broker.consumers import ConsumerManager
+from ferry_broker.context import BrokerContext
+from ferry_broker.handlers import HANDLERS
+from ferry_broker.long_poll import LongPollManager
+from ferry_broker.registration import Registration
+from ferry_broker.server import BrokerServer
+from ferry_broker.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_FILE = Path("config") / "consumer_offsets.json"
+CONSUMER_SWEEP_S = 5.0
+
+
+def open_store(config: BrokerConfig) -> MessageStore:
+    flush_mode = FlushMode.SYNC if config.flush_mode == "sync" else FlushMode.ASYNC
+    return MessageStore(StoreConfig(
+        root_dir=str(config.data_path), flush_mode=flush_mode,
+        commitlog_segment_bytes=config.segment_bytes,
+        sync_flush_timeout_ms=config.flush_timeout_ms, store_host=config.addr,
+    ))
+
+
+class BrokerApp:
+    """The whole broker process."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.ctx: BrokerContext | None = None
+        self.server: BrokerServer | None = None
+        self.registration = Registration(config)
+        self.api: ApiServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = False
+        self._stopping = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_path.mkdir(parents=True, exist_ok=True)
+        store = open_store(cfg)
+        offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE)
+        try:
+            offsets.load()
+            cache = await self.registration.start()
+        except BaseException:
+            store.close()
+            raise
+        topics = TopicManager(cfg, cache)
+        self.ctx = BrokerContext(
+            config=cfg, store=store, offsets=offsets,
+            consumers=ConsumerManager(cfg.consumer_expiry_ms),
+            long_poll=LongPollManager(cfg.max_held_pulls_per_conn, cfg.max_held_pulls),
+            topics=topics,
+        )
+        self.server = BrokerServer(self.ctx, HANDLERS)
+        await self.server.start(cfg.host, cfg.port)
+        await self.registration.register(topics)
+        if cfg.http_port:
+            self.api = ApiServer(self.ctx, lambda: self._ready)
+            await self.api.start(cfg.host, cfg.http_port)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._save_offsets_loop()),
+                       loop.create_task(self._expire_consumers_loop())]
+        self._ready = True
+        log.info("broker %s/%s/%d ready: wire %s, http %s, data %s, flush %s", cfg.cluster,
+                 cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-", cfg.data_dir, cfg.flush_mode)
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._ready = False
+        log.info("broker stopping")
+        await self.registration.unregister()
+        ctx = self.ctx
+        if self.server is not None and ctx is not None:
+            self.server.stop_accepting()
+            ctx.long_poll.close()
+            await self.server.drain(self.config.shutdown_timeout_ms / 1000.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if ctx is not None:
+            try:
+                ctx.offsets.save()
+            except OSError:
+                log.exception("could not save consumer offsets at stop")
+            ctx.store.close()
+        await self.registration.stop()
+        if self.api is not None:
+            await self.api.stop()
+        log.info("broker stopped")
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    async def _save_offsets_loop(self) -> None:
+        assert self.ctx is not None
+        offsets = self.ctx.offsets
+        while True:
+            await asyncio.sleep(self.config.offsets_flush_interval_ms / 1000.0)
+            if offsets.dirty:
+                # Snapshot on the loop (the table is only touched here), fsync off it.
+                version, content = offsets.snapshot()
+                try:
+                    await asyncio.to_thread(offsets.write_snapshot, version, content)
+                except (OSError, FerryError):
+                    log.exception("could not save consumer offsets; will retry")
+
+    async def _expire_consumers_loop(self) -> None:
+        assert self.ctx is not None
+        while True:
+            await asyncio.sleep(CONSUMER_SWEEP_S)
+            expired = self.ctx.consumers.expire()
+            if expired:
+                log.info("%d consumers expired without a heartbeat", expired)

@@ -1,0 +1,42 @@
+"""What every request handler needs: the store, the managers and the connection it serves.
+
+The app builds one `BrokerContext` at start; the server gives each handler
+the context, the `ConnInfo` of the connection the request came on, and the
+request frame. Handlers hold no state of their own.
+"""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ferry.store import MessageStore
+from ferry.wire import Frame
+
+from ferry_broker.config import BrokerConfig
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
+from ferry_broker.consumers import ConsumerManager
+from ferry_broker.long_poll import LongPollManager
+from ferry_broker.topics import TopicManager
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    """One client connection as handlers see it."""
+
+    conn_id: int
+    peer: str  # "host:port" of the client; stored as a message's born_host
+
+
+@dataclass
+class BrokerContext:
+    """The broker's components, shared by every handler."""
+
+    config: BrokerConfig
+    store: MessageStore
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    long_poll: LongPollManager
+    topics: TopicManager
+
+
+Handler = Callable[[BrokerContext, ConnInfo, Frame], Awaitable[Frame | None]]

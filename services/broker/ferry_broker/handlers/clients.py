@@ -1,0 +1,51 @@
+"""Consumer membership: heartbeats, unregistering, and the live members of a group."""
+from __future__ import annotations
+
+from ferry.errors import BusyError, MalformedRequestError
+from ferry.names import validate_topic
+from ferry.wire import Frame, response
+
+from ferry_broker.context import BrokerContext, ConnInfo
+from ferry_broker.handlers.fields import group_field, str_field
+
+MAX_CLIENT_ID_CHARS = 255
+MAX_SUBSCRIBED_TOPICS = 1024
+MODES = ("clustering", "broadcasting")
+
+
+def _topics(value: object) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or len(value) > MAX_SUBSCRIBED_TOPICS:
+        raise MalformedRequestError(f"field 'topics' must be a list of at most "
+                                    f"{MAX_SUBSCRIBED_TOPICS} topic names")
+    return frozenset(validate_topic(t, allow_internal=True) for t in value)
+
+
+async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    f = req.fields
+    client_id = str_field(f, "client_id", MAX_CLIENT_ID_CHARS)
+    if not client_id:
+        raise MalformedRequestError("field 'client_id' must not be empty")
+    group = group_field(f)
+    mode = str_field(f, "mode", 32, "clustering")
+    if mode not in MODES:
+        raise MalformedRequestError(f"field 'mode' must be one of {', '.join(MODES)}")
+    if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode):
+        raise BusyError("too many consumers or groups on this broker")
+    return response(req)
+
+
+async def handle_unregister(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    f = req.fields
+    ctx.consumers.unregister(str_field(f, "client_id", MAX_CLIENT_ID_CHARS), group_field(f))
+    return response(req)
+
+
+async def handle_get_consumers(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    f = req.fields
+    group = group_field(f)
+    topic = f.get("topic")
+    if topic is not None:
+        topic = validate_topic(topic, allow_internal=True)
+    return response(req, {"members": ctx.consumers.members(group, topic)})

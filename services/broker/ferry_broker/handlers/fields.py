@@ -1,0 +1,54 @@
+"""Reading a request's `x` fields with clear errors for a missing or mistyped one."""
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.errors import MalformedRequestError
+from ferry.names import validate_group, validate_topic
+
+MAX_QUEUE_ID = 1023  # topics have at most 1024 queues (ferry.routing MAX_QUEUES)
+MAX_OFFSET = 2**63 - 1
+_MISSING = object()
+
+
+def int_field(fields: dict[str, Any], name: str, low: int, high: int,
+              default: int | None = None) -> int:
+    """An integer field within [low, high]; `default` when absent or null (if given)."""
+    value = fields.get(name, _MISSING)
+    if value is _MISSING or value is None:
+        if default is not None:
+            return default
+        raise MalformedRequestError(f"field {name!r} is required")
+    if type(value) is not int:
+        raise MalformedRequestError(f"field {name!r} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise MalformedRequestError(f"field {name!r} must be within {low}..{high}, not {value}")
+    return value
+
+
+def str_field(fields: dict[str, Any], name: str, max_len: int = 1024,
+              default: str | None = None) -> str:
+    """A string field of at most `max_len` characters."""
+    value = fields.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise MalformedRequestError(f"field {name!r} is required")
+    if type(value) is not str:
+        raise MalformedRequestError(f"field {name!r} must be a string, not {value!r}")
+    if len(value) > max_len:
+        raise MalformedRequestError(f"field {name!r} is longer than {max_len} characters")
+    return value
+
+
+def topic_field(fields: dict[str, Any]) -> str:
+    """The `topic` field, checked by the naming rules (internal `%...%` topics allowed)."""
+    return validate_topic(fields.get("topic"), allow_internal=True)
+
+
+def group_field(fields: dict[str, Any]) -> str:
+    return validate_group(fields.get("group"))
+
+
+def queue_field(fields: dict[str, Any]) -> int:
+    return int_field(fields, "queue_id", 0, MAX_QUEUE_ID)

@@ -1,0 +1,44 @@
+"""Offsets: consumer commits and queries, a queue's bounds, and the offset for a time."""
+from __future__ import annotations
+
+from ferry.wire import Frame, response
+
+from ferry_broker.context import BrokerContext, ConnInfo
+from ferry_broker.handlers.fields import (
+    MAX_OFFSET,
+    group_field,
+    int_field,
+    queue_field,
+    topic_field,
+)
+
+
+async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    """COMMIT_OFFSET: remember the next offset a group will read from a queue."""
+    f = req.fields
+    group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
+    offset = int_field(f, "offset", 0, MAX_OFFSET)
+    ctx.offsets.commit(group, topic, queue_id, offset)
+    return response(req)
+
+
+async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    """QUERY_OFFSET: the committed offset, -1 when the group never committed there."""
+    f = req.fields
+    group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
+    return response(req, {"offset": ctx.offsets.query(group, topic, queue_id)})
+
+
+async def handle_get_min_max(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    """GET_MIN_MAX: the oldest stored queue offset and the next one to be written."""
+    topic, queue_id = topic_field(req.fields), queue_field(req.fields)
+    return response(req, {"min_offset": ctx.store.min_offset(topic, queue_id),
+                          "max_offset": ctx.store.max_offset(topic, queue_id)})
+
+
+async def handle_offset_for_time(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    """OFFSET_FOR_TIME: the first queue offset stored at or after `ts_ms`."""
+    f = req.fields
+    topic, queue_id = topic_field(f), queue_field(f)
+    ts_ms = int_field(f, "ts_ms", 0, MAX_OFFSET)
+    return response(req, {"offset": ctx.store.offset_for_timestamp(topic, queue_id, ts_ms)})

@@ -1,0 +1,125 @@
+"""The broker's presence in etcd: its lease-bound key, and topic config it follows.
+
+The broker key `/ferry/brokers/{cluster}/{name}/{id}` carries the topics the
+broker serves ({topic: queues}); it lives under a lease (LEASE_TTL_S, kept
+alive by ferry.routing), so it disappears when the process dies. Changes in
+topic config (seen by the RouteCache) or a topic created here on first SEND
+lead to an update of the key, debounced. A topic created here is also written
+to `/ferry/topics/` (create-only) so that namesrv routes it.
+With ETCD empty, the broker runs alone: no key, no topic config.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ferry.errors import FerryError
+from ferry.routing import BrokerInfo, EtcdRegistry, RouteCache, TopicConfig
+
+from ferry_broker.config import BrokerConfig
+from ferry_broker.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+UPDATE_DEBOUNCE_S = 0.2
+
+
+class Registration:
+    """Registry, route cache and the broker key, for the app to start and stop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        self.registry: EtcdRegistry | None = None
+        self.cache: RouteCache | None = None
+        self._topics: TopicManager | None = None
+        self._registered: dict[str, int] | None = None
+        self._changed = asyncio.Event()
+        self._created: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> RouteCache | None:
+        """Connect to etcd and load topic config; None when running without etcd."""
+        if not self._config.etcd:
+            log.warning("FERRY_BROKER_ETCD is empty: running without etcd")
+            return None
+        self.registry = EtcdRegistry(self._config.etcd, prefix=self._config.etcd_prefix)
+        await self.registry.start()
+        self.cache = RouteCache(self.registry)
+        await self.cache.start()
+        return self.cache
+
+    def _info(self, topics: dict[str, int]) -> BrokerInfo:
+        cfg = self._config
+        return BrokerInfo(cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id, addr=cfg.addr,
+                          repl_addr="", http_addr=cfg.http_addr, topics=topics)
+
+    async def register(self, topics: TopicManager) -> None:
+        """Put the broker key under a lease and follow topic changes from now on."""
+        self._topics = topics
+        if self.registry is None:
+            return
+        served = topics.served()
+        ttl_s = self._config.lease_ttl_s
+        await self.registry.register_broker(self._info(served), ttl_s=ttl_s,
+                                            keepalive_s=ttl_s / 3)
+        self._registered = served
+        topics.add_listener(self._on_change)
+        if self.cache is not None:
+            self.cache.add_listener(topics.config_changed)
+        self._task = asyncio.get_running_loop().create_task(self._update_loop())
+        log.info("registered in etcd with %d topics", len(served))
+
+    def _on_change(self, created: str | None) -> None:
+        if created is not None:
+            self._created.append(created)
+        self._changed.set()
+
+    async def _update_loop(self) -> None:
+        assert self.registry is not None and self._topics is not None
+        while True:
+            await self._changed.wait()
+            await asyncio.sleep(UPDATE_DEBOUNCE_S)
+            self._changed.clear()
+            created, self._created = self._created, []
+            for topic in created:
+                await self._create_topic(topic)
+            served = self._topics.served()
+            if served != self._registered:
+                try:
+                    await self.registry.update_broker(self._info(served))
+                    self._registered = served
+                except (FerryError, OSError) as exc:
+                    log.warning("could not update the broker key: %s; retrying", exc)
+                    self._changed.set()
+                    await asyncio.sleep(1.0)
+
+    async def _create_topic(self, topic: str) -> None:
+        assert self.registry is not None
+        try:
+            cfg = TopicConfig(name=topic, queues=self._config.default_queues)
+            await self.registry.put_topic(cfg, create_only=True)
+            log.info("created topic %s (%d queues) on first use", topic, cfg.queues)
+        except (FerryError, ValueError, OSError) as exc:
+            log.info("topic %s not recorded in etcd: %s", topic, exc)
+
+    async def unregister(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.registry is not None and self._registered is not None:
+            try:
+                await self.registry.unregister_broker()
+            except (FerryError, OSError) as exc:
+                log.warning("could not remove the broker key (its lease will expire): %s", exc)
+            self._registered = None
+
+    async def stop(self) -> None:
+        if self.cache is not None:
+            with contextlib.suppress(Exception):
+                await self.cache.stop()
+        if self.registry is not None:
+            with contextlib.suppress(Exception):
+                await self.registry.stop()

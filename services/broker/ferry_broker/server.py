@@ -1,0 +1,211 @@
+"""The wire server: TCP connections, frame decoding, dispatch to handlers, responses.
+
+One `BrokerProtocol` per connection feeds received bytes to a sans-IO
+`FrameDecoder` and runs each request's handler as a task, so a parked PULL
+never holds up the SENDs behind it on the same connection. Handlers run their
+synchronous part (validation, the store call) before their first await, so
+requests on one connection reach the store in the order they arrived.
+
+Failure handling, so that no input can stop the broker: a malformed frame
+closes only that connection; an unknown code, or a FerryError from a handler,
+is an error response; any other exception is logged and answered as
+SystemError_. One-way requests get no response, not even an error (it is
+logged). Limits: `max_connections`, and `max_inflight_per_conn` requests per
+connection (reading pauses beyond it, and while the peer does not read its
+responses).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import cast
+
+from ferry.errors import FerryError, SystemError_, UnknownCodeError
+from ferry.wire import (
+    Frame,
+    FrameDecoder,
+    MalformedFrameError,
+    encode_frame_parts,
+    error_response,
+)
+
+from ferry_broker.context import BrokerContext, ConnInfo, Handler
+
+log = logging.getLogger(__name__)
+
+
+class BrokerServer:
+    """Listens on the wire port and tracks connections and in-flight requests."""
+
+    def __init__(self, ctx: BrokerContext, handlers: dict[int, Handler]) -> None:
+        self.ctx = ctx
+        self.handlers = handlers
+        self.connections: set[BrokerProtocol] = set()
+        self._ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._new_protocol, host, port,
+                                                reuse_address=True, backlog=1024)
+        log.info("wire server listening on %s:%d", host, port)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def _new_protocol(self) -> BrokerProtocol:
+        return BrokerProtocol(self, next(self._ids))
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket and stop reading new requests; in-flight ones go on."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.stop_reading()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for in-flight requests to be answered (at most `timeout_s`), then disconnect."""
+        tasks = [t for conn in self.connections for t in conn.tasks]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            if pending:
+                log.warning("%d requests still running at shutdown; cancelling", len(pending))
+                for task in pending:
+                    task.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class BrokerProtocol(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, server: BrokerServer, conn_id: int) -> None:
+        self.server = server
+        self.conn_id = conn_id
+        self.decoder = FrameDecoder()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.info = ConnInfo(conn_id, "")
+        self.transport: asyncio.Transport | None = None
+        self._closed = False
+        self._reading_paused = False
+        self._writing_paused = False
+        self._stopped = False
+        self._max_inflight = server.ctx.config.max_inflight_per_conn
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.info = ConnInfo(self.conn_id, f"{peer[0]}:{peer[1]}" if peer else "")
+        if len(self.server.connections) >= self.server.ctx.config.max_connections:
+            log.warning("refusing connection from %s: %d connections open",
+                        self.info.peer, len(self.server.connections))
+            transport.abort()
+            return
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.decoder.feed(data)
+        except MalformedFrameError as exc:
+            log.warning("closing connection %d from %s: %s", self.conn_id, self.info.peer, exc)
+            self.close()
+            return
+        for frame in frames:
+            self._dispatch(frame)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its responses: stop taking requests from it.
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    # -- requests --------------------------------------------------------------------------
+
+    def _dispatch(self, frame: Frame) -> None:
+        if frame.is_response:
+            log.warning("connection %d sent a response frame (code %d); ignored",
+                        self.conn_id, frame.code)
+            return
+        handler = self.server.handlers.get(frame.code)
+        if handler is None:
+            self._reply(frame, error_response(
+                frame, UnknownCodeError(f"unknown request code {frame.code}")))
+            return
+        task = asyncio.get_running_loop().create_task(self._run(handler, frame))
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        if len(self.tasks) >= self._max_inflight:
+            self._update_reading()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if self._reading_paused and len(self.tasks) <= self._max_inflight // 2:
+            self._update_reading()
+
+    async def _run(self, handler: Handler, frame: Frame) -> None:
+        try:
+            resp = await handler(self.server.ctx, self.info, frame)
+        except FerryError as exc:
+            log.info("request %d (code %d) from %s failed: %s: %s", frame.request_id,
+                     frame.code, self.info.peer, type(exc).__name__, exc)
+            resp = error_response(frame, exc)
+        except Exception:
+            log.exception("request %d (code %d) from %s crashed", frame.request_id,
+                          frame.code, self.info.peer)
+            resp = error_response(frame, SystemError_("internal error; see the broker log"))
+        if resp is not None:
+            self._reply(frame, resp)
+
+    def _reply(self, req: Frame, resp: Frame) -> None:
+        if req.is_oneway:
+            if resp.error:
+                log.info("one-way request %d (code %d) failed: %s", req.request_id,
+                         req.code, resp.message)
+            return
+        if self._closed or self.transport is None:
+            return
+        try:
+            parts = encode_frame_parts(resp)
+        except FerryError as exc:
+            log.error("cannot encode response to request %d: %s", req.request_id, exc)
+            parts = encode_frame_parts(error_response(req, exc))
+        self.transport.writelines(parts)
+
+    # -- flow control and closing ----------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self._closed or self.transport is None:
+            return
+        pause = (self._stopped or self._writing_paused
+                 or len(self.tasks) >= self._max_inflight)
+        if pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+
+    def stop_reading(self) -> None:
+        """Take no more requests (shutdown); responses still go out."""
+        self._stopped = True
+        self._update_reading()
+
+    def close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()

@@ -1,0 +1,84 @@
+"""Which topics this broker serves, and with how many queues.
+
+Topic config lives in etcd (`/ferry/topics/{topic}`) and reaches the broker
+through the routing RouteCache. A topic the cache does not know is created
+here on first SEND when AUTO_CREATE_TOPICS is on (with DEFAULT_QUEUES queues),
+and internal topics (`%RETRY%...`, `%DLQ%...`, `%SYS%...`) always are, since
+only Ferry itself builds their names. The app is told of every change so that
+it can update the broker's etcd registration and record a created topic.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ferry.errors import NoPermissionError, TopicNotFoundError
+from ferry.names import is_internal
+
+from ferry_broker.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from ferry.routing import RouteCache, TopicConfig
+
+ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
+
+
+class TopicManager:
+    """Resolves a topic's queue count for SEND and lists the topics served."""
+
+    def __init__(self, config: BrokerConfig, cache: RouteCache | None) -> None:
+        self._config = config
+        self._cache = cache
+        self._local: dict[str, int] = {}  # created here, not (yet) seen in etcd
+        self._listeners: list[ChangeListener] = []
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def configured(self, topic: str) -> TopicConfig | None:
+        """The topic's config from etcd, if the cache has it."""
+        return self._cache.topics.get(topic) if self._cache is not None else None
+
+    def _serves(self, cfg: TopicConfig) -> bool:
+        return not cfg.brokers or self._config.name in cfg.brokers
+
+    def queues_for_send(self, topic: str) -> int:
+        """The queue count to accept a SEND with; raises when this broker must refuse it."""
+        cfg = self.configured(topic)
+        if cfg is not None:
+            if not self._serves(cfg):
+                raise NoPermissionError(f"broker {self._config.name} does not serve topic {topic}")
+            if "w" not in cfg.perm:
+                raise NoPermissionError(f"topic {topic} is not writable (perm {cfg.perm})")
+            return cfg.queues
+        queues = self._local.get(topic)
+        if queues is not None:
+            return queues
+        if not (self._config.auto_create_topics or is_internal(topic)):
+            raise TopicNotFoundError(f"topic {topic} does not exist and auto-creation is off")
+        queues = self._local[topic] = self._config.default_queues
+        self._notify(topic)
+        return queues
+
+    def check_readable(self, topic: str) -> None:
+        """Refuse a PULL on a topic that is configured but not readable here."""
+        cfg = self.configured(topic)
+        if cfg is not None and "r" not in cfg.perm:
+            raise NoPermissionError(f"topic {topic} is not readable (perm {cfg.perm})")
+
+    def served(self) -> dict[str, int]:
+        """Topic -> queue count for the etcd registration."""
+        known = self._cache.topics if self._cache is not None else {}
+        out = {t: q for t, q in self._local.items() if t not in known}
+        for name, cfg in known.items():
+            if self._serves(cfg):
+                out[name] = cfg.queues
+        return dict(sorted(out.items()))
+
+    def config_changed(self, *_: object) -> None:
+        """Called by the RouteCache after each change in etcd."""
+        self._notify(None)
+
+    def _notify(self, created: str | None) -> None:
+        for listener in self._listeners:
+            listener(created)
