@@ -123,3 +123,29 @@ async def test_producer_fails_over_when_a_broker_is_killed(fresh_mesh: Mesh) -> 
     ids = {r.msg_id for r in got}
     missing = set(acked) - ids
     assert not missing, f"{len(missing)} acknowledged messages lost"
+
+
+async def test_default_intervals_move_queues_within_20_s(mesh: Mesh) -> None:
+    """With the default heartbeat/rebalance periods (5 s): join and graceful leave."""
+    topic, group = unique("timing"), unique("g")
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_topic(topic, queues=2)
+    queues = await _queues(mesh, topic)
+    a = Consumer(topic, group=group, namesrv=mesh.namesrv)
+    b = Consumer(topic, group=group, namesrv=mesh.namesrv)
+    loop = asyncio.get_running_loop()
+    try:
+        await a.start()
+        assert a.assignment() == queues          # the first rebalance runs inside start()
+        t0 = loop.time()
+        await b.start()
+        await wait_assignment([a, b], queues, timeout_s=20)
+        joined_s = loop.time() - t0
+        t0 = loop.time()
+        await b.stop()
+        await wait_assignment([a], queues, timeout_s=20)
+        left_s = loop.time() - t0
+    finally:
+        await a.stop()
+        await b.stop()
+    assert joined_s < 20 and left_s < 20
