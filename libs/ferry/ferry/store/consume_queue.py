@@ -232,6 +232,16 @@ class ConsumeQueue:
             raise StoreError(f"packed entries length {total} is not a multiple of {ENTRY_SIZE}")
         if total == 0:
             return
+        count = total // ENTRY_SIZE
+        if queue_offset == self._max and self._segments:
+            seg = self._segments[-1]
+            if seg.base <= queue_offset and queue_offset + count <= seg.end:
+                # The put path: new entries that fit the active segment, one copy.
+                at = (queue_offset - seg.base) * ENTRY_SIZE
+                (seg.mm or seg.map())[at : at + total] = packed_entries
+                seg.dirty = True
+                self._max = queue_offset + count
+                return
         if not self._segments:
             # A fresh queue starts where its first message says (0, unless the
             # consume queue files were lost and recovery rebuilds it).
@@ -241,7 +251,6 @@ class ConsumeQueue:
             raise StoreError(
                 f"{self.topic}/{self.queue_id}: append at {queue_offset} leaves a gap after {self._max}"
             )
-        count = total // ENTRY_SIZE
         end = queue_offset + count
         data = memoryview(packed_entries)
         if queue_offset < self._segments[0].base:

@@ -90,8 +90,8 @@ class IndexFile:
         return cls(path)
 
     def _recover_count(self) -> None:
-        # The header is rewritten once per batch, so after a crash entries (and slots)
-        # may run past its count: take every non-zero entry that follows.
+        # The header is rewritten on flush, so after a crash entries (and slots) may
+        # run past its count: take every non-zero entry that follows.
         n = self.count
         while n < self.capacity:
             h, phy, delta, prev = INDEX_ENTRY.unpack_from(self._mm, self._entries_at + n * INDEX_ENTRY.size)
@@ -124,19 +124,20 @@ class IndexFile:
         Items whose phy is <= `floor_phy` are skipped (already indexed). Returns the
         index of the first item not consumed.
         """
-        slots, nslots, base = self._slots, self.slot_count, self.base_ts_ms
-        n, cap = self.count, self.capacity
+        slots, nslots, base, mm = self._slots, self.slot_count, self.base_ts_ms, self._mm
+        n0 = n = self.count
+        cap = self.capacity
         lo_d, hi_d = self.begin_ts_ms - base, self.end_ts_ms - base
-        pack, hash_, dmin, dmax = INDEX_ENTRY.pack, crc32c, _DELTA_MIN, _DELTA_MAX
-        parts: list[bytes] = []
-        append = parts.append
-        first_phy = self.begin_phy
+        pack_into, hash_, dmin, dmax = INDEX_ENTRY.pack_into, crc32c, _DELTA_MIN, _DELTA_MAX
+        esize = INDEX_ENTRY.size
+        at = self._entries_at + n * esize
         phy = self.end_phy
         last_ts: int | None = None
         d = 0
         stop = len(items)
-        # The hot loop of every put: locals only, and the time checks run only when
-        # the timestamp changes (a batch usually shares one).
+        # The hot loop of every put: locals only, entries packed straight into the
+        # mapping, and the time checks run only when the timestamp changes (a batch
+        # usually shares one).
         for i in range(start, stop):
             key, p, ts = items[i]
             if p <= floor_phy:
@@ -156,19 +157,19 @@ class IndexFile:
                 last_ts = ts
             h = hash_(key)
             s = h % nslots
-            append(pack(h, p, d, slots[s]))
+            pack_into(mm, at, h, p, d, slots[s])
+            at += esize
             n += 1
             slots[s] = n
             phy = p
-        if parts:
-            at = self._entries_at + self.count * INDEX_ENTRY.size
-            data = b"".join(parts)
-            self._mm[at : at + len(data)] = data
-            if first_phy < 0:
-                first_phy = INDEX_ENTRY.unpack_from(data, 0)[1]
-            self.count, self.begin_phy, self.end_phy = n, first_phy, phy
+        if n != n0:
+            if self.begin_phy < 0:
+                self.begin_phy = INDEX_ENTRY.unpack_from(mm, self._entries_at)[1]
+            self.count, self.end_phy = n, phy
             self.begin_ts_ms, self.end_ts_ms = base + lo_d, base + hi_d
-            self.write_header()
+            # The header is written on flush, roll and close; reopen recounts the
+            # entries written after it (see _recover_count).
+            self.dirty = True
         return stop
 
     def overlaps(self, begin_ms: int, end_ms: int) -> bool:
@@ -210,6 +211,7 @@ class IndexFile:
 
     def flush(self) -> None:
         if self.dirty:
+            self.write_header()
             self._mm.flush()
             self.dirty = False
 
@@ -232,6 +234,7 @@ class IndexService:
         os.makedirs(self._dir, exist_ok=True)
         self._files: list[IndexFile] = []
         self._load()
+        self._last_phy = self._find_last_phy()
 
     def _load(self) -> None:
         names = sorted(n for n in os.listdir(self._dir) if len(n) == NAME_DIGITS and n.isdigit())
@@ -250,6 +253,9 @@ class IndexService:
     @property
     def last_phy_offset(self) -> int:
         """The highest phy offset indexed so far, -1 when empty."""
+        return self._last_phy
+
+    def _find_last_phy(self) -> int:
         for f in reversed(self._files):
             if f.count:
                 return f.end_phy
@@ -268,7 +274,7 @@ class IndexService:
 
     def put(self, key: bytes, phy_offset: int, store_ts_ms: int) -> None:
         """Index one key; a phy below the last indexed one is skipped (already indexed)."""
-        self._put(((key, phy_offset, store_ts_ms),), self.last_phy_offset - 1)
+        self._put([(key, phy_offset, store_ts_ms)], self._last_phy - 1)
 
     def put_many(self, items: list[tuple[bytes, int, int]]) -> None:
         """Index (key, phy_offset, store_ts_ms) items, given in commit-log order.
@@ -277,19 +283,19 @@ class IndexService:
         recovery can re-dispatch over already indexed records without duplicates
         (a record's keys always arrive in one call).
         """
-        self._put(items, self.last_phy_offset)
+        self._put(items, self._last_phy)
 
-    def _put(self, items: list[tuple[bytes, int, int]] | tuple[tuple[bytes, int, int], ...],
-             floor_phy: int) -> None:
-        seq = items if isinstance(items, list) else list(items)
-        i = 0
-        while i < len(seq):
+    def _put(self, items: list[tuple[bytes, int, int]], floor_phy: int) -> None:
+        i, total = 0, len(items)
+        while i < total:
             f = self._files[-1] if self._files else None
             if f is None or f.full:
-                f = self._roll(seq[i][2])
-            j = f.add_many(seq, i, floor_phy)
-            if j < len(seq) and not f.full:
-                self._roll(seq[j][2])  # the timestamp does not fit this file's delta range
+                f = self._roll(items[i][2])
+            j = f.add_many(items, i, floor_phy)
+            if f.count:
+                self._last_phy = f.end_phy
+            if j < total and not f.full:
+                self._roll(items[j][2])  # the timestamp does not fit this file's delta range
             i = j
 
     def query(self, key: bytes, begin_ms: int, end_ms: int, max_count: int) -> list[int]:
@@ -312,10 +318,11 @@ class IndexService:
             f = self._files[-1]
             if f.count and f.begin_phy < phy_offset:
                 f.truncate_from_phy(phy_offset)
-                return
+                break
             self._files.pop()
             f.close()
             os.remove(f.path)
+        self._last_phy = self._find_last_phy()
 
     def truncate_from_phy(self, phy_offset: int) -> int:
         """Recovery: make sure no entry at or past `phy_offset` remains.
