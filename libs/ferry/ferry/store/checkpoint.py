@@ -28,6 +28,8 @@ from crc32c import crc32c
 log = logging.getLogger(__name__)
 
 CHECKPOINT = struct.Struct("<IIqqqII")
+CHECKPOINT_FIELDS = ("magic", "version", "commit_offset", "dispatch_offset", "written_ms", "clean",
+                     "crc")
 CHECKPOINT_MAGIC = 0x4B595246  # b"FRYK"
 CHECKPOINT_VERSION = 1
 CHECKPOINT_FILE = "checkpoint"

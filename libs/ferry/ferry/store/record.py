@@ -55,6 +55,13 @@ from crc32c import crc32c
 from ferry.errors import CorruptRecordError
 
 HEADER = struct.Struct("<IIIIiqqqqqiq16sBBBBHHII")
+HEADER_FIELDS = (
+    "total_size", "magic", "crc", "flags", "queue_id", "queue_offset", "phy_offset", "born_ts_ms",
+    "store_ts_ms", "prepared_offset", "reconsume_times", "tag_hash", "msg_id", "topic_len",
+    "born_host_len", "store_host_len", "reserved", "tags_len", "keys_len", "props_len", "body_len",
+)
+VARIABLE_PARTS = ("topic", "born_host", "store_host", "tags", "keys", "properties", "body")
+BLANK_FIELDS = ("size", "magic")
 HEADER_SIZE = HEADER.size  # 104
 RECORD_MAGIC = 0x01595246  # b"FRY\x01": layout version 1
 BLANK = struct.Struct("<II")
