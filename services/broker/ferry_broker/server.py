@@ -23,6 +23,7 @@ from typing import cast
 
 from ferry.errors import FerryError, SystemError_, UnknownCodeError
 from ferry.wire import (
+    Flag,
     Frame,
     FrameDecoder,
     MalformedFrameError,
@@ -33,6 +34,10 @@ from ferry.wire import (
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
 
 log = logging.getLogger(__name__)
+
+# Plain ints: testing an int against an IntFlag member goes through enum machinery.
+_RESPONSE = int(Flag.RESPONSE)
+_ONEWAY = int(Flag.ONEWAY)
 
 
 class BrokerServer:
@@ -95,6 +100,8 @@ class BrokerProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._stopped = False
+        self._out: list[bytes | memoryview] = []
+        self._flush_scheduled = False
         self._max_inflight = server.ctx.config.max_inflight_per_conn
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -137,7 +144,7 @@ class BrokerProtocol(asyncio.Protocol):
     # -- requests --------------------------------------------------------------------------
 
     def _dispatch(self, frame: Frame) -> None:
-        if frame.is_response:
+        if frame.flags & _RESPONSE:
             log.warning("connection %d sent a response frame (code %d); ignored",
                         self.conn_id, frame.code)
             return
@@ -172,7 +179,7 @@ class BrokerProtocol(asyncio.Protocol):
             self._reply(frame, resp)
 
     def _reply(self, req: Frame, resp: Frame) -> None:
-        if req.is_oneway:
+        if req.flags & _ONEWAY:
             if resp.error:
                 log.info("one-way request %d (code %d) failed: %s", req.request_id,
                          req.code, resp.message)
@@ -184,7 +191,18 @@ class BrokerProtocol(asyncio.Protocol):
         except FerryError as exc:
             log.error("cannot encode response to request %d: %s", req.request_id, exc)
             parts = encode_frame_parts(error_response(req, exc))
-        self.transport.writelines(parts)
+        # Cork: responses finished in the same loop turn go out in one write
+        # (one syscall instead of one per response, the largest per-request cost).
+        self._out.extend(parts)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and not self._closed and self.transport is not None:
+            self.transport.writelines(out)
 
     # -- flow control and closing ----------------------------------------------------------
 
@@ -206,6 +224,8 @@ class BrokerProtocol(asyncio.Protocol):
         self._update_reading()
 
     def close(self) -> None:
+        """Close after writing the responses already made (corked ones included)."""
         if not self._closed and self.transport is not None:
+            self._flush_out()
             self._closed = True
             self.transport.close()
