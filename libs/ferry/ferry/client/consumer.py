@@ -118,6 +118,7 @@ class Consumer:
         if not self._started:
             return
         self._started = False
+        self._wakeup.set()   # a getmany() waiting in another task returns now
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -130,6 +130,10 @@ class QueueFetcher:
                 self.routes.invalidate(self.tq.topic)
                 await asyncio.sleep(_ERROR_BACKOFF_S)
                 continue
+            except Exception:  # a bug must not silently stop this queue for good
+                log.exception("pull loop of %s failed unexpectedly; retrying", self.tq)
+                await asyncio.sleep(_ERROR_BACKOFF_S)
+                continue
             if not got and time.monotonic() - started < _EMPTY_FAST_S:
                 await asyncio.sleep(_EMPTY_FAST_S)
 

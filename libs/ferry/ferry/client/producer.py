@@ -22,14 +22,22 @@ from ferry.client.accumulator import Batch, PendingMessage, QueueBatcher
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS, ConnectionPool
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache, TopicRoute
-from ferry.errors import FerryError, MessageTooLargeError, TopicNotFoundError
+from ferry.errors import (
+    FerryError,
+    MalformedRequestError,
+    MessageTooLargeError,
+    SystemError_,
+    TopicNotFoundError,
+)
 from ferry.names import validate_topic
 from ferry.store.record import encode_properties, new_msg_id
-from ferry.wire import RequestCode, WireMessage, encode_messages
+from ferry.wire import MAX_BODY_BYTES, RequestCode, WireMessage, encode_messages
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES
+# tags and keys have u16 length slots in the SEND batch
+MAX_TAGS_KEYS_BYTES = 0xFFFF
 QueueSelector = Callable[[Sequence[TopicQueue], Message], TopicQueue]
 
 
@@ -217,6 +225,10 @@ class Producer:
         except FerryError as exc:
             self._on_failure(tq, items, exc)
             return
+        except Exception as exc:  # a bug must not leave futures pending forever
+            log.exception("send to %s failed unexpectedly", tq)
+            self._on_failure(tq, items, SystemError_(f"unexpected client error: {exc!r}"))
+            return
         first = int(resp.fields.get("queue_offset", -1))
         queue_id = int(resp.fields.get("queue_id", tq.queue_id))
         for i, it in enumerate(items):
@@ -262,7 +274,11 @@ class Producer:
 
 
 def _to_wire(msg: Message) -> WireMessage:
+    """The wire form of a message; bad fields raise here, before they could fail a batch."""
     props = encode_properties(dict(msg.properties)) if msg.properties else b""
+    tags, keys = msg.tags or "", msg.all_keys()
+    if len(tags.encode()) > MAX_TAGS_KEYS_BYTES or len(keys.encode()) > MAX_TAGS_KEYS_BYTES:
+        raise MalformedRequestError(f"tags and keys are limited to {MAX_TAGS_KEYS_BYTES} bytes")
     return WireMessage(body=bytes(msg.body), msg_id=new_msg_id(),
-                       born_ts_ms=int(time.time() * 1000), tags=msg.tags or "",
-                       keys=msg.all_keys(), properties=props)
+                       born_ts_ms=int(time.time() * 1000), tags=tags, keys=keys,
+                       properties=props)
