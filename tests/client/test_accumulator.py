@@ -49,17 +49,17 @@ async def test_idle_queue_sends_at_once_without_waiting_for_linger() -> None:
 async def test_while_in_flight_messages_gather_and_go_after_linger() -> None:
     rec = Recorder()
     rec.release.clear()
-    b = QueueBatcher(rec, linger_ms=20, max_batch_bytes=1 << 20, max_in_flight=2)
+    b = QueueBatcher(rec, linger_ms=200, max_batch_bytes=1 << 20, max_in_flight=2)
     first = _item()
     b.add(first)
-    await asyncio.sleep(0.005)
+    await asyncio.sleep(0.01)
     assert len(rec.batches) == 1
     later = [_item() for _ in range(10)]
     for it in later:
         b.add(it)
         await asyncio.sleep(0)
     assert len(rec.batches) == 1           # still lingering
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
     assert len(rec.batches) == 2 and len(rec.batches[1].items) == 10
     rec.release.set()
     await asyncio.gather(first.future, *(it.future for it in later))
@@ -105,3 +105,19 @@ async def test_flush_waits_for_everything() -> None:
         b.add(it)
     await b.flush()
     assert all(it.future.done() for it in items)
+
+
+async def test_batches_closed_while_slots_are_busy_travel_together() -> None:
+    rec = Recorder()
+    rec.release.clear()
+    b = QueueBatcher(rec, linger_ms=5, max_batch_bytes=1 << 20, max_in_flight=1)
+    items = [_item()]
+    b.add(items[0])
+    for _ in range(4):          # four linger periods while the one slot is busy
+        await asyncio.sleep(0.02)
+        items.append(_item())
+        b.add(items[-1])
+    await asyncio.sleep(0.02)
+    rec.release.set()
+    await asyncio.gather(*(it.future for it in items))
+    assert [len(batch.items) for batch in rec.batches] == [1, 4]

@@ -121,6 +121,11 @@ class QueueBatcher:
         loop = asyncio.get_running_loop()
         while self._ready and self._in_flight < self.max_in_flight:
             batch = self._ready.popleft()
+            # Batches closed by linger while the slots were busy travel together.
+            while self._ready and batch.size_bytes + self._ready[0].size_bytes <= self.max_batch_bytes:
+                nxt = self._ready.popleft()
+                batch.items.extend(nxt.items)
+                batch.size_bytes += nxt.size_bytes
             self._in_flight += 1
             task = loop.create_task(self._run(batch))
             self._tasks.add(task)
