@@ -59,6 +59,10 @@ class BrokerConfig:
             value = getattr(self, f.name)
             if f.type == "int" and f.name not in ("id", "http_port") and value <= 0:
                 raise ValueError(f"{f.name} must be positive, not {value}")
+        if self.max_held_pulls_per_conn >= self.max_inflight_per_conn:
+            # Parked pulls are in flight too: at the in-flight limit reading
+            # pauses, and the request that would get BusyError is never read.
+            raise ValueError("max_held_pulls_per_conn must be below max_inflight_per_conn")
         if self.id < 0 or self.http_port < 0:
             raise ValueError("id and http_port must not be negative")
 

@@ -120,7 +120,13 @@ class BrokerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._out.clear()
         self.server.connections.discard(self)
+        # Nobody is left to answer: free parked pulls (and their slots) now rather
+        # than at their deadline. Stored messages are unaffected: a SEND's write
+        # happened before its first await.
+        for task in list(self.tasks):
+            task.cancel()
 
     def data_received(self, data: bytes) -> None:
         try:
