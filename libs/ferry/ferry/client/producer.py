@@ -67,6 +67,7 @@ class Producer:
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._round_robin: dict[str, int] = {}
         self._faulty: dict[str, float] = {}   # broker name -> monotonic time it may be used again
+        self._queue_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started = False
 
@@ -176,11 +177,19 @@ class Producer:
         return [item.future for item in items]  # type: ignore[misc]
 
     def _usable_queues(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
-        queues = [TopicQueue(topic, b, q) for b, q in route.writable_queues()]
+        cached = self._queue_lists.get(topic)
+        if cached is None or cached[0] is not route:
+            queues = [TopicQueue(topic, b, q) for b, q in route.writable_queues()]
+            self._queue_lists[topic] = cached = (route, queues)
+        queues = cached[1]
         if not queues:
             raise TopicNotFoundError(f"topic {topic} has no writable queue on a live broker")
+        if not self._faulty:
+            return queues
         now = time.monotonic()
-        healthy = [tq for tq in queues if self._faulty.get(tq.broker, 0.0) <= now]
+        for name in [n for n, until in self._faulty.items() if until <= now]:
+            del self._faulty[name]
+        healthy = [tq for tq in queues if tq.broker not in self._faulty]
         return healthy or queues  # every broker looks faulty: try them anyway
 
     def _pick_round_robin(self, topic: str, route: TopicRoute) -> TopicQueue:
