@@ -258,3 +258,27 @@ def test_property_matches_a_list(tmp_path_factory: pytest.TempPathFactory, eps: 
     assert (cq.min_offset, cq.max_offset) == (0, len(model))
     assert cq.get(0, 1000) == model
     cq.close()
+
+
+def test_data_end_skips_the_sparse_tail(tmp_path: Path) -> None:
+    from ferry.store.consume_queue import _data_end
+
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        f.truncate(1 << 20)
+    assert _data_end(str(path), 1 << 20) in (0, 1 << 20)  # 1 MiB: no hole support is fine
+    with open(path, "r+b") as f:
+        f.seek(5000)
+        f.write(b"x")
+    end = _data_end(str(path), 1 << 20)
+    assert 5001 <= end <= 1 << 20
+
+
+def test_reopen_many_queues_is_cheap_and_right(tmp_path: Path) -> None:
+    cqs = ConsumeQueues(str(tmp_path), entries_per_segment=300_000)
+    for q in range(50):
+        cqs.get_or_create("t", q).append(0, pack(entries(q * 1000, q + 1)))
+    cqs.close()
+    again = ConsumeQueues(str(tmp_path), entries_per_segment=300_000)
+    assert [again.find("t", q).max_offset for q in range(50)] == [q + 1 for q in range(50)]  # type: ignore[union-attr]
+    again.close()

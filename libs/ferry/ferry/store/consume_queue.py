@@ -16,6 +16,7 @@ them. See docs/store-format-queues.md for the byte layout.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -88,9 +89,30 @@ def _create_segment(directory: str, base: int, capacity: int) -> _Segment:
     return _Segment(path, base, capacity)
 
 
-def _last_used(mm: mmap.mmap, capacity: int) -> int:
+def _data_end(path: str, size: int) -> int:
+    """End of the file's last data region: the sparse tail after it is all zeros.
+
+    Lets reopen skip the never-written part of each segment instead of reading
+    megabytes of zeros per queue. Falls back to `size` where holes are not reported.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        end = pos = 0
+        while pos < size:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                # ENXIO: no data after pos. Anything else: holes are not reported.
+                return end if exc.errno == errno.ENXIO else size
+            end = pos = os.lseek(fd, data, os.SEEK_HOLE)
+        return min(end, size)
+    finally:
+        os.close(fd)
+
+
+def _last_used(mm: mmap.mmap, capacity: int, scan_end: int | None = None) -> int:
     """Entries up to and including the last non-empty one (0 when all are empty)."""
-    end = capacity * ENTRY_SIZE
+    end = capacity * ENTRY_SIZE if scan_end is None else min(scan_end, capacity * ENTRY_SIZE)
     while end > 0:
         start = max(0, end - _SCAN_CHUNK_BYTES)
         used = len(mm[start:end].rstrip(b"\0"))
@@ -170,14 +192,21 @@ class ConsumeQueue:
             self._segments.append(_Segment(path, int(name), size // ENTRY_SIZE))
         self._bases = [s.base for s in self._segments]
         # Drop trailing segments with no entry: created by a roll just before a crash.
-        while len(self._segments) > 1 and _last_used(self._active_mm(), self._segments[-1].capacity) == 0:
+        while len(self._segments) > 1 and self._used_in_last() == 0:
             self._drop_last_segment()
         if not self._segments:
             return
-        last = self._segments[-1]
-        self._max = last.base + _last_used(self._active_mm(), last.capacity)
+        self._max = self._segments[-1].base + self._used_in_last()
         first = self._segments[0]
-        self._min = min(first.base + _first_used(self._map(first), first.capacity), self._max)
+        if self._max > first.base:
+            self._min = min(first.base + _first_used(self._map(first), first.capacity), self._max)
+        else:
+            self._min = self._max
+
+    def _used_in_last(self) -> int:
+        last = self._segments[-1]
+        size = last.capacity * ENTRY_SIZE
+        return _last_used(self._active_mm(), last.capacity, _data_end(last.path, size))
 
     def _drop_last_segment(self) -> None:
         seg = self._segments.pop()
