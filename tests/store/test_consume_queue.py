@@ -261,7 +261,7 @@ def test_property_matches_a_list(tmp_path_factory: pytest.TempPathFactory, eps: 
 
 
 def test_data_end_skips_the_sparse_tail(tmp_path: Path) -> None:
-    from ferry.store.consume_queue import _data_end
+    from ferry.store.cq_segment import data_end as _data_end
 
     path = tmp_path / "f"
     with open(path, "wb") as f:

@@ -16,131 +16,31 @@ them. See docs/store-format-queues.md for the byte layout.
 """
 from __future__ import annotations
 
-import errno
 import mmap
 import os
-import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 
 from ferry.errors import StoreError
 from ferry.names import validate_topic
 
-# One entry, little-endian:
-#   0  phy_offset  i64  byte position of the record in the commit log
-#   8  size        i32  record size in bytes (0 = empty entry)
-#  12  tag_hash    i64  tag_hash(tags) of the message (0 = no tag)
-CQ_ENTRY = struct.Struct("<qiq")
-ENTRY_SIZE = CQ_ENTRY.size  # 20
-SEGMENT_NAME_DIGITS = 20
+from .cq_segment import (
+    CQ_ENTRY,
+    ENTRY_SIZE,
+    SEGMENT_NAME_DIGITS,
+    Segment,
+    create_segment,
+    data_end,
+    first_used,
+    last_used,
+    segment_name,
+)
+
+__all__ = ["CQ_ENTRY", "ConsumeQueue", "ConsumeQueues", "segment_name"]
+
 # Non-active segments stay mapped while readers use them; beyond this many per queue
 # the least recently used is unmapped (each mapping holds a file descriptor).
 MAX_MAPPED_READ_SEGMENTS = 4
-_SCAN_CHUNK_BYTES = 1 << 20
-
-
-def segment_name(first_queue_offset: int) -> str:
-    """The file name of a segment whose first entry is `first_queue_offset`."""
-    return f"{first_queue_offset:0{SEGMENT_NAME_DIGITS}d}"
-
-
-class _Segment:
-    """One segment file: `capacity` entries starting at queue offset `base`."""
-
-    __slots__ = ("base", "capacity", "path", "mm", "dirty")
-
-    def __init__(self, path: str, base: int, capacity: int) -> None:
-        self.path = path
-        self.base = base
-        self.capacity = capacity
-        self.mm: mmap.mmap | None = None
-        self.dirty = False
-
-    @property
-    def end(self) -> int:
-        return self.base + self.capacity
-
-    def map(self) -> mmap.mmap:
-        if self.mm is None:
-            with open(self.path, "r+b") as f:
-                self.mm = mmap.mmap(f.fileno(), self.capacity * ENTRY_SIZE)
-        return self.mm
-
-    def flush(self) -> None:
-        if self.dirty and self.mm is not None:
-            self.mm.flush()
-        self.dirty = False
-
-    def unmap(self) -> None:
-        if self.mm is not None:
-            self.flush()
-            self.mm.close()
-            self.mm = None
-
-
-def _create_segment(directory: str, base: int, capacity: int) -> _Segment:
-    # Create under a temporary name and rename, so a crash never leaves a short file
-    # under a real segment name.
-    path = os.path.join(directory, segment_name(base))
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.truncate(capacity * ENTRY_SIZE)
-    os.replace(tmp, path)
-    return _Segment(path, base, capacity)
-
-
-def _data_end(path: str, size: int) -> int:
-    """End of the file's last data region: the sparse tail after it is all zeros.
-
-    Lets reopen skip the never-written part of each segment instead of reading
-    megabytes of zeros per queue. Falls back to `size` where holes are not reported.
-    """
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = pos = 0
-        while pos < size:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                # ENXIO: no data after pos. Anything else: holes are not reported.
-                return end if exc.errno == errno.ENXIO else size
-            end = pos = os.lseek(fd, data, os.SEEK_HOLE)
-        return min(end, size)
-    finally:
-        os.close(fd)
-
-
-def _last_used(mm: mmap.mmap, capacity: int, scan_end: int | None = None) -> int:
-    """Entries up to and including the last non-empty one (0 when all are empty)."""
-    end = capacity * ENTRY_SIZE if scan_end is None else min(scan_end, capacity * ENTRY_SIZE)
-    while end > 0:
-        start = max(0, end - _SCAN_CHUNK_BYTES)
-        used = len(mm[start:end].rstrip(b"\0"))
-        if used:
-            # Walk back from the entry holding the last non-zero byte to one with a size:
-            # a torn tail can leave stray bytes in an entry whose size never landed.
-            i = (start + used - 1) // ENTRY_SIZE
-            while i >= 0 and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
-                i -= 1
-            return i + 1
-        end = start
-    return 0
-
-
-def _first_used(mm: mmap.mmap, capacity: int) -> int:
-    """Index of the first non-empty entry (`capacity` when all are empty)."""
-    total = capacity * ENTRY_SIZE
-    start = 0
-    while start < total:
-        chunk = mm[start : start + _SCAN_CHUNK_BYTES]
-        skipped = len(chunk) - len(chunk.lstrip(b"\0"))
-        if skipped < len(chunk):
-            i = (start + skipped) // ENTRY_SIZE
-            while i < capacity and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
-                i += 1
-            return i
-        start += len(chunk)
-    return capacity
 
 
 class ConsumeQueue:
@@ -159,9 +59,9 @@ class ConsumeQueue:
         self.entries_per_segment = entries_per_segment
         self._dir = os.path.join(root_dir, "consumequeue", topic, str(queue_id))
         os.makedirs(self._dir, exist_ok=True)
-        self._segments: list[_Segment] = []
+        self._segments: list[Segment] = []
         self._bases: list[int] = []
-        self._mapped_reads: list[_Segment] = []
+        self._mapped_reads: list[Segment] = []
         self._min = 0
         self._max = 0
         self._load()
@@ -189,7 +89,7 @@ class ConsumeQueue:
             size = os.path.getsize(path)
             if size < ENTRY_SIZE or size % ENTRY_SIZE:
                 raise StoreError(f"consume queue segment {path} has a bad size {size}")
-            self._segments.append(_Segment(path, int(name), size // ENTRY_SIZE))
+            self._segments.append(Segment(path, int(name), size // ENTRY_SIZE))
         self._bases = [s.base for s in self._segments]
         # Drop trailing segments with no entry: created by a roll just before a crash.
         while len(self._segments) > 1 and self._used_in_last() == 0:
@@ -199,14 +99,14 @@ class ConsumeQueue:
         self._max = self._segments[-1].base + self._used_in_last()
         first = self._segments[0]
         if self._max > first.base:
-            self._min = min(first.base + _first_used(self._map(first), first.capacity), self._max)
+            self._min = min(first.base + first_used(self._map(first), first.capacity), self._max)
         else:
             self._min = self._max
 
     def _used_in_last(self) -> int:
         last = self._segments[-1]
         size = last.capacity * ENTRY_SIZE
-        return _last_used(self._active_mm(), last.capacity, _data_end(last.path, size))
+        return last_used(self._active_mm(), last.capacity, data_end(last.path, size))
 
     def _drop_last_segment(self) -> None:
         seg = self._segments.pop()
@@ -219,7 +119,7 @@ class ConsumeQueue:
     def _active_mm(self) -> mmap.mmap:
         return self._segments[-1].map()
 
-    def _map(self, seg: _Segment) -> mmap.mmap:
+    def _map(self, seg: Segment) -> mmap.mmap:
         """The mapping of `seg`, keeping at most a few non-active segments mapped."""
         if seg.mm is not None or seg is self._segments[-1]:
             return seg.map()
@@ -228,7 +128,7 @@ class ConsumeQueue:
             self._mapped_reads.pop(0).unmap()
         return seg.map()
 
-    def _segment_for(self, queue_offset: int) -> _Segment:
+    def _segment_for(self, queue_offset: int) -> Segment:
         i = bisect_right(self._bases, queue_offset) - 1
         if i < 0 or queue_offset >= self._segments[i].end:
             raise StoreError(f"queue offset {queue_offset} of {self.topic}/{self.queue_id} is not stored")
@@ -301,8 +201,8 @@ class ConsumeQueue:
         if end > self._max:
             self._max = end
 
-    def _add_segment(self, base: int) -> _Segment:
-        seg = _create_segment(self._dir, base, self.entries_per_segment)
+    def _add_segment(self, base: int) -> Segment:
+        seg = create_segment(self._dir, base, self.entries_per_segment)
         if self._segments:
             prev = self._segments[-1]
             prev.flush()  # a sealed segment is durable before the next one takes writes
