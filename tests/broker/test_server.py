@@ -120,3 +120,6 @@ async def test_held_pull_limit_is_busy(server: BrokerServer) -> None:
     for p in pulls:
         with pytest.raises((ConnectionError, asyncio.CancelledError)):
             await p
+    # The connection sat at its in-flight limit; the broker still sees it close.
+    await asyncio.sleep(0.2)
+    assert server.ctx.long_poll.held == 0

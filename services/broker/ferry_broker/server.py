@@ -167,7 +167,7 @@ class BrokerProtocol(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if self._reading_paused and len(self.tasks) <= self._max_inflight // 2:
+        if self._reading_paused and len(self.tasks) < self._max_inflight:
             self._update_reading()
 
     async def _run(self, handler: Handler, frame: Frame) -> None:
