@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 from ferry.routing import BrokerInfo, CacheChange, EtcdRegistry, RouteCache, TopicConfig
 from ferry.routing.models import GroupConfig
 
-from tests.support.procs import Etcd, spawn, start_etcd, wait_for_port
+from tests.support.procs import Etcd, start_etcd
 
 from .conftest import eventually
+from .etcd_restart import restart_etcd
 
 MASTER_A = BrokerInfo("c1", "broker-a", 0, "127.0.0.1:10911", topics={"orders": 8})
 SLAVE_A = BrokerInfo("c1", "broker-a", 1, "127.0.0.1:10913", topics={"orders": 8})
@@ -107,10 +107,7 @@ async def test_cache_reloads_after_etcd_restart(tmp_path: Path) -> None:
         assert await cache.wait_revision(rev)
         own.proc.stop()
         await eventually(lambda: not cache.watching, timeout_s=10)
-        argv = [str(a) for a in own.proc.popen.args]  # type: ignore[union-attr]
-        own.proc = spawn("etcd", argv, tmp_path / "etcd",
-                         env={"ETCD_UNSUPPORTED_ARCH": os.uname().machine})
-        await asyncio.to_thread(wait_for_port, own.host, own.port)
+        await restart_etcd(own, tmp_path / "etcd")
         await eventually(lambda: cache.watching, timeout_s=15)
         await writer.put_topic(TopicConfig("after"))
         await eventually(lambda: "after" in cache.topics, timeout_s=10)

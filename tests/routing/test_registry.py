@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
+from typing import Any
 
 import aetcd
 import pytest
 from ferry.errors import AlreadyExistsError, InvalidNameError
 from ferry.routing import BrokerInfo, EtcdRegistry, GroupConfig, TopicConfig, parse_endpoints
 
-from tests.support.procs import Etcd
+from tests.support.procs import Etcd, start_etcd
 
 from .conftest import eventually
+from .etcd_restart import restart_etcd
 
 BROKER = BrokerInfo("c1", "broker-a", 0, "127.0.0.1:10911", topics={"orders": 8})
 
@@ -112,3 +116,51 @@ async def test_invalid_values_in_etcd_are_skipped(etcd: Etcd, registry: EtcdRegi
         await other.put(f"{prefix}topics/broken".encode(), b"{not json")
     await registry.put_topic(TopicConfig("fine"))
     assert [t.name for t in await registry.list_topics()] == ["fine"]
+
+
+async def test_registers_again_after_a_long_pause(registry: EtcdRegistry) -> None:
+    await registry.register_broker(BROKER, ttl_s=1, keepalive_s=0.3)
+    first = registry.lease_id
+    time.sleep(3)  # the whole event loop stalls (GC pause, swapped out) past the TTL
+    await eventually(lambda: registry.reregistrations >= 1, timeout_s=5)
+    assert registry.lease_id != first
+    async def listed() -> bool:
+        return await _keys(registry) == [BROKER.key]
+    await eventually_async(listed)
+
+
+async def test_update_after_lease_loss_registers_again(etcd: Etcd,
+                                                       registry: EtcdRegistry) -> None:
+    await registry.register_broker(BROKER, ttl_s=30, keepalive_s=10)
+    async with aetcd.Client(host=etcd.host, port=etcd.port) as other:
+        await other.revoke_lease(registry.lease_id)
+    updated = BrokerInfo(**{**BROKER.__dict__, "topics": {"new": 1}})
+    await registry.update_broker(updated)  # the keep-alive has not noticed yet
+    assert await registry.list_brokers() == [updated]
+
+
+async def test_lease_survives_an_etcd_restart(tmp_path: Path) -> None:
+    own = start_etcd(tmp_path / "etcd")
+    reg = EtcdRegistry(own.endpoint, prefix="/ferry/")
+    await reg.start()
+    try:
+        await reg.register_broker(BROKER, ttl_s=3, keepalive_s=0.5)
+        own.proc.stop()
+        await asyncio.sleep(1)
+        await restart_etcd(own, tmp_path / "etcd")
+        await asyncio.sleep(4)  # longer than the TTL: only keep-alives can hold the key
+        assert await _keys(reg) == [BROKER.key]
+    finally:
+        await reg.stop()
+        own.proc.stop()
+
+
+async def _keys(reg: EtcdRegistry) -> list[tuple[str, str, int]]:
+    return [b.key for b in await reg.list_brokers()]
+
+
+async def eventually_async(check: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)

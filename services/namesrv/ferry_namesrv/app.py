@@ -73,7 +73,7 @@ class NamesrvApp:
                                          "brokers": len(self.cache.brokers),
                                          "topics": len(self.cache.topics)})
                 return
-            except (EtcdUnavailable, ConnectionError) as exc:
+            except (*EtcdUnavailable, ConnectionError) as exc:
                 log.warning("etcd not reachable yet (%s); retrying in %.1fs", exc, backoff_s)
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)

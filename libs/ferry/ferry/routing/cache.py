@@ -140,14 +140,17 @@ class RouteCache:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
                 try:
+                    client = self.registry.client
                     await self._load()
                     self.reloads += 1
                     backoff_s = 0.2
                     break
+                except RuntimeError:
+                    continue  # the registry was stopped before this cache; wait for stop()
                 except EtcdUnavailable as exc:
                     log.warning("etcd reload failed (%s); retrying in %.1fs", exc, backoff_s)
                     if len(self.registry.endpoints) > 1:
-                        await self.registry.failover()
+                        await self.registry.failover(client)
 
     async def _watch(self) -> None:
         watch = await self.registry.client.watch_prefix(self._prefix(),

@@ -35,6 +35,17 @@ _RETRY_S = 1.0
 
 T = TypeVar("T")
 
+# gRPC backs off reconnects up to two minutes by default and shares that
+# back-off between channels to the same address; an etcd that comes back must
+# be found again within a second or two. (Not min_reconnect_backoff_ms: gRPC
+# uses it as the connect timeout, and a starting etcd accepts TCP before it
+# speaks HTTP/2.)
+_GRPC_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 200,
+    "grpc.max_reconnect_backoff_ms": 1000,
+    "grpc.use_local_subchannel_pool": 1,
+}
+
 # Errors that mean "etcd did not answer", as opposed to a bug in the request.
 EtcdUnavailable = (aetcd.exceptions.ClientError, OSError, asyncio.TimeoutError)
 
@@ -82,33 +93,39 @@ class EtcdRegistry:
         """Connect to the first endpoint that answers; raises if none does."""
         last: BaseException | None = None
         for _ in self.endpoints:
+            client = self._new_client()
             try:
-                await self._connect()
+                await client.connect()
+                await asyncio.wait_for(client.status(), self.timeout_s)
+                self._client = client
                 return
             except EtcdUnavailable as exc:
                 last = exc
-                await self.failover()
+                with contextlib.suppress(Exception):
+                    await client.close()
+                self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
         raise ConnectionError(f"no etcd endpoint answers ({self.endpoints}): {last}")
 
-    async def _connect(self) -> None:
+    def _new_client(self) -> aetcd.Client:
         host, port = self.endpoints[self._endpoint_index]
-        client = aetcd.Client(host=host, port=port, timeout=max(1, round(self.timeout_s)))
-        self._client = client
-        await client.connect()
-        await asyncio.wait_for(client.status(), self.timeout_s)
+        return aetcd.Client(host=host, port=port, timeout=max(1, round(self.timeout_s)),
+                            options=_GRPC_OPTIONS)
 
-    async def failover(self) -> None:
+    async def failover(self, failed: aetcd.Client | None = None) -> None:
         """Drop the current connection and use the next endpoint (the same one if alone).
 
+        `failed` is the client that failed: when another task already moved
+        on from it, nothing is done, so two failing tasks skip one endpoint, not two.
         Watches on the old connection end; their owners (RouteCache) reload.
         """
+        if failed is not None and failed is not self._client:
+            return
         old, self._client = self._client, None
         if old is not None:
             with contextlib.suppress(Exception):
                 await old.close()
         self._endpoint_index = (self._endpoint_index + 1) % len(self.endpoints)
-        host, port = self.endpoints[self._endpoint_index]
-        self._client = aetcd.Client(host=host, port=port, timeout=max(1, round(self.timeout_s)))
+        self._client = self._new_client()
 
     @property
     def client(self) -> aetcd.Client:
@@ -174,7 +191,16 @@ class EtcdRegistry:
             raise ValueError(f"update_broker() cannot change identity {self._broker.key}")
         async with self._lock:
             self._broker = info
-            await self.client.put(self.broker_key(info), info.to_json(), lease=self._lease_id)
+            try:
+                await self.client.put(self.broker_key(info), info.to_json(),
+                                      lease=self._lease_id)
+                return
+            except aetcd.exceptions.ClientError as exc:
+                if "lease not found" not in str(exc):
+                    raise
+        # The lease expired before the keep-alive noticed: register afresh.
+        await self._register()
+        self.reregistrations += 1
 
     async def unregister_broker(self) -> None:
         """Stop keeping the lease alive and revoke it, which deletes the broker's key now."""
@@ -201,6 +227,7 @@ class EtcdRegistry:
         delay_s = self._keepalive_s
         while True:
             await asyncio.sleep(delay_s)
+            client = self._client
             try:
                 alive = await self._refresh()
                 if not alive:
@@ -214,6 +241,8 @@ class EtcdRegistry:
                 # and if not, the next refresh says so and we register again.
                 log.warning("etcd keep-alive failed (%s); retrying in %ss", exc, _RETRY_S)
                 delay_s = min(_RETRY_S, self._keepalive_s)
+                if len(self.endpoints) > 1:
+                    await self.failover(client)
 
     async def _refresh(self) -> bool:
         """Send one keep-alive; False when etcd no longer knows the lease."""
