@@ -80,7 +80,10 @@ class Consumer:
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
         self._namesrv = NamesrvClient(namesrv or default_namesrv())
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=route_refresh_interval_ms)
-        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        # Long polls wait up to request_timeout_ms (passed per PULL); every other request
+        # (heartbeats, offsets, members) gives up sooner so a hung broker cannot stall
+        # the rebalance loop for long.
+        self._pool = ConnectionPool(request_timeout_ms=min(10_000, request_timeout_ms))
         self._fetch_config = FetchConfig(
             group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
             request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
