@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 
-from ferry.errors import FerryError
 from ferry.routing import BrokerInfo, EtcdRegistry, RouteCache, TopicConfig
 
 from ferry_broker.config import BrokerConfig
@@ -89,7 +88,7 @@ class Registration:
                 try:
                     await self.registry.update_broker(self._info(served))
                     self._registered = served
-                except (FerryError, OSError) as exc:
+                except Exception as exc:  # aetcd raises its own types; keep following
                     log.warning("could not update the broker key: %s; retrying", exc)
                     self._changed.set()
                     await asyncio.sleep(1.0)
@@ -100,7 +99,7 @@ class Registration:
             cfg = TopicConfig(name=topic, queues=self._config.default_queues)
             await self.registry.put_topic(cfg, create_only=True)
             log.info("created topic %s (%d queues) on first use", topic, cfg.queues)
-        except (FerryError, ValueError, OSError) as exc:
+        except Exception as exc:  # already there (AlreadyExistsError), or etcd is away
             log.info("topic %s not recorded in etcd: %s", topic, exc)
 
     async def unregister(self) -> None:
@@ -112,7 +111,7 @@ class Registration:
         if self.registry is not None and self._registered is not None:
             try:
                 await self.registry.unregister_broker()
-            except (FerryError, OSError) as exc:
+            except Exception as exc:  # etcd away: the lease expires on its own
                 log.warning("could not remove the broker key (its lease will expire): %s", exc)
             self._registered = None
 
