@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ferry_broker.config import BrokerConfig
+from ferry_broker.logs import setup_logging
 
 DESCRIPTION = (
     "Ferry broker: stores and serves messages on its log store directory. It owns the "
@@ -73,10 +74,7 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    setup_logging(config.log_level)
     from ferry_broker.app import BrokerApp  # after logging is set up
 
     try:

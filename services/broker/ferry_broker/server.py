@@ -132,7 +132,8 @@ class BrokerProtocol(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except MalformedFrameError as exc:
-            log.warning("closing connection %d from %s: %s", self.conn_id, self.info.peer, exc)
+            log.warning("malformed frame, closing the connection: %s", exc,
+                        extra={"conn": self.conn_id, "peer": self.info.peer})
             self.close()
             return
         for frame in frames:
@@ -174,12 +175,14 @@ class BrokerProtocol(asyncio.Protocol):
         try:
             resp = await handler(self.server.ctx, self.info, frame)
         except FerryError as exc:
-            log.info("request %d (code %d) from %s failed: %s: %s", frame.request_id,
-                     frame.code, self.info.peer, type(exc).__name__, exc)
+            log.info("request failed: %s: %s", type(exc).__name__, exc,
+                     extra={"conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
+                            "request_id": frame.request_id, "error": exc.code})
             resp = error_response(frame, exc)
         except Exception:
-            log.exception("request %d (code %d) from %s crashed", frame.request_id,
-                          frame.code, self.info.peer)
+            log.exception("request crashed", extra={
+                "conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
+                "request_id": frame.request_id})
             resp = error_response(frame, SystemError_("internal error; see the broker log"))
         if resp is not None:
             self._reply(frame, resp)
