@@ -32,35 +32,53 @@ async def _produce(c: WireClient, worker: int, acked: Acked, stop: asyncio.Event
         return  # the broker died under us: what was acked so far is recorded
 
 
-async def test_kill9_under_load_loses_no_acked_message(tmp_path: Path, etcd: Etcd) -> None:
-    data = tmp_path / "data"
-    b = start_broker(tmp_path / "one", etcd, data_dir=data)
+async def _load_then(b: Broker, stop_broker: str) -> Acked:
+    """Four producers send batches for a second; then the broker is stopped or killed."""
     clients = [await b.client() for _ in range(4)]
     acked: Acked = {}
     stop = asyncio.Event()
     producers = [asyncio.create_task(_produce(c, w, acked, stop)) for w, c in enumerate(clients)]
     await asyncio.sleep(1.0)
-    b.proc.kill9()
+    if stop_broker == "kill9":
+        b.proc.kill9()
+    else:
+        b.proc.popen.terminate()
+        await asyncio.to_thread(b.proc.popen.wait, 15)
     stop.set()
     await asyncio.wait_for(asyncio.gather(*producers), 10)
     for c in clients:
         await c.close()
     assert len(acked) > 100, "the load did not get going"
+    return acked
 
+
+async def _read_back(b: Broker, acked: Acked) -> None:
+    c = await b.client()
+    for qid in range(4):
+        wanted = {off: body for (q, off), body in acked.items() if q == qid}
+        got: dict[int, bytes] = {}
+        offset = 0
+        while offset <= max(wanted, default=-1):
+            fields, msgs = await c.pull("crash", qid, offset, max_count=1024)
+            assert msgs, f"queue {qid}: nothing at {offset}, acked up to {max(wanted)}"
+            got.update((m.queue_offset, m.body) for m in msgs)
+            offset = fields["next_offset"]
+        assert {o: got.get(o) for o in wanted} == wanted
+    await c.close()
+
+
+@pytest.mark.parametrize("how", ["kill9", "sigterm"])
+async def test_stop_under_load_loses_no_acked_message(tmp_path: Path, etcd: Etcd,
+                                                      how: str) -> None:
+    data = tmp_path / "data"
+    b = start_broker(tmp_path / "one", etcd, data_dir=data)
+    acked = await _load_then(b, how)
+    if how == "sigterm":
+        assert b.proc.popen.returncode == 0, b.proc.log()[-3000:]
+        assert "broker stopped" in b.proc.log()
     b2 = start_broker(tmp_path / "two", etcd, data_dir=data)
     try:
-        c = await b2.client()
-        for qid in range(4):
-            wanted = {off: body for (q, off), body in acked.items() if q == qid}
-            got: dict[int, bytes] = {}
-            offset = 0
-            while offset <= max(wanted, default=-1):
-                fields, msgs = await c.pull("crash", qid, offset, max_count=1024)
-                assert msgs, f"queue {qid}: nothing at {offset}, acked up to {max(wanted)}"
-                got.update((m.queue_offset, m.body) for m in msgs)
-                offset = fields["next_offset"]
-            assert {o: got.get(o) for o in wanted} == wanted
-        await c.close()
+        await _read_back(b2, acked)
     finally:
         b2.proc.stop()
 
