@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -44,6 +45,12 @@ _GRPC_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 200,
     "grpc.max_reconnect_backoff_ms": 1000,
     "grpc.use_local_subchannel_pool": 1,
+    # HTTP/2 pings find a dead connection (a watch on a partitioned etcd would
+    # otherwise wait forever). etcd refuses pings more often than every 5 s.
+    "grpc.keepalive_time_ms": 10_000,
+    "grpc.keepalive_timeout_ms": 5_000,
+    "grpc.keepalive_permit_without_calls": 1,
+    "grpc.http2.max_pings_without_data": 0,
 }
 
 # Errors that mean "etcd did not answer", as opposed to a bug in the request.
@@ -177,6 +184,7 @@ class EtcdRegistry:
         """
         if ttl_s < 1 or keepalive_s <= 0 or keepalive_s >= ttl_s:
             raise ValueError(f"need 0 < keepalive_s < ttl_s, got {keepalive_s=} {ttl_s=}")
+        ttl_s = math.ceil(ttl_s)  # etcd grants whole seconds
         await self._stop_keepalive()
         self._broker, self._ttl_s, self._keepalive_s = info, ttl_s, keepalive_s
         await self._register()
