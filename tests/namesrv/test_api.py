@@ -121,6 +121,7 @@ async def test_invalid_names_are_400(namesrv: Namesrv, http: aiohttp.ClientSessi
     ("POST", "/v1/topics", b""),
     ("POST", "/v1/topics", b"\xff\xfe"),
     ("POST", "/v1/topics", b"[1, 2]"),
+    ("POST", "/v1/topics", b"[" * 60_000),
     ("POST", "/v1/topics", b'{"name": "t1", "queues": "8"}'),
     ("POST", "/v1/topics", b'{"name": "t1", "queues": 0}'),
     ("POST", "/v1/topics", b'{"name": "t1", "queues": 1025}'),

@@ -58,7 +58,7 @@ def test_url_name_must_match_body_name() -> None:
         TopicConfig.from_dict({"name": "u"}, name="t")
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"\xff", b'"x"'])
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"\xff", b'"x"', b"[" * 100_000])
 def test_malformed_json(raw: bytes) -> None:
     with pytest.raises(InvalidConfigError):
         TopicConfig.from_json(raw)

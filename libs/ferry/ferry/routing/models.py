@@ -91,6 +91,8 @@ def _loads(raw: bytes | str, what: str) -> object:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidConfigError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidConfigError(f"{what} JSON nests too deeply") from None
 
 
 def _dumps(data: Mapping[str, Any]) -> bytes:

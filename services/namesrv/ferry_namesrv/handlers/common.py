@@ -31,6 +31,8 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedRequestError(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedRequestError("the body nests too deeply") from None
 
 
 async def visible(cache: RouteCache, revision: int) -> None:
