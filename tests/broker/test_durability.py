@@ -5,6 +5,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import aetcd
 import pytest
@@ -83,7 +84,7 @@ async def test_stop_under_load_loses_no_acked_message(tmp_path: Path, etcd: Etcd
         b2.proc.stop()
 
 
-async def _broker_key(etcd: Etcd, prefix: str) -> dict[str, object] | None:
+async def _broker_key(etcd: Etcd, prefix: str) -> dict[str, Any] | None:
     async with aetcd.Client(host=etcd.host, port=etcd.port) as client:
         got = await client.get(f"{prefix}brokers/DefaultCluster/broker-a/0".encode())
         return None if got is None else json.loads(got.value)

@@ -114,7 +114,7 @@ class BrokerProtocol(asyncio.Protocol):
         if len(self.server.connections) >= self.server.ctx.config.max_connections:
             log.warning("refusing connection from %s: %d connections open",
                         self.info.peer, len(self.server.connections))
-            transport.abort()
+            self.transport.abort()
             return
         self.server.connections.add(self)
 
