@@ -105,6 +105,19 @@ class CommitLog:
             self._write_offset = start + rel
         return phys
 
+    def active(self) -> MappedFile:
+        """The segment appends go to (the writer encodes into its mapping)."""
+        return self._segments[-1]
+
+    def advance(self, write_offset: int) -> None:
+        """The writer finished encoding up to `write_offset`: publish it."""
+        self._write_offset = write_offset
+
+    def roll(self, seg: MappedFile, rel: int) -> MappedFile:
+        """Seal the active segment at `rel` and return the next one (now active)."""
+        self._write_offset = seg.start_offset + rel
+        return self._roll(seg, rel)
+
     def _roll(self, seg: MappedFile, rel: int) -> MappedFile:
         """Seal `seg` with a blank marker at `rel` and start the next segment."""
         BLANK.pack_into(seg.mm, rel, seg.size - rel, BLANK_MAGIC)

@@ -19,27 +19,24 @@ from concurrent.futures import Future
 
 from crc32c import crc32c
 
-from ferry.errors import CorruptRecordError, MalformedRequestError, MessageTooLargeError, StoreError
+from ferry.errors import CorruptRecordError, StoreError
 from ferry.names import validate_topic
 
+from .appender import Appender
 from .checkpoint import Checkpoint, write_checkpoint
-from .commit_log import CommitLog, PreparedRecord
-from .config import MAX_PROPERTIES_BYTES, StoreConfig
-from .consume_queue import ConsumeQueues
-from .dispatch import DispatchBatch
+from .commit_log import CommitLog
+from .config import StoreConfig
+from .consume_queue import ConsumeQueue, ConsumeQueues
 from .flush import FlushService
 from .index_file import IndexService
 from .record import (
     CRC_START,
     HEADER_SIZE,
-    MAX_KEYS_BYTES,
-    MAX_TAGS_BYTES,
     MSG_ID_BYTES,
     RECORD_MAGIC,
     MessageIn,
     StoredMessage,
     decode_record,
-    new_msg_id,
 )
 from .recovery import RecoveryReport, recover
 from .results import GetResult, GetStatus, PutResult, PutStatus
@@ -52,6 +49,7 @@ MAX_QUEUE_ID = 0xFFFF
 MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
 _RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
+_unpack_check = _RECORD_CHECK.unpack_from
 _STORE_TS = struct.Struct("<q")
 _STORE_TS_AT = 44
 _OK = PutStatus.OK
@@ -75,11 +73,10 @@ class MessageStore:
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._next_qoff = {(cq.topic, cq.queue_id): cq.max_offset for cq in self._cqs}
+        self._appender = Appender(self._cl, self._cqs, self._index, config.max_message_bytes,
+                                  config.store_host)
         self._last_store_ts = self.recovery.last_store_ts_ms
-        self._topic_bytes: dict[str, bytes] = {}
-        self._host_bytes: dict[str, bytes] = {}
-        self._store_host_b = config.store_host.encode()
+        self._failed: BaseException | None = None
         write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
         self._flush = FlushService(
             self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
@@ -99,76 +96,21 @@ class MessageStore:
         MessageTooLargeError, MalformedRequestError) and nothing is written.
         """
         with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
+            if self._closed or self._failed is not None:
+                raise StoreError("the store is closed" if self._closed else
+                                 f"the store failed ({self._failed}); reopen it to recover")
+            prepared = self._appender.prepare(msgs)
             now = int(time.time() * 1000)
             # Store timestamps never go backwards, so offset_for_timestamp can bisect.
             ts = now if now > self._last_store_ts else self._last_store_ts
-            prepared, meta = self._prepare(msgs, ts)
-            phys = self._cl.append(prepared)
-            batch = DispatchBatch()
-            out: list[PutResult] = []
-            for phy, (size, args), (topic, topic_b, keys_b) in zip(phys, prepared, meta,
-                                                                    strict=True):
-                qid, qoff, th, msg_id = args[1], args[2], args[7], args[8]
-                batch.add_entry(topic, qid, qoff, phy, size, th)
-                batch.add_keys(topic_b, keys_b, msg_id, phy, ts)
-                out.append(PutResult(_OK, msg_id, phy, size, qoff, ts))
-            batch.apply(self._cqs, self._index)
+            try:
+                results = self._appender.write(prepared, ts)
+            except BaseException as exc:
+                self._failed = exc
+                log.exception("append failed; the store refuses appends until reopened")
+                raise StoreError(f"append failed: {exc}") from exc
             self._last_store_ts = ts
-            return out
-
-    def _prepare(self, msgs: Sequence[MessageIn], ts: int
-                 ) -> tuple[list[PreparedRecord], list[tuple[str, bytes, bytes]]]:
-        """Validate and encode the variable parts; assign queue offsets."""
-        cfg = self.config
-        max_body = cfg.max_message_bytes
-        store_b = self._store_host_b
-        next_qoff = self._next_qoff
-        assigned: dict[tuple[str, int], int] = {}
-        prepared: list[PreparedRecord] = []
-        meta: list[tuple[str, bytes, bytes]] = []
-        for m in msgs:
-            (topic, qid, body, tags, keys, props, msg_id, flags, born_ts, born_host, reconsume,
-             prepared_offset) = m
-            topic_b = self._topic_bytes.get(topic)
-            if topic_b is None:
-                topic_b = self._topic_bytes[topic] = validate_topic(topic, allow_internal=True).encode()
-            if len(body) > max_body:
-                raise MessageTooLargeError(f"message body of {len(body)} bytes exceeds {max_body}")
-            if len(props) > MAX_PROPERTIES_BYTES:
-                raise MessageTooLargeError(
-                    f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}")
-            if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
-                raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
-            tags_b = tags.encode() if tags else b""
-            keys_b = keys.encode() if keys else b""
-            if len(tags_b) > MAX_TAGS_BYTES or len(keys_b) > MAX_KEYS_BYTES:
-                raise MessageTooLargeError("tags or keys are longer than 65535 bytes")
-            born_b = self._host_bytes.get(born_host)
-            if born_b is None:
-                born_b = born_host.encode()
-                if len(born_b) > 255:
-                    raise MalformedRequestError("born_host is longer than 255 bytes")
-                if len(self._host_bytes) < 100_000:
-                    self._host_bytes[born_host] = born_b
-            if not msg_id:
-                msg_id = new_msg_id()
-            elif len(msg_id) != MSG_ID_BYTES:
-                raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes")
-            key = (topic, qid)
-            qoff = assigned.get(key)
-            if qoff is None:
-                qoff = next_qoff.get(key, 0)
-            assigned[key] = qoff + 1
-            size = (HEADER_SIZE + len(topic_b) + len(born_b) + len(store_b) + len(tags_b)
-                    + len(keys_b) + len(props) + len(body))
-            th = crc32c(tags_b) + 1 if tags_b else 0
-            prepared.append((size, (flags, qid, qoff, born_ts, ts, prepared_offset, reconsume, th,
-                                    msg_id, topic_b, born_b, store_b, tags_b, keys_b, props, body)))
-            meta.append((topic, topic_b, keys_b))
-        next_qoff.update(assigned)  # only reached when the whole batch is valid
-        return prepared, meta
+            return results
 
     def wait_durable(self, end_offset: int) -> Future[None]:
         """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
@@ -189,6 +131,7 @@ class MessageStore:
         None means no filter.
         """
         with self._lock:
+            self._appender.dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None or cq.max_offset == 0:
                 return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
@@ -199,35 +142,50 @@ class MessageStore:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
             if queue_offset > hi:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
-            records: list[memoryview] = []
-            nxt = queue_offset
-            total = 0
-            read = self._cl.read
-            scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
-            while nxt < scan_limit and len(records) < max_count:
-                want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
-                entries = cq.get(nxt, min(want, scan_limit - nxt))
-                if not entries:
-                    break
-                for phy, size, th in entries:
-                    if tag_hashes is not None and th not in tag_hashes:
-                        nxt += 1
-                        continue
-                    if total + size > max_bytes and records:
-                        return GetResult(GetStatus.FOUND, records, nxt, lo, hi)
-                    raw = read(phy, size)
-                    nxt += 1
-                    if raw is None or not _intact(raw, size):
-                        if raw is not None:
-                            log.error("skipping corrupt record at phy %d (%s/%d offset %d)",
-                                      phy, topic, queue_id, nxt - 1)
-                        continue  # deleted by retention, or damaged: never served
-                    records.append(raw)
-                    total += size
-                    if len(records) >= max_count:
-                        break
+            records, nxt = self._read_entries(cq, queue_offset, hi, max_count, max_bytes,
+                                              tag_hashes)
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
+
+    def _read_entries(self, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
+                      max_bytes: int, tag_hashes: set[int] | frozenset[int] | None
+                      ) -> tuple[list[memoryview], int]:
+        """The records of cq from queue_offset on, within the limits; and the next offset."""
+        records: list[memoryview] = []
+        add = records.append
+        nxt = queue_offset
+        total = 0
+        segs = self._cl.segments
+        base, seg_bytes, write_end = segs[0].start_offset, self._cl.segment_bytes, self._cl.write_offset
+        scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
+        while nxt < scan_limit and len(records) < max_count:
+            want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
+            entries = cq.get(nxt, min(want, scan_limit - nxt))
+            if not entries:
+                break
+            for phy, size, th in entries:
+                if tag_hashes is not None and th not in tag_hashes:
+                    nxt += 1
+                    continue
+                if total + size > max_bytes and records:
+                    return records, nxt
+                nxt += 1
+                i = (phy - base) // seg_bytes
+                if i < 0 or phy + size > write_end:
+                    continue  # deleted by retention (or past the end): skip the entry
+                seg = segs[i]
+                rel = phy - seg.start_offset
+                raw = seg.read_view[rel:rel + size]
+                got_size, magic, crc = _unpack_check(raw)
+                if got_size != size or magic != RECORD_MAGIC or crc32c(raw[CRC_START:]) != crc:
+                    log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
+                              cq.topic, cq.queue_id, nxt - 1)
+                    continue  # never served
+                add(raw)
+                total += size
+                if len(records) >= max_count:
+                    break
+        return records, nxt
 
     def get_message(self, phy_offset: int) -> StoredMessage | None:
         """The record at a commit-log offset, or None when no valid record starts there."""
@@ -249,18 +207,21 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         with self._lock:
+            self._appender.dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.min_offset if cq is not None else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
         with self._lock:
+            self._appender.dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.max_offset if cq is not None else 0
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset stored at or after ts_ms (max_offset when none is)."""
         with self._lock:
+            self._appender.dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None:
                 return 0
@@ -282,6 +243,7 @@ class MessageStore:
         if not key or " " in key:
             return []
         with self._lock:
+            self._appender.dispatch()
             phys = self._index.query(b"K" + topic_b + b"\x00" + key.encode(), begin_ms, end_ms,
                                      max_count + 16)  # spare room for hash collisions
             out: list[StoredMessage] = []
@@ -299,6 +261,7 @@ class MessageStore:
         if len(msg_id) != MSG_ID_BYTES:
             return None
         with self._lock:
+            self._appender.dispatch()
             for phy in self._index.query(b"I" + bytes(msg_id), 0, 2**62, 8):
                 msg = self._read_message(phy)
                 if msg is not None and msg.msg_id == msg_id:
@@ -308,6 +271,7 @@ class MessageStore:
     def topic_queues(self) -> dict[str, list[int]]:
         """Every topic the store holds, with its queue ids."""
         with self._lock:
+            self._appender.dispatch()
             out: dict[str, list[int]] = {}
             for cq in self._cqs:
                 out.setdefault(cq.topic, []).append(cq.queue_id)
@@ -332,6 +296,7 @@ class MessageStore:
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
+            self._appender.dispatch()
             return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
 
     def _checkpoint(self) -> None:
@@ -339,6 +304,7 @@ class MessageStore:
         with self._lock:
             if self._closed:
                 return
+            self._appender.dispatch()
             dispatched = self._cl.write_offset
             self._cqs.flush()
             self._index.flush()
@@ -353,6 +319,8 @@ class MessageStore:
             self._closed = True
         self._flush.stop()
         with self._lock:
+            if self._failed is None:
+                self._appender.dispatch()
             self._cqs.flush()
             self._index.flush()
             self._cl.flush()
@@ -368,12 +336,6 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _intact(raw: memoryview, size: int) -> bool:
-    """Cheap full check of a record about to be served: size, magic and CRC."""
-    total, magic, crc = _RECORD_CHECK.unpack_from(raw)
-    return total == size and magic == RECORD_MAGIC and crc32c(raw[CRC_START:]) == crc
 
 
 def _lock_directory(root: str) -> int:
