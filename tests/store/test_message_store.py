@@ -161,10 +161,18 @@ def test_bad_input_is_rejected_and_nothing_is_written(store: MessageStore) -> No
         (MessageIn("good", 0, b"", msg_id=b"123"), MalformedRequestError),
         (MessageIn("good", 0, b"", tags="t" * 70_000), MessageTooLargeError),
         (MessageIn("good", 0, b"", properties=b"p" * 70_000), MessageTooLargeError),
+        (MessageIn("good", 0, "not bytes"), MalformedRequestError),  # type: ignore[arg-type]
+        (MessageIn("good", 0, b"", tags=b"bytes"), MalformedRequestError),  # type: ignore[arg-type]
+        (MessageIn("good", 0, b"", flags=-1), MalformedRequestError),
+        (MessageIn("good", 0, b"", born_ts_ms=1 << 64), MalformedRequestError),
+        (MessageIn("good", 0, b"", reconsume_times=1 << 40), MalformedRequestError),
+        (MessageIn("good", 0, b"", keys="\ud800"), MalformedRequestError),
+        (MessageIn("good", "0", b""), MalformedRequestError),  # type: ignore[arg-type]
+        (("good", 0), MalformedRequestError),
     ]
     for msg, exc in bad:
         with pytest.raises(exc):
-            store.put_batch([MessageIn("good", 0, b"ok"), msg])
+            store.put_batch([MessageIn("good", 0, b"ok"), msg])  # type: ignore[list-item]
     assert _bodies(store, "good", 0) == [b"first"]
     assert store.put(MessageIn("good", 0, b"second")).queue_offset == 1
     assert store.put(MessageIn("%DLQ%g", 0, b"internal")).queue_offset == 0

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from ferry.errors import MalformedRequestError, MessageTooLargeError
+from ferry.errors import FerryError, MalformedRequestError, MessageTooLargeError
 from ferry.names import validate_topic
 
 from .commit_log import CommitLog
@@ -44,6 +44,9 @@ _pack_entry = CQ_ENTRY.pack
 _new_tuple = tuple.__new__
 _OK = PutStatus.OK
 _MAX_CACHED = 100_000
+_U32_MAX = 0xFFFF_FFFF
+_I32_MAX = 0x7FFF_FFFF
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Appender:
@@ -68,7 +71,14 @@ class Appender:
 
     def prepare(self, msgs: Sequence[MessageIn]) -> list[tuple]:
         """Validate the batch and assign queue offsets; raises (writing nothing) if one is bad."""
-        return self._prepare(msgs)
+        try:
+            return self._prepare(msgs)
+        except FerryError:
+            raise
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # Wrong types or values that would break the encoder: a bad request, never a
+            # failure of the store.
+            raise MalformedRequestError(f"invalid message: {exc}") from None
 
     def write(self, prepared: list[tuple], ts: int) -> list[PutResult]:
         """Encode a prepared batch stored at `ts` into the log; its dispatch is queued.
@@ -117,6 +127,14 @@ class Appender:
                     f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_BYTES}")
             if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
                 raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
+            if not (0 <= flags <= _U32_MAX and _I64_MIN <= born_ts <= _I64_MAX
+                    and 0 <= reconsume <= _I32_MAX and _I64_MIN <= prepared_offset <= _I64_MAX):
+                raise MalformedRequestError("flags, born_ts_ms, reconsume_times or "
+                                            "prepared_offset is out of range")
+            if type(body) is not bytes:
+                body = bytes(body)
+            if type(props) is not bytes:
+                props = bytes(props)
             tags_b = tags.encode() if tags else b""
             keys_b = keys.encode() if keys else b""
             if len(tags_b) > MAX_TAGS_BYTES or len(keys_b) > MAX_KEYS_BYTES:
@@ -132,6 +150,8 @@ class Appender:
                 msg_id = new_msg_id()
             elif len(msg_id) != MSG_ID_BYTES:
                 raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes")
+            elif type(msg_id) is not bytes:
+                msg_id = bytes(msg_id)
             key = (topic, qid)
             qoff = assigned.get(key)
             if qoff is None:

@@ -39,12 +39,11 @@ from .record import (
     decode_record,
 )
 from .recovery import RecoveryReport, recover
-from .results import GetResult, GetStatus, PutResult, PutStatus
+from .results import GetResult, GetStatus, PutResult
 from .retention_runner import RetentionReport, run_retention
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUE_ID = 0xFFFF
 # A filtered pull scans at most this many consume-queue entries ("a limit on everything").
 MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
@@ -52,7 +51,6 @@ _RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
 _unpack_check = _RECORD_CHECK.unpack_from
 _STORE_TS = struct.Struct("<q")
 _STORE_TS_AT = 44
-_OK = PutStatus.OK
 
 
 class MessageStore:
