@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ferry.errors import BusyError, SystemError_
 from ferry.store import MessageStore, StoreConfig
-from ferry.wire import Frame, check_response, response
+from ferry.wire import Frame, check_response, encode_frame, request, response
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
@@ -93,6 +93,32 @@ async def test_inflight_limit_pauses_reading_but_answers_everything(
     c = await connect(server)
     results = await asyncio.gather(*(c.call(SLOW, {"s": 0.05}) for _ in range(20)))
     assert len(results) == 20
+    await c.close()
+
+
+async def test_one_write_of_many_frames_runs_at_most_the_limit_at_once(
+        server: BrokerServer) -> None:
+    running, peak = 0, 0
+
+    async def counted(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        return response(req, {"i": req.fields["i"]})
+
+    server.handlers[94] = counted
+    c = await connect(server)
+    rids = list(range(1, 51))
+    futs = {}
+    loop = asyncio.get_running_loop()
+    for rid in rids:
+        futs[rid] = c.pending[rid] = loop.create_future()
+    c.write_raw(b"".join(encode_frame(request(94, rid, {"i": rid})) for rid in rids))
+    done = await asyncio.gather(*futs.values())
+    assert sorted(f.fields["i"] for f in done) == rids
+    assert peak == 4  # the fixture's max_inflight_per_conn
     await c.close()
 
 

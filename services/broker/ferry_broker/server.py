@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import deque
 from typing import cast
 
 from ferry.errors import FerryError, SystemError_, UnknownCodeError
@@ -73,13 +74,17 @@ class BrokerServer:
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for in-flight requests to be answered (at most `timeout_s`), then disconnect."""
-        tasks = [t for conn in self.connections for t in conn.tasks]
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:  # backlogged requests start as running ones finish
+            tasks = [t for conn in self.connections for t in conn.tasks]
+            remaining = deadline - asyncio.get_running_loop().time()
+            if not tasks or remaining <= 0:
+                break
+            await asyncio.wait(tasks, timeout=remaining)
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-            if pending:
-                log.warning("%d requests still running at shutdown; cancelling", len(pending))
-                for task in pending:
-                    task.cancel()
+            log.warning("%d requests still running at shutdown; cancelling", len(tasks))
+            for task in tasks:
+                task.cancel()
         for conn in list(self.connections):
             conn.close()
         if self._server is not None:
@@ -101,6 +106,7 @@ class BrokerProtocol(asyncio.Protocol):
         self._writing_paused = False
         self._stopped = False
         self._out: list[bytes | memoryview] = []
+        self._backlog: deque[tuple[Handler, Frame]] = deque()
         self._flush_scheduled = False
         self._max_inflight = server.ctx.config.max_inflight_per_conn
 
@@ -121,6 +127,7 @@ class BrokerProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._out.clear()
+        self._backlog.clear()
         self.server.connections.discard(self)
         # Nobody is left to answer: free parked pulls (and their slots) now rather
         # than at their deadline. Stored messages are unaffected: a SEND's write
@@ -160,6 +167,15 @@ class BrokerProtocol(asyncio.Protocol):
             self._reply(frame, error_response(
                 frame, UnknownCodeError(f"unknown request code {frame.code}")))
             return
+        if self._backlog or len(self.tasks) >= self._max_inflight:
+            # One read can hold thousands of small frames: past the limit they
+            # wait here, in order, instead of all becoming tasks at once.
+            self._backlog.append((handler, frame))
+            self._update_reading()
+            return
+        self._start(handler, frame)
+
+    def _start(self, handler: Handler, frame: Frame) -> None:
         task = asyncio.get_running_loop().create_task(self._run(handler, frame))
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -168,8 +184,17 @@ class BrokerProtocol(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if self._reading_paused and len(self.tasks) < self._max_inflight:
+        if self._closed:
+            return
+        while self._backlog and len(self.tasks) < self._max_inflight:
+            self._start(*self._backlog.popleft())
+        if self._reading_paused:
             self._update_reading()
+
+    @property
+    def busy(self) -> bool:
+        """Whether requests of this connection are running or waiting to run."""
+        return bool(self.tasks or self._backlog)
 
     async def _run(self, handler: Handler, frame: Frame) -> None:
         try:
@@ -218,7 +243,7 @@ class BrokerProtocol(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
             return
-        pause = (self._stopped or self._writing_paused
+        pause = (self._stopped or self._writing_paused or bool(self._backlog)
                  or len(self.tasks) >= self._max_inflight)
         if pause and not self._reading_paused:
             self.transport.pause_reading()
