@@ -5,8 +5,9 @@ the last flush. SYNC (group commit): `wait_durable(end)` hands out a Future
 shared by every append since the previous flush began; the thread takes the
 whole group, fdatasyncs once and resolves it. So N concurrent appenders cost one
 fdatasync per group, not N. A group not resolved within `sync_flush_timeout_ms`
-fails with FlushTimeoutError (checked whenever `wait_durable` is called and by
-the thread between flushes), which the broker answers as PutStatus.FLUSH_TIMEOUT.
+fails with FlushTimeoutError, which the broker answers as PutStatus.FLUSH_TIMEOUT.
+The check runs in `wait_durable` (the flush thread itself may be the one stuck
+in fdatasync), so a stuck disk is noticed by the next appender.
 
 The same thread runs the periodic checkpoint callback.
 """
