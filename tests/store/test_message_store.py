@@ -215,3 +215,47 @@ def test_directory_is_locked_and_closed_store_refuses(tmp_path: Path) -> None:
     s.close()  # idempotent
     with pytest.raises(StoreError):
         s.put(MessageIn("t", 0, b""))
+
+
+async def test_wait_durable_from_asyncio_as_the_broker_uses_it(tmp_path: Path) -> None:
+    import asyncio
+
+    with MessageStore(_config(tmp_path, flush_mode=FlushMode.SYNC)) as s:
+        async def one(i: int) -> int:
+            r = s.put(MessageIn("aio", i % 2, b"m%d" % i))
+            await asyncio.wrap_future(s.wait_durable(r.end_offset))
+            return r.end_offset
+
+        ends = await asyncio.gather(*(one(i) for i in range(64)))
+        assert s.flushed_offset >= max(ends)
+
+
+def test_readers_on_another_thread_while_appending(tmp_path: Path) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    with MessageStore(_config(tmp_path)) as s:
+        def reader() -> None:
+            try:
+                while not stop.is_set():
+                    for q in range(2):
+                        off = 0
+                        while True:
+                            got = s.get_messages("thr", q, off, max_count=50)
+                            if got.status is not GetStatus.FOUND:
+                                break
+                            for raw in got.records:
+                                assert decode_record(raw).queue_offset == off
+                                off += 1
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        t = threading.Thread(target=reader)
+        t.start()
+        for i in range(300):
+            s.put_batch([MessageIn("thr", i % 2, b"x" * 700, keys=f"k{i}")])
+        stop.set()
+        t.join()
+        assert not errors
+        assert s.max_offset("thr", 0) + s.max_offset("thr", 1) == 300
