@@ -32,7 +32,9 @@ def test_append_read_and_roll(tmp_path: Path) -> None:
         size = HEADER_SIZE + 1 + 300
         # never straddles: the record and 8 spare bytes fit in its segment
         assert phy // SEG == (phy + size + 8 - 1) // SEG
-        msg = decode_record(cl.read(phy, size))
+        raw = cl.read(phy, size)
+        assert raw is not None
+        msg = decode_record(raw)
         assert (msg.queue_offset, msg.body, msg.phy_offset) == (i, bytes([i]) * 300, phy)
     # the first segment ends with a blank marker filling it
     first_end = phys[1] + HEADER_SIZE + 301

@@ -79,7 +79,7 @@ class _StuckLog:
 def test_stuck_fdatasync_times_out_waiters() -> None:
     log = _StuckLog()
     svc = FlushService(log, interval_ms=10, timeout_ms=100, checkpoint_interval_ms=10_000,
-                       on_checkpoint=lambda: None)  # type: ignore[arg-type]
+                       on_checkpoint=lambda: None)
     svc.start()
     fut = svc.wait_durable(50)
     time.sleep(0.3)
@@ -98,7 +98,7 @@ class _BrokenLog(_StuckLog):
 
 def test_io_error_fails_waiters() -> None:
     svc = FlushService(_BrokenLog(), interval_ms=10, timeout_ms=1000,
-                       checkpoint_interval_ms=10_000, on_checkpoint=lambda: None)  # type: ignore[arg-type]
+                       checkpoint_interval_ms=10_000, on_checkpoint=lambda: None)
     svc.start()
     fut = svc.wait_durable(50)
     with pytest.raises(StoreError):

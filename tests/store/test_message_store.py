@@ -39,7 +39,7 @@ def store(tmp_path: Path) -> Iterator[MessageStore]:
 
 
 def _bodies(store: MessageStore, topic: str, qid: int, start: int = 0) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     offset = start
     while True:
         got = store.get_messages(topic, qid, offset, max_count=100)

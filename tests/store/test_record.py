@@ -17,10 +17,9 @@ from ferry.store.record import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
 _prop_text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
-    max_size=30,
+    alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=30
 )
 _props = st.dictionaries(_prop_text.filter(bool), _prop_text, max_size=8)
 

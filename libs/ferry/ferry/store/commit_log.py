@@ -178,10 +178,10 @@ class CommitLog:
         """Recovery: discard everything from `phy_offset` on (segments after it are deleted)."""
         with self._segments_lock:
             while self._segments and self._segments[-1].start_offset > phy_offset:
-                seg = self._segments.pop()
+                dropped = self._segments.pop()
                 log.warning("recovery: deleting commit-log segment %s past the end of valid data",
-                            seg.path)
-                seg.delete()
+                            dropped.path)
+                dropped.delete()
         seg = self.segment_for(phy_offset)
         if seg is not None and phy_offset < seg.end_offset:
             seg.zero_from(phy_offset - seg.start_offset)

@@ -18,12 +18,23 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from typing import Protocol
 
 from ferry.errors import FlushTimeoutError, StoreError
 
-from .commit_log import CommitLog
-
 log = logging.getLogger(__name__)
+
+
+class Flushable(Protocol):
+    """What the flush thread needs of a commit log."""
+
+    @property
+    def write_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int: ...
+
+    def flush(self, target: int | None = None) -> int: ...
 
 
 class _Group:
@@ -49,7 +60,7 @@ def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
 class FlushService:
     """Owns the flush thread of one commit log."""
 
-    def __init__(self, commit_log: CommitLog, *, interval_ms: int, timeout_ms: int,
+    def __init__(self, commit_log: Flushable, *, interval_ms: int, timeout_ms: int,
                  checkpoint_interval_ms: int, on_checkpoint: Callable[[], None]) -> None:
         self._log = commit_log
         self._interval_s = interval_ms / 1000
