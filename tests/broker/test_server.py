@@ -13,6 +13,7 @@ from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
+from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.server import BrokerServer
@@ -46,7 +47,8 @@ async def server(tmp_path: Path) -> AsyncIterator[BrokerServer]:
                           max_inflight_per_conn=4, max_held_pulls_per_conn=3)
     store = MessageStore(StoreConfig(root_dir=str(tmp_path), commitlog_segment_bytes=64 << 20))
     ctx = BrokerContext(config, store, ConsumerOffsetManager(tmp_path / "o.json"),
-                        ConsumerManager(30_000), LongPollManager(3, 16), TopicManager(config, None))
+                        ConsumerManager(30_000), LongPollManager(3, 16), TopicManager(config, None),
+                        DurabilityWaiter(config.flush_timeout_ms))
     handlers: dict[int, Handler] = {**HANDLERS, CRASH: crash, SLOW: slow, ECHO: echo, BUSY: busy}
     srv = BrokerServer(ctx, handlers)
     await srv.start("127.0.0.1", 0)

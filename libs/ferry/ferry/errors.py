@@ -142,6 +142,8 @@ def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
 def _build_registry() -> dict[int, type[FerryError]]:
     registry: dict[int, type[FerryError]] = {}
     for cls in _all_subclasses(FerryError):
+        if "code" not in cls.__dict__:
+            continue  # a refinement of its parent (e.g. the wire's MalformedFrameError)
         if cls.code in registry:
             raise RuntimeError(f"wire code {cls.code} is used by {registry[cls.code]} and {cls}")
         registry[cls.code] = cls

@@ -23,6 +23,7 @@ from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
+from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.registration import Registration
@@ -77,7 +78,7 @@ class BrokerApp:
             config=cfg, store=store, offsets=offsets,
             consumers=ConsumerManager(cfg.consumer_expiry_ms),
             long_poll=LongPollManager(cfg.max_held_pulls_per_conn, cfg.max_held_pulls),
-            topics=topics,
+            topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms),
         )
         self.server = BrokerServer(self.ctx, HANDLERS)
         await self.server.start(cfg.host, cfg.port)

@@ -15,6 +15,7 @@ from ferry.wire import Frame
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
+from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.topics import TopicManager
 
@@ -37,6 +38,7 @@ class BrokerContext:
     consumers: ConsumerManager
     long_poll: LongPollManager
     topics: TopicManager
+    durability: DurabilityWaiter
 
 
 Handler = Callable[[BrokerContext, ConnInfo, Frame], Awaitable[Frame | None]]

@@ -8,8 +8,6 @@ queue are woken right after the write.
 """
 from __future__ import annotations
 
-import asyncio
-
 from ferry.errors import FlushTimeoutError, MalformedRequestError, StoreError
 from ferry.store import MessageIn, PutStatus
 from ferry.wire import Frame, decode_messages, response
@@ -44,14 +42,9 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     if bad is not None:
         raise StoreError(f"store refused the batch: {bad.status.name}")
     if ctx.config.flush_mode == "sync":
-        # The store fails the future with FlushTimeoutError after flush_timeout_ms;
-        # the wait_for is only a backstop. shield: our timeout must not cancel the
-        # store's future, which other appends of the same flush group share.
-        durable = asyncio.wrap_future(ctx.store.wait_durable(results[-1].end_offset))
         try:
-            await asyncio.wait_for(asyncio.shield(durable),
-                                   ctx.config.flush_timeout_ms / 1000.0 + 1.0)
-        except TimeoutError:
+            await ctx.durability.wait(ctx.store.wait_durable(results[-1].end_offset))
+        except FlushTimeoutError:
             raise FlushTimeoutError(
                 f"stored but not flushed within {ctx.config.flush_timeout_ms} ms"
             ) from None

@@ -1,0 +1,48 @@
+"""The broker shares one asyncio future per store flush group."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+
+import pytest
+from ferry.errors import FlushTimeoutError
+from ferry_broker.durability import DurabilityWaiter
+
+
+async def test_waiters_of_one_group_share_it_and_all_complete() -> None:
+    waiter = DurabilityWaiter(timeout_ms=5000)
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    waits = [waiter.wait(group) for _ in range(50)]
+    assert len(waiter) == 1
+    group.set_result(None)
+    await asyncio.gather(*waits)
+    await asyncio.sleep(0)
+    assert len(waiter) == 0
+
+
+async def test_a_cancelled_request_does_not_cancel_its_group() -> None:
+    waiter = DurabilityWaiter(timeout_ms=5000)
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    first, second = waiter.wait(group), waiter.wait(group)
+    first.cancel()
+    await asyncio.sleep(0)
+    assert not group.cancelled()
+    group.set_result(None)
+    await second
+
+
+async def test_a_store_failure_reaches_every_waiter() -> None:
+    waiter = DurabilityWaiter(timeout_ms=5000)
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    waits = [waiter.wait(group) for _ in range(3)]
+    group.set_exception(FlushTimeoutError("slow disk"))
+    for w in waits:
+        with pytest.raises(FlushTimeoutError):
+            await w
+
+
+async def test_backstop_fails_a_group_the_store_never_resolves() -> None:
+    waiter = DurabilityWaiter(timeout_ms=0)  # backstop after 1 s
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    with pytest.raises(FlushTimeoutError):
+        await asyncio.wait_for(waiter.wait(group), 5)
