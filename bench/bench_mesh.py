@@ -1,0 +1,281 @@
+"""Ferry beside Redis Streams, in one run on one machine: `make bench BENCH=mesh`.
+
+Both sides get the same work: 1 KiB messages from one producer process,
+batched the way each is meant to be used (Ferry's producer batches by itself;
+redis-py pipelines XADD), then consumed by one consumer (Ferry's Consumer;
+XREADGROUP + XACK for Redis). Redis runs with `appendonly yes` and
+`appendfsync everysec`, which is the durability of Ferry's async flush.
+The processes are real: etcd, namesrv and a broker for Ferry; redis-server.
+Each case prints one JSON line.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import redis
+import redis.asyncio as aredis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ferry import Consumer, Message, Producer  # noqa: E402
+
+from tests.support.procs import (  # noqa: E402
+    Proc,
+    free_port,
+    spawn,
+    start_etcd,
+    start_redis,
+    wait_for_port,
+)
+
+BODY = os.urandom(1024)
+BATCH = 256
+# a whole number of batches, so both sides produce exactly TOTAL
+TOTAL = int(os.environ.get("FERRY_BENCH_MESH_MESSAGES", "200192")) // BATCH * BATCH
+LATENCY_RATE = 2000
+LATENCY_SECONDS = float(os.environ.get("FERRY_BENCH_MESH_LATENCY_S", "10"))
+SYNC_SENDERS = 64
+SYNC_SECONDS = 5.0
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def start_ferry(work: Path, etcd_endpoint: str, flush_mode: str) -> tuple[list[Proc], str]:
+    """etcd is shared; start one namesrv and one broker; return them and the namesrv address."""
+    ns_port, br_port = free_port(), free_port()
+    prefix = f"/bench-{flush_mode}-{os.getpid()}/"
+    py = sys.executable
+    namesrv = spawn("namesrv", [py, "-m", "ferry_namesrv"], work / "namesrv", env={
+        "FERRY_NAMESRV_PORT": str(ns_port), "FERRY_NAMESRV_ETCD": etcd_endpoint,
+        "FERRY_NAMESRV_ETCD_PREFIX": prefix, "FERRY_NAMESRV_LOG_LEVEL": "WARNING",
+    })
+    broker = spawn("broker", [py, "-m", "ferry_broker"], work / "broker", env={
+        "FERRY_BROKER_NAME": "bench-a", "FERRY_BROKER_PORT": str(br_port),
+        "FERRY_BROKER_HTTP_PORT": "0", "FERRY_BROKER_DATA_DIR": str(work / "broker" / "data"),
+        "FERRY_BROKER_ETCD": etcd_endpoint, "FERRY_BROKER_ETCD_PREFIX": prefix,
+        "FERRY_BROKER_FLUSH_MODE": flush_mode, "FERRY_BROKER_LOG_LEVEL": "WARNING",
+    })
+    wait_for_port("127.0.0.1", ns_port)
+    wait_for_port("127.0.0.1", br_port)
+    return [broker, namesrv], f"127.0.0.1:{ns_port}"
+
+
+async def ferry_wait_route(namesrv: str, topic: str) -> None:
+    """Create the topic with one warm-up send, once the broker is registered."""
+    deadline = time.monotonic() + 30
+    async with Producer(namesrv=namesrv) as producer:
+        while True:
+            try:
+                await producer.send_and_wait(topic, b"warm-up")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+
+async def ferry_produce(namesrv: str, topic: str, n: int) -> float:
+    async with Producer(namesrv=namesrv) as producer:
+        batch = [Message(BODY) for _ in range(BATCH)]
+        in_flight: set[asyncio.Future[object]] = set()
+        t0 = time.perf_counter()
+        for _ in range(n // BATCH):
+            fut = asyncio.ensure_future(producer.send_batch(topic, batch))
+            in_flight.add(fut)
+            fut.add_done_callback(in_flight.discard)
+            if len(in_flight) >= 16:
+                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(*in_flight)
+        return n / (time.perf_counter() - t0)
+
+
+async def ferry_consume(namesrv: str, topic: str, n: int) -> float:
+    async with Consumer(topic, group="bench", namesrv=namesrv,
+                        auto_offset_reset="earliest", enable_auto_commit=True) as consumer:
+        got = 0
+        t0 = 0.0
+        while got < n:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=BATCH * 4)
+            if batch and t0 == 0.0:
+                t0 = time.perf_counter()
+            got += sum(len(v) for v in batch.values()) if isinstance(batch, dict) else len(batch)
+        return got / (time.perf_counter() - t0)
+
+
+def redis_produce(client: redis.Redis, stream: str, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n // BATCH):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(BATCH):
+            pipe.xadd(stream, {"b": BODY})
+        pipe.execute()
+    return n / (time.perf_counter() - t0)
+
+
+def redis_consume(client: redis.Redis, stream: str, n: int) -> float:
+    client.xgroup_create(stream, "bench", id="0")
+    got = 0
+    t0 = time.perf_counter()
+    while got < n:
+        resp = client.xreadgroup("bench", "c1", {stream: ">"}, count=BATCH * 4, block=1000)
+        if not resp:
+            continue
+        ids = [mid for mid, _ in resp[0][1]]
+        pipe = client.pipeline(transaction=False)
+        pipe.xack(stream, "bench", *ids)
+        pipe.execute()
+        got += len(ids)
+    return got / (time.perf_counter() - t0)
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    s = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))], 3) if s else float("nan")
+
+    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "p999_ms": at(0.999)}
+
+
+async def paced(rate: int, seconds: float, send: Callable[[int, float], Awaitable[None]]) -> int:
+    """Call send(i, intended_time) at a fixed rate; latency counts from the intended time,
+    so a stalled sender is charged for the messages it delayed (no coordinated omission)."""
+    n = int(rate * seconds)
+    start = time.time() + 0.2
+    for i in range(n):
+        intended = start + i / rate
+        delay = intended - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await send(i, intended)
+    return n
+
+
+async def ferry_latency(namesrv: str, topic: str) -> dict[str, float]:
+    latencies: list[float] = []
+    n_expected = int(LATENCY_RATE * LATENCY_SECONDS)
+    async with Producer(namesrv=namesrv) as producer, Consumer(
+        topic, group="latency", namesrv=namesrv, auto_offset_reset="latest"
+    ) as consumer:
+        await asyncio.sleep(1.0)  # let the consumer take its queues before pacing starts
+
+        async def consume() -> None:
+            async for msg in consumer:
+                intended = float(msg.properties["t"])
+                latencies.append((time.time() - intended) * 1000)
+                if len(latencies) >= n_expected:
+                    return
+
+        task = asyncio.create_task(consume())
+
+        async def send(i: int, intended: float) -> None:
+            await producer.send(topic, BODY, properties={"t": repr(intended)})
+
+        await paced(LATENCY_RATE, LATENCY_SECONDS, send)
+        await asyncio.wait_for(task, timeout=30)
+    return percentiles(latencies)
+
+
+async def redis_latency(url: str, stream: str) -> dict[str, float]:
+    client = aredis.from_url(url)
+    reader = aredis.from_url(url)
+    await client.xgroup_create(stream, "lat", id="$", mkstream=True)
+    latencies: list[float] = []
+    n_expected = int(LATENCY_RATE * LATENCY_SECONDS)
+
+    async def consume() -> None:
+        while len(latencies) < n_expected:
+            resp = await reader.xreadgroup("lat", "c1", {stream: ">"}, count=1000, block=1000)
+            now = time.time()
+            if not resp:
+                continue
+            ids = []
+            for mid, fields in resp[0][1]:
+                latencies.append((now - float(fields[b"t"])) * 1000)
+                ids.append(mid)
+            await reader.xack(stream, "lat", *ids)
+
+    task = asyncio.create_task(consume())
+
+    async def send(i: int, intended: float) -> None:
+        await client.xadd(stream, {"b": BODY, "t": repr(intended)})
+
+    await paced(LATENCY_RATE, LATENCY_SECONDS, send)
+    await asyncio.wait_for(task, timeout=30)
+    await client.aclose()
+    await reader.aclose()
+    return percentiles(latencies)
+
+
+async def ferry_sync_flush(namesrv: str, topic: str) -> float:
+    async with Producer(namesrv=namesrv) as producer:
+        done = 0
+        stop_at = time.perf_counter() + SYNC_SECONDS
+
+        async def sender() -> None:
+            nonlocal done
+            while time.perf_counter() < stop_at:
+                await producer.send_and_wait(topic, BODY)
+                done += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(sender() for _ in range(SYNC_SENDERS)))
+        return done / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="mesh-", dir=ROOT / "var"))
+    procs: list[Proc] = []
+    try:
+        etcd = start_etcd(work / "etcd")
+        procs.append(etcd.proc)
+        rds = start_redis(work / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
+        procs.append(rds.proc)
+        client = redis.Redis(host=rds.host, port=rds.port)
+
+        ferry_procs, namesrv = start_ferry(work / "async", etcd.endpoint, "async")
+        procs.extend(ferry_procs)
+        asyncio.run(ferry_wait_route(namesrv, "bench"))
+        f_prod = asyncio.run(ferry_produce(namesrv, "bench", TOTAL))
+        r_prod = redis_produce(client, "bench", TOTAL)
+        emit(bench="mesh.produce", messages=TOTAL, msgs_s=round(f_prod), redis_msgs_s=round(r_prod),
+             ratio=round(f_prod / r_prod, 2))
+        f_cons = asyncio.run(ferry_consume(namesrv, "bench", TOTAL))
+        r_cons = redis_consume(client, "bench", TOTAL)
+        emit(bench="mesh.consume", messages=TOTAL, msgs_s=round(f_cons), redis_msgs_s=round(r_cons),
+             ratio=round(f_cons / r_cons, 2))
+
+        asyncio.run(ferry_wait_route(namesrv, "latency"))
+        f_lat = asyncio.run(ferry_latency(namesrv, "latency"))
+        r_lat = asyncio.run(redis_latency(rds.url, "latency"))
+        emit(bench="mesh.latency", rate_msgs_s=LATENCY_RATE, seconds=LATENCY_SECONDS, **f_lat,
+             redis_p50_ms=r_lat["p50_ms"], redis_p99_ms=r_lat["p99_ms"],
+             redis_p999_ms=r_lat["p999_ms"])
+        client.close()
+        for p in ferry_procs:
+            p.stop()
+
+        sync_procs, namesrv = start_ferry(work / "sync", etcd.endpoint, "sync")
+        procs.extend(sync_procs)
+        asyncio.run(ferry_wait_route(namesrv, "sync"))
+        emit(bench="mesh.sync_flush", senders=SYNC_SENDERS,
+             msgs_s=round(asyncio.run(ferry_sync_flush(namesrv, "sync"))))
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
