@@ -30,9 +30,10 @@ system-deps:
 
 $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requirements-dev.txt
 	@test -x $(PY) || python3 -m venv .venv
-	@$(PIP) install -q --upgrade pip >/dev/null
-	@$(PIP) install -q -r requirements-dev.txt
-	@$(PIP) install -q -e libs/ferry $(foreach s,$(SERVICES),-e $(s))
+	@echo "setup: installing Python packages into .venv (log: .venv/setup.log)"
+	@( $(PIP) install -q --upgrade pip && $(PIP) install -q -r requirements-dev.txt \
+	   && $(PIP) install -q -e libs/ferry $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
+	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 
 up: setup

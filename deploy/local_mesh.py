@@ -14,26 +14,37 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var"
+# Overridable so tests can run this very script on free ports in a temp dir.
+VAR = Path(os.environ.get("FERRY_MESH_VAR_DIR", ROOT / "var"))
 PIDFILE = VAR / "run" / "mesh.pid"
+
+
+def _port(name: str, default: int) -> int:
+    return int(os.environ.get(f"FERRY_MESH_{name}_PORT", default))
 
 
 @dataclass(frozen=True)
 class Component:
-    """One process of the mesh: how to start it and which TCP port says it is ready."""
+    """One process of the mesh: how to start it and how to tell it is ready.
+
+    Ready means: `ready_url` answers 200 when given, else `port` accepts.
+    """
 
     name: str
     argv: list[str]
     port: int
     env: dict[str, str]
+    ready_url: str = ""
 
 
 def components() -> list[Component]:
-    etcd_port, redis_port = 2379, 6379
+    etcd_port, redis_port = _port("ETCD", 2379), _port("REDIS", 6379)
+    etcd_peer = _port("ETCD_PEER", 2380)
     etcd_dir = VAR / "etcd"
     return [
         Component(
@@ -41,7 +52,9 @@ def components() -> list[Component]:
             ["etcd", "--name", "ferry", "--data-dir", str(etcd_dir),
              "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
              "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
-             "--listen-peer-urls", "http://127.0.0.1:2380", "--log-level", "error"],
+             "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+             "--initial-cluster", f"ferry=http://127.0.0.1:{etcd_peer}", "--log-level", "error"],
             etcd_port, {},
         ),
         Component(
@@ -50,7 +63,29 @@ def components() -> list[Component]:
              "--dir", str(VAR / "redis"), "--appendonly", "yes"],
             redis_port, {},
         ),
+        Component(
+            "namesrv", [sys.executable, "-m", "ferry_namesrv"], NAMESRV_PORT,
+            {"FERRY_NAMESRV_PORT": str(NAMESRV_PORT), "FERRY_NAMESRV_ETCD": f"127.0.0.1:{etcd_port}"},
+            ready_url=f"http://127.0.0.1:{NAMESRV_PORT}/readyz",
+        ),
+        *(_broker(name, port, http_port, etcd_port) for name, port, http_port in BROKERS),
     ]
+
+
+NAMESRV_PORT = _port("NAMESRV", 9876)
+# (name, wire port, HTTP port): 10911 is RocketMQ's broker port; HTTP APIs from 10920 up.
+BROKERS = [("broker-a", _port("BROKER_A", 10911), _port("BROKER_A_HTTP", 10920)),
+           ("broker-b", _port("BROKER_B", 10915), _port("BROKER_B_HTTP", 10921))]
+
+
+def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
+    return Component(
+        name, [sys.executable, "-m", "ferry_broker"], port,
+        {"FERRY_BROKER_NAME": name, "FERRY_BROKER_PORT": str(port),
+         "FERRY_BROKER_HTTP_PORT": str(http_port),
+         "FERRY_BROKER_DATA_DIR": str(VAR / name), "FERRY_BROKER_ETCD": f"127.0.0.1:{etcd_port}"},
+        ready_url=f"http://127.0.0.1:{http_port}/readyz",
+    )
 
 
 def _port_open(port: int) -> bool:
@@ -61,12 +96,20 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (OSError, ValueError):
+        return False
+
+
 def _wait_port(comp: Component, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{comp.name} exited with {proc.returncode}; see var/log/{comp.name}.log")
-        if _port_open(comp.port):
+        if _port_open(comp.port) and (not comp.ready_url or _http_ok(comp.ready_url)):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{comp.name} is not answering on port {comp.port} after {timeout_s}s")
@@ -132,9 +175,14 @@ def up() -> int:
 
 def banner() -> str:
     return (
-        "\nFerry foundation is up: etcd on 127.0.0.1:2379, Redis on 127.0.0.1:6379.\n"
-        "The next stage adds namesrv (HTTP 9876) and two brokers (10911, 10915).\n"
-        "Ctrl-C or `make down` stops everything.\n"
+        f"\nFerry is up. namesrv: 127.0.0.1:{NAMESRV_PORT} (export FERRY_NAMESRV=127.0.0.1:{NAMESRV_PORT})\n"
+        "Brokers: " + ", ".join(f"{n} 127.0.0.1:{p} (HTTP {h})" for n, p, h in BROKERS) + "\n"
+        "Data and logs: ./var/   Stop: Ctrl-C here, or `make down` from another shell.\n\n"
+        "Try, in another shell:\n"
+        "  . .venv/bin/activate\n"
+        "  ferry topic create demo\n"
+        "  ferry send demo hello\n"
+        "  ferry consume demo --group g --from earliest --count 1\n"
     )
 
 
@@ -164,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("action", choices=["up", "down"])
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     return up() if args.action == "up" else down()
 
 
