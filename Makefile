@@ -47,7 +47,7 @@ test: setup
 
 lint: setup
 	@.venv/bin/ruff check libs services tests bench spark
-	@.venv/bin/mypy libs/ferry/ferry
+	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv
 
 bench: setup
 	@$(PY) bench/run.py $(BENCH)

@@ -33,7 +33,12 @@ class DurabilityWaiter:
             # Holding `group` in the dict keeps its id from being reused while listed.
             self._groups[key] = (group, shared)
             timer = asyncio.get_running_loop().call_later(self._backstop_s, _expire, shared)
-            shared.add_done_callback(lambda _f: (timer.cancel(), self._groups.pop(key, None)))
+
+            def forget(_done: asyncio.Future[None]) -> None:
+                timer.cancel()
+                self._groups.pop(key, None)
+
+            shared.add_done_callback(forget)
         else:
             shared = entry[1]
         return asyncio.shield(shared)
