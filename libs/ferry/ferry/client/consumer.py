@@ -57,7 +57,7 @@ class Consumer:
                  mode: str = "clustering", auto_offset_reset: str = "latest",
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
                  max_poll_records: int = 500, prefetch_records_per_queue: int = 1_000,
-                 pull_batch_size: int = 32, pull_max_wait_ms: int = 15_000,
+                 pull_batch_size: int = 256, pull_max_wait_ms: int = 15_000,
                  request_timeout_ms: int = 30_000, heartbeat_interval_ms: int = 5_000,
                  rebalance_interval_ms: int = 5_000, tags: str | Iterable[str] | None = None,
                  offset_store_path: str | os.PathLike[str] | None = None,

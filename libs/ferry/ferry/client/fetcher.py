@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+from crc32c import crc32c
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import broker_addr
-from ferry.errors import FerryError
-from ferry.store.record import iter_records
+from ferry.errors import CorruptRecordError, FerryError
+from ferry.store.record import CRC_START, HEADER, HEADER_SIZE, RECORD_MAGIC
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
@@ -35,7 +38,7 @@ class FetchConfig:
     """How one fetcher pulls (shared by all fetchers of a consumer)."""
 
     group: str
-    max_count: int = 32
+    max_count: int = 256
     max_wait_ms: int = 15_000
     request_timeout_ms: int = 30_000
     prefetch_records: int = 1000
@@ -44,8 +47,49 @@ class FetchConfig:
 
 @dataclass(slots=True)
 class _Chunk:
-    records: deque[ConsumerRecord]
+    records: list[ConsumerRecord]
     next_offset: int   # the queue position once every record of the chunk is taken
+    taken: int = 0     # records[:taken] were handed out already
+
+
+_unpack_header = HEADER.unpack_from
+_new_tuple = tuple.__new__
+
+
+def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
+                     broker: str) -> list[ConsumerRecord]:
+    """The records of a PULL response body, each checked (size, magic, CRC) and decoded once.
+
+    Only what every consumer needs is taken out eagerly (the body, positions,
+    timestamps); the record keeps the stored header and the raw tags, keys and
+    properties to decode on first use. The records all belong to the queue the
+    PULL asked for, so the topic is the fetcher's own string.
+    """
+    if type(body) is not bytes:
+        body = bytes(body)   # record bodies are handed out as bytes
+    out: list[ConsumerRecord] = []
+    add = out.append
+    view = memoryview(body)
+    off, n = 0, len(body)
+    while off < n:
+        try:
+            h = _unpack_header(body, off)
+        except struct.error:
+            raise CorruptRecordError(f"truncated record header at {off}") from None
+        size = h[0]
+        end = off + size
+        meta = off + HEADER_SIZE + h[13] + h[14] + h[15]     # after topic and hosts
+        payload = end - h[20]                                # the body starts here
+        if (h[1] != RECORD_MAGIC or end > n
+                or meta + h[17] + h[18] + h[19] != payload or payload < off + HEADER_SIZE):
+            raise CorruptRecordError(f"record at {off} is malformed or truncated")
+        if crc32c(view[off + CRC_START:end]) != h[2]:
+            raise CorruptRecordError(f"record crc mismatch at {off}")
+        # ConsumerRecord._make, inlined: this loop runs once per consumed message.
+        add(_new_tuple(ConsumerRecord, (body[payload:end], topic, h[4], h[5], h[7], h[8], h[10],
+                                        broker, h, body[meta:payload])))
+        off = end
+    return out
 
 
 @dataclass(slots=True)
@@ -94,14 +138,18 @@ class QueueFetcher:
     def take(self, max_records: int) -> list[ConsumerRecord]:
         """Up to `max_records` buffered records, oldest first; advances `delivered`."""
         out: list[ConsumerRecord] = []
-        while self._chunks and len(out) < max_records:
-            chunk = self._chunks[0]
-            while chunk.records and len(out) < max_records:
-                rec = chunk.records.popleft()
-                out.append(rec)
-                self.delivered = rec.queue_offset + 1
-            if not chunk.records:
-                self._chunks.popleft()
+        chunks = self._chunks
+        while chunks and len(out) < max_records:
+            chunk = chunks[0]
+            start = chunk.taken
+            stop = min(len(chunk.records), start + max_records - len(out))
+            if stop > start:
+                part = chunk.records[start:stop]
+                out += part
+                chunk.taken = stop
+                self.delivered = part[-1].queue_offset + 1
+            if stop >= len(chunk.records):
+                chunks.popleft()
                 self.delivered = max(self.delivered, chunk.next_offset)
         self._buffered -= len(out)
         if self._buffered < self.config.prefetch_records:
@@ -112,7 +160,7 @@ class QueueFetcher:
         if not records and not self._chunks:
             self.delivered = max(self.delivered, next_offset)  # skipped offsets (tag filter)
             return
-        self._chunks.append(_Chunk(deque(records), next_offset))
+        self._chunks.append(_Chunk(records, next_offset))
         self._buffered += len(records)
         if self._buffered >= self.config.prefetch_records:
             self._space.clear()
@@ -148,8 +196,7 @@ class QueueFetcher:
         status = str(resp.fields.get("status", ""))
         next_offset = int(resp.fields.get("next_offset", self.fetch_offset))
         if status == "FOUND":
-            records = [ConsumerRecord.from_stored(m, self.tq.broker)
-                       for m in iter_records(resp.body)]
+            records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
             if c.tags is not None:
                 records = [r for r in records if r.tags in c.tags]
             self._push(records, next_offset)
@@ -162,7 +209,7 @@ class QueueFetcher:
             if not self._chunks:
                 self.delivered = next_offset
             else:
-                self._chunks.append(_Chunk(deque(), next_offset))
+                self._chunks.append(_Chunk([], next_offset))
             return False
         if status == "NO_MATCHED_MESSAGE" and next_offset > self.fetch_offset:
             self._push([], next_offset)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ferry.store.record import decode_properties
 
 
 class TopicQueue(NamedTuple):
@@ -61,46 +64,141 @@ class SendResult:
         return TopicQueue(self.topic, self.broker, self.queue_id)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    """One consumed message, as stored by the broker."""
+_new_tuple = tuple.__new__
 
-    body: bytes
-    topic: str
-    queue_id: int
-    queue_offset: int
-    msg_id: str
-    key: str | None
-    keys: tuple[str, ...]
-    tags: str | None
-    properties: Mapping[str, str]
-    born_ts_ms: int
-    store_ts_ms: int
-    reconsume_times: int
-    broker: str
+
+class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded fields
+    """One consumed message, as stored by the broker.
+
+    A consumer builds hundreds of thousands of these per second, so a record
+    is a tuple (building one costs a tenth of a frozen dataclass) that keeps
+    the stored header and the few bytes of tags, keys and properties as they
+    arrived: `msg_id`, `key`, `keys`, `tags` and `properties` are decoded on
+    first use (and cached), and nothing is decoded twice. The body is copied
+    out once, so a record does not keep its whole PULL response alive.
+    Immutable like a frozen dataclass; read it by attribute, not by index.
+    """
+
+    # Tuple slots: 0 body, 1 topic, 2 queue_id, 3 queue_offset, 4 born_ts_ms,
+    # 5 store_ts_ms, 6 reconsume_times, 7 broker, 8 the stored header (the
+    # ferry.store.record.HEADER fields), 9 the raw tags | keys | properties bytes.
+    if TYPE_CHECKING:
+        body: bytes                 # the message body
+        topic: str
+        queue_id: int               # the queue id (per broker)
+        queue_offset: int           # the offset in its queue
+        born_ts_ms: int             # the producer's clock at send
+        store_ts_ms: int            # the broker's clock at store
+        reconsume_times: int        # redeliveries so far
+        broker: str                 # the broker name
+    else:  # C-level getters: several times cheaper than Python properties
+        body = property(itemgetter(0))
+        topic = property(itemgetter(1))
+        queue_id = property(itemgetter(2))
+        queue_offset = property(itemgetter(3))
+        born_ts_ms = property(itemgetter(4))
+        store_ts_ms = property(itemgetter(5))
+        reconsume_times = property(itemgetter(6))
+        broker = property(itemgetter(7))
+
+    @classmethod
+    def _make(cls, body: bytes, topic: str, broker: str, header: tuple[Any, ...],
+              meta: bytes) -> ConsumerRecord:
+        """Build from a decoded stored header and the raw tags | keys | properties bytes."""
+        return _new_tuple(cls, (body, topic, header[4], header[5], header[7], header[8],
+                                header[10], broker, header, meta))
+
+    def _cached(self, name: str) -> Any:
+        return self.__dict__.get(name, _MISSING)
+
+    @property
+    def msg_id(self) -> str:
+        """The message id as 32 upper-case hex characters."""
+        value = self._cached("msg_id")
+        if value is _MISSING:
+            value = self.__dict__["msg_id"] = self[8][12].hex().upper()
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def tags(self) -> str | None:
+        value = self._cached("tags")
+        if value is _MISSING:
+            header = self[8]
+            value = self.__dict__["tags"] = self[9][:header[17]].decode() or None
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key of the record (space-separated in the store)."""
+        value = self._cached("keys")
+        if value is _MISSING:
+            header = self[8]
+            raw = self[9][header[17]:header[17] + header[18]].decode()
+            value = self.__dict__["keys"] = tuple(k for k in raw.split(" ") if k)
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def key(self) -> str | None:
+        """The first key (the one used for ordering), if any."""
+        keys = self.keys
+        return keys[0] if keys else None
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        value = self._cached("properties")
+        if value is _MISSING:
+            header = self[8]
+            value = self.__dict__["properties"] = decode_properties(
+                self[9][header[17] + header[18]:])
+        return value  # type: ignore[no-any-return]
 
     @property
     def topic_queue(self) -> TopicQueue:
-        return TopicQueue(self.topic, self.broker, self.queue_id)
+        return TopicQueue(self[1], self[7], self[2])
 
     @classmethod
     def from_stored(cls, stored: Any, broker: str) -> ConsumerRecord:
         """Build from a `ferry.store.StoredMessage` (what decode_record returns)."""
-        keys = tuple(k for k in (stored.keys or "").split(" ") if k)
-        msg_id = stored.msg_id.hex().upper() if isinstance(stored.msg_id, bytes | bytearray) \
-            else str(stored.msg_id)
-        return cls(
-            body=bytes(stored.body),
-            topic=stored.topic,
-            queue_id=stored.queue_id,
-            queue_offset=stored.queue_offset,
-            msg_id=msg_id,
-            key=keys[0] if keys else None,
-            keys=keys,
-            tags=stored.tags or None,
-            properties=dict(stored.properties),
-            born_ts_ms=stored.born_ts_ms,
-            store_ts_ms=stored.store_ts_ms,
-            reconsume_times=stored.reconsume_times,
-            broker=broker,
-        )
+        tags_b, keys_b = stored.tags.encode(), stored.keys.encode()
+        header = (0, 0, 0, stored.flags, stored.queue_id, stored.queue_offset, stored.phy_offset,
+                  stored.born_ts_ms, stored.store_ts_ms, stored.prepared_offset,
+                  stored.reconsume_times, stored.tag_hash, bytes(stored.msg_id), 0, 0, 0, 0,
+                  len(tags_b), len(keys_b), len(stored.properties_raw), len(stored.body))
+        return cls._make(bytes(stored.body), stored.topic, broker, header,
+                         tags_b + keys_b + bytes(stored.properties_raw))
+
+    def _fields(self) -> tuple[Any, ...]:
+        """The public fields, for equality: how a record was built does not matter."""
+        return (*self[:8], self.msg_id, self.keys, self.tags, dict(self.properties))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((*self[:8], self.msg_id))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"ConsumerRecord is immutable (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ConsumerRecord is immutable (cannot delete {name!r})")
+
+    def __repr__(self) -> str:
+        return (f"ConsumerRecord(topic={self.topic!r}, broker={self.broker!r}, "
+                f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"msg_id={self.msg_id!r}, key={self.key!r}, tags={self.tags!r}, "
+                f"born_ts_ms={self.born_ts_ms}, store_ts_ms={self.store_ts_ms}, "
+                f"reconsume_times={self.reconsume_times}, body={self.body[:64]!r}"
+                f"{'...' if len(self.body) > 64 else ''})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_new_tuple, (ConsumerRecord, tuple(self)))
+
+
+_MISSING = object()
