@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,20 @@ def wait_for_port(host: str, port: int, timeout_s: float = 15.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout_s}s")
+
+
+def wait_for_http(url: str, expect: bytes, timeout_s: float = 15.0) -> None:
+    """Wait until GET url answers 200 with `expect` in its body."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200 and expect in resp.read():
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer with {expect!r} after {timeout_s}s")
 
 
 @dataclass
@@ -108,7 +123,10 @@ def start_etcd(workdir: Path) -> Etcd:
         "--initial-cluster", f"test={purl}", "--log-level", "error",
     ]
     proc = spawn("etcd", argv, workdir, env={"ETCD_UNSUPPORTED_ARCH": os.uname().machine})
-    _wait_ready(proc, lambda: wait_for_port("127.0.0.1", port))
+    # An open port is not a ready etcd: until it has elected itself leader and
+    # published its member, requests hang, and a stop in that window can leave a
+    # data dir that never becomes healthy again. /health answers true only after.
+    _wait_ready(proc, lambda: wait_for_http(f"{url}/health", b'"health":"true"'))
     return Etcd(proc, "127.0.0.1", port, peer)
 
 
