@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import asyncio
 
-from ferry.client.accumulator import Batch, PendingMessage, QueueBatcher
-from ferry.wire import WireMessage
+from ferry.client.accumulator import (
+    MAX_BATCH_MESSAGES,
+    Batch,
+    PendingGroup,
+    PendingMessage,
+    QueueBatcher,
+)
+from ferry.wire import WireMessage, decode_messages, encode_messages
 
 
 def _item(body: bytes = b"x") -> PendingMessage:
@@ -121,3 +127,35 @@ async def test_batches_closed_while_slots_are_busy_travel_together() -> None:
     rec.release.set()
     await asyncio.gather(*(it.future for it in items))
     assert [len(batch.items) for batch in rec.batches] == [1, 4]
+
+
+async def test_an_entry_is_encoded_once_and_a_batch_body_is_their_join() -> None:
+    rec = Recorder()
+    b = QueueBatcher(rec, linger_ms=1000, max_batch_bytes=1 << 20)
+    single = _item(b"one")
+    wires = [WireMessage(body=bytes([i]) * 3, msg_id=bytes([i]) * 16, born_ts_ms=i)
+             for i in range(1, 4)]
+    fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    group = PendingGroup(msg_ids=[w.msg_id for w in wires], encoded=encode_messages(wires),
+                         future=fut, topic="t")
+    b.add(single)
+    b.add(group)
+    await asyncio.gather(single.future, group.future)
+    (batch,) = rec.batches
+    assert batch.count == 4 and group.count == 3 and single.count == 1
+    assert batch.size_bytes == len(single.encoded) + len(group.encoded)
+    bodies = [m.body for m in decode_messages(b"".join(it.encoded for it in batch.items))]
+    assert bodies == [b"one", b"\x01" * 3, b"\x02" * 3, b"\x03" * 3]
+
+
+async def test_a_batch_never_holds_more_messages_than_a_send_may() -> None:
+    rec = Recorder()
+    rec.release.clear()
+    b = QueueBatcher(rec, linger_ms=10_000, max_batch_bytes=1 << 30, max_in_flight=8)
+    items = [_item(b"") for _ in range(MAX_BATCH_MESSAGES + 5)]
+    for it in items:
+        b.add(it)
+    await asyncio.sleep(0.01)
+    rec.release.set()
+    await asyncio.gather(*(it.future for it in items))
+    assert sorted(batch.count for batch in rec.batches) == [5, MAX_BATCH_MESSAGES]

@@ -10,6 +10,12 @@ always with at most `max_in_flight` batches of the queue on the wire, so that a
 slow broker makes batches grow instead of requests pile up. The batch's result
 (the first queue offset and a count) is fanned out to each message's future by
 the caller-provided `send_batch` coroutine.
+
+Every entry is encoded into its SEND-batch bytes once, when it is queued, so a
+batch's body is the join of its entries' bytes. An entry is one message
+(`PendingMessage`, from `send`) or the messages of one `send_batch` call
+(`PendingGroup`): they travel together with one future, which saves the
+per-message futures and bookkeeping when the caller batches already.
 """
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ferry.wire import WireMessage
+from ferry.wire import WireMessage, encode_messages
 
-# The fixed per-message overhead of the SEND batch layout (length .. body_len fields).
-_MESSAGE_OVERHEAD_BYTES = 4 + 16 + 8 + 4 + 2 + 2 + 4 + 4
+#: The broker refuses a SEND of more messages than this (handlers/send.py).
+MAX_BATCH_MESSAGES = 10_000
 
 
 @dataclass(slots=True)
@@ -34,20 +40,57 @@ class PendingMessage:
     attempts: int = 0
     key: str | None = None
     ordered: bool = False
+    encoded: bytes = b""   # its SEND-batch entry; encoded here when not given
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            self.encoded = encode_messages([self.wire])
 
     @property
     def size_bytes(self) -> int:
-        w = self.wire
-        return (_MESSAGE_OVERHEAD_BYTES + len(w.body) + len(w.tags.encode())
-                + len(w.keys.encode()) + len(w.properties))
+        return len(self.encoded)
+
+    @property
+    def count(self) -> int:
+        return 1
+
+
+@dataclass(slots=True)
+class PendingGroup:
+    """The messages of one `send_batch` call: one entry, one future, always in one frame.
+
+    The future resolves to the list of their SendResults; `msg_ids` are their
+    16-byte ids in order, `encoded` their SEND-batch entries back to back.
+    """
+
+    msg_ids: list[bytes]
+    encoded: bytes
+    future: asyncio.Future[object]
+    topic: str
+    first_body: bytes = b""    # what a queue selector sees when the group is sent again
+    attempts: int = 0
+    key: str | None = None
+    ordered: bool = False
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.encoded)
+
+    @property
+    def count(self) -> int:
+        return len(self.msg_ids)
+
+
+Pending = PendingMessage | PendingGroup
 
 
 @dataclass(slots=True)
 class Batch:
-    """The messages that travel in one SEND frame."""
+    """The entries that travel in one SEND frame."""
 
-    items: list[PendingMessage] = field(default_factory=list)
+    items: list[Pending] = field(default_factory=list)
     size_bytes: int = 0
+    count: int = 0      # messages (a group counts all of its own)
 
 
 SendBatch = Callable[[Batch], Awaitable[None]]
@@ -79,18 +122,23 @@ class QueueBatcher:
     def pending(self) -> int:
         return len(self._open.items) + sum(len(b.items) for b in self._ready)
 
-    def add(self, item: PendingMessage) -> None:
+    def add(self, item: Pending) -> None:
         """Append to the open batch and arrange for it to be sent per the rules above."""
         loop = asyncio.get_running_loop()
-        size = item.size_bytes
-        if self._open.items and self._open.size_bytes + size > self.max_batch_bytes:
+        size = len(item.encoded)
+        count = item.count
+        batch = self._open
+        if batch.items and (batch.size_bytes + size > self.max_batch_bytes
+                            or batch.count + count > MAX_BATCH_MESSAGES):
             self._close_open()
-        self._open.items.append(item)
-        self._open.size_bytes += size
+            batch = self._open
+        batch.items.append(item)
+        batch.size_bytes += size
+        batch.count += count
         self._idle.clear()
-        if len(self._open.items) == 1:
+        if len(batch.items) == 1:
             self._linger_handle = loop.call_later(self.linger_ms / 1000, self._on_linger)
-        if self._open.size_bytes >= self.max_batch_bytes:
+        if batch.size_bytes >= self.max_batch_bytes or batch.count >= MAX_BATCH_MESSAGES:
             self._close_open()
         if self._in_flight == 0 and self._soon_handle is None:
             self._soon_handle = loop.call_soon(self._on_soon)
@@ -122,10 +170,13 @@ class QueueBatcher:
         while self._ready and self._in_flight < self.max_in_flight:
             batch = self._ready.popleft()
             # Batches closed by linger while the slots were busy travel together.
-            while self._ready and batch.size_bytes + self._ready[0].size_bytes <= self.max_batch_bytes:
+            while (self._ready
+                   and batch.size_bytes + self._ready[0].size_bytes <= self.max_batch_bytes
+                   and batch.count + self._ready[0].count <= MAX_BATCH_MESSAGES):
                 nxt = self._ready.popleft()
                 batch.items.extend(nxt.items)
                 batch.size_bytes += nxt.size_bytes
+                batch.count += nxt.count
             self._in_flight += 1
             task = loop.create_task(self._run(batch))
             self._tasks.add(task)

@@ -18,7 +18,14 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ferry.client.accumulator import Batch, PendingMessage, QueueBatcher
+from ferry.client.accumulator import (
+    MAX_BATCH_MESSAGES,
+    Batch,
+    Pending,
+    PendingGroup,
+    PendingMessage,
+    QueueBatcher,
+)
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS, ConnectionPool
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache, TopicRoute
@@ -31,7 +38,7 @@ from ferry.errors import (
 )
 from ferry.names import validate_topic
 from ferry.store.record import encode_properties, new_msg_id
-from ferry.wire import MAX_BODY_BYTES, RequestCode, WireMessage, encode_messages
+from ferry.wire import MAX_BODY_BYTES, MESSAGE_HEAD, RequestCode, WireMessage, encode_messages
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,9 @@ MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 # tags and keys have u16 length slots in the SEND batch
 MAX_TAGS_KEYS_BYTES = 0xFFFF
 QueueSelector = Callable[[Sequence[TopicQueue], Message], TopicQueue]
+_HEAD_SIZE = MESSAGE_HEAD.size
+_pack_head = MESSAGE_HEAD.pack
+_MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not check again
 
 
 def default_namesrv() -> str:
@@ -48,7 +58,7 @@ def default_namesrv() -> str:
 class Producer:
     """Sends messages to topics. Use `async with Producer(namesrv=...) as p:`."""
 
-    def __init__(self, *, namesrv: str | None = None, linger_ms: int = 5,
+    def __init__(self, *, namesrv: str | None = None, linger_ms: int = 1,
                  max_batch_bytes: int = 1024 * 1024, retries: int = 2,
                  request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  max_in_flight_per_queue: int = 2, broker_backoff_ms: int = 30_000,
@@ -69,6 +79,7 @@ class Producer:
         self._faulty: dict[str, float] = {}   # broker name -> monotonic time it may be used again
         self._queue_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._valid_topics: set[str] = set()
         self._started = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -104,8 +115,20 @@ class Producer:
                    ordered: bool = False, queue_selector: QueueSelector | None = None,
                    keys: Sequence[str] = ()) -> asyncio.Future[SendResult]:
         """Queue one message; the returned future resolves to its SendResult."""
-        msg = Message(body=body, key=key, keys=tuple(keys), tags=tags, properties=properties or {})
-        return (await self._enqueue(topic, [msg], ordered, queue_selector))[0]
+        self._check_topic(topic)
+        _check_body(body)
+        wire = _make_wire(body, key, tuple(keys), tags, properties)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key, ordered=ordered)
+        route = await self._routes.route(topic)
+        if queue_selector is not None:
+            msg = Message(body=body, key=key, keys=tuple(keys), tags=tags,
+                          properties=properties or {})
+            tq = self._choose(topic, route, msg, ordered, queue_selector)
+        else:
+            tq = self._choose_by_key(topic, route, key, ordered)
+        self._batcher(tq).add(item)
+        return fut
 
     async def send_and_wait(self, topic: str, body: bytes, key: str | None = None,
                             tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -117,11 +140,28 @@ class Producer:
     async def send_batch(self, topic: str, messages: Sequence[Message], *,
                          ordered: bool = False,
                          queue_selector: QueueSelector | None = None) -> list[SendResult]:
-        """Send several messages to ONE queue (chosen by the first message) in one frame."""
+        """Send several messages to ONE queue (chosen by the first message) in one frame.
+
+        The messages are encoded once, here, and wait as one entry with one
+        future. A batch over `max_batch_bytes` is split over several frames
+        of the same queue.
+        """
         if not messages:
             return []
-        futs = await self._enqueue(topic, list(messages), ordered, queue_selector, together=True)
-        return list(await asyncio.gather(*futs))
+        self._check_topic(topic)
+        msg_ids, encoded = _encode_group(messages)
+        if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
+            futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
+                                       together=True)
+            return list(await asyncio.gather(*futs))
+        first = messages[0]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        group = PendingGroup(msg_ids=msg_ids, encoded=encoded, future=fut, topic=topic,
+                             first_body=bytes(first.body), key=first.key, ordered=ordered)
+        route = await self._routes.route(topic)
+        self._batcher(self._choose(topic, route, first, ordered, queue_selector)).add(group)
+        results: list[SendResult] = await fut
+        return results
 
     def send_oneway(self, topic: str, body: bytes, key: str | None = None,
                     tags: str | None = None, properties: Mapping[str, str] | None = None) -> None:
@@ -151,19 +191,23 @@ class Producer:
         if not self._started:
             raise RuntimeError("the producer is not started: call start() or use `async with`")
 
+    def _check_topic(self, topic: str) -> None:
+        """Started, and a valid topic name (each name is validated once)."""
+        self._check_started()
+        if topic not in self._valid_topics:
+            validate_topic(topic)
+            if len(self._valid_topics) >= _MAX_VALID_TOPICS:
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
+
     async def _enqueue(self, topic: str, msgs: list[Message], ordered: bool,
                        selector: QueueSelector | None,
                        together: bool = False) -> list[asyncio.Future[SendResult]]:
-        self._check_started()
-        validate_topic(topic)
+        self._check_topic(topic)
         loop = asyncio.get_running_loop()
         items = []
         for msg in msgs:
-            if not isinstance(msg.body, bytes | bytearray | memoryview):
-                raise TypeError(f"message body must be bytes, not {type(msg.body).__name__}")
-            if len(msg.body) > MAX_MESSAGE_BYTES:
-                raise MessageTooLargeError(
-                    f"message body is {len(msg.body)} bytes; the limit is {MAX_MESSAGE_BYTES}")
+            _check_body(msg.body)
             items.append(PendingMessage(wire=_to_wire(msg), future=loop.create_future(),
                                         topic=topic, key=msg.key, ordered=ordered))
         route = await self._routes.route(topic)
@@ -202,9 +246,13 @@ class Producer:
                 selector: QueueSelector | None) -> TopicQueue:
         if selector is not None:
             return selector(self._usable_queues(topic, route), msg)
-        if ordered and msg.key:
+        return self._choose_by_key(topic, route, msg.key, ordered)
+
+    def _choose_by_key(self, topic: str, route: TopicRoute, key: str | None,
+                       ordered: bool) -> TopicQueue:
+        if ordered and key:
             queues = self._usable_queues(topic, route)
-            return queues[zlib.crc32(msg.key.encode()) % len(queues)]
+            return queues[zlib.crc32(key.encode()) % len(queues)]
         return self._pick_round_robin(topic, route)
 
     def _batcher(self, tq: TopicQueue) -> QueueBatcher:
@@ -228,9 +276,9 @@ class Producer:
             addr = route.broker_addr(tq.broker)
             if addr is None:
                 raise TopicNotFoundError(f"broker {tq.broker} no longer serves {tq.topic}")
+            body = items[0].encoded if len(items) == 1 else b"".join([it.encoded for it in items])
             resp = await self._pool.request(
-                addr, RequestCode.SEND, {"topic": tq.topic, "queue_id": tq.queue_id},
-                encode_messages([it.wire for it in items]))
+                addr, RequestCode.SEND, {"topic": tq.topic, "queue_id": tq.queue_id}, body)
         except FerryError as exc:
             self._on_failure(tq, items, exc)
             return
@@ -240,13 +288,19 @@ class Producer:
             return
         first = int(resp.fields.get("queue_offset", -1))
         queue_id = int(resp.fields.get("queue_id", tq.queue_id))
-        for i, it in enumerate(items):
+        offset = first
+        for it in items:
             if not it.future.done():
-                it.future.set_result(SendResult(
-                    msg_id=it.wire.msg_id.hex().upper(), topic=tq.topic, queue_id=queue_id,
-                    queue_offset=first + i if first >= 0 else -1, broker=tq.broker))
+                if isinstance(it, PendingGroup):
+                    it.future.set_result(_group_results(it, tq, queue_id, offset))
+                else:
+                    it.future.set_result(SendResult(
+                        msg_id=it.wire.msg_id.hex().upper(), topic=tq.topic, queue_id=queue_id,
+                        queue_offset=offset, broker=tq.broker))
+            if first >= 0:
+                offset += it.count
 
-    def _on_failure(self, tq: TopicQueue, items: list[PendingMessage], exc: FerryError) -> None:
+    def _on_failure(self, tq: TopicQueue, items: list[Pending], exc: FerryError) -> None:
         if not exc.retriable:
             for it in items:
                 if not it.future.done():
@@ -268,7 +322,7 @@ class Producer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _resubmit(self, topic: str, items: list[PendingMessage]) -> None:
+    async def _resubmit(self, topic: str, items: list[Pending]) -> None:
         try:
             route = await self._routes.route(topic)
         except FerryError as exc:
@@ -277,17 +331,72 @@ class Producer:
                     it.future.set_exception(exc)
             return
         for it in items:
-            msg = Message(body=it.wire.body, key=it.key)
-            tq = self._choose(topic, route, msg, it.ordered, None)
+            tq = self._choose_by_key(topic, route, it.key, it.ordered)
             self._batcher(tq).add(it)
+
+
+def _check_body(body: object) -> None:
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+    if len(body) > MAX_MESSAGE_BYTES:
+        raise MessageTooLargeError(
+            f"message body is {len(body)} bytes; the limit is {MAX_MESSAGE_BYTES}")
 
 
 def _to_wire(msg: Message) -> WireMessage:
     """The wire form of a message; bad fields raise here, before they could fail a batch."""
-    props = encode_properties(dict(msg.properties)) if msg.properties else b""
-    tags, keys = msg.tags or "", msg.all_keys()
-    if len(tags.encode()) > MAX_TAGS_KEYS_BYTES or len(keys.encode()) > MAX_TAGS_KEYS_BYTES:
+    return _make_wire(msg.body, msg.key, msg.keys, msg.tags, msg.properties)
+
+
+def _make_wire(body: bytes, key: str | None, keys: tuple[str, ...], tags: str | None,
+               properties: Mapping[str, str] | None, msg_id: bytes = b"",
+               born_ts_ms: int = 0) -> WireMessage:
+    props = encode_properties(dict(properties)) if properties else b""
+    tags = tags or ""
+    all_keys = Message(b"", key, keys).all_keys() if key or keys else ""
+    if len(tags.encode()) > MAX_TAGS_KEYS_BYTES or len(all_keys.encode()) > MAX_TAGS_KEYS_BYTES:
         raise MalformedRequestError(f"tags and keys are limited to {MAX_TAGS_KEYS_BYTES} bytes")
-    return WireMessage(body=bytes(msg.body), msg_id=new_msg_id(),
-                       born_ts_ms=int(time.time() * 1000), tags=tags, keys=keys,
-                       properties=props)
+    return WireMessage(body=bytes(body), msg_id=msg_id or new_msg_id(),
+                       born_ts_ms=born_ts_ms or int(time.time() * 1000), tags=tags,
+                       keys=all_keys, properties=props)
+
+
+def _encode_group(msgs: Sequence[Message]) -> tuple[list[bytes], bytes]:
+    """The ids and the SEND-batch bytes of `msgs`, encoded in one pass.
+
+    A message with no key, tags or properties (the common case) is packed here
+    directly; others go through the full encoder. Bad input raises before
+    anything is queued.
+    """
+    born_ts_ms = int(time.time() * 1000)
+    msg_ids: list[bytes] = []
+    parts: list[bytes] = []
+    for msg in msgs:
+        body = msg.body
+        if type(body) is not bytes:
+            _check_body(body)
+            body = bytes(body)
+        size = len(body)
+        if size > MAX_MESSAGE_BYTES:
+            _check_body(body)
+        msg_id = new_msg_id()
+        msg_ids.append(msg_id)
+        if msg.key or msg.keys or msg.tags or msg.properties:
+            parts.append(encode_messages([_make_wire(body, msg.key, msg.keys, msg.tags,
+                                                     msg.properties, msg_id, born_ts_ms)]))
+        else:
+            parts.append(_pack_head(_HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
+            parts.append(body)
+    return msg_ids, b"".join(parts)
+
+
+def _group_results(group: PendingGroup, tq: TopicQueue, queue_id: int,
+                   first: int) -> list[SendResult]:
+    """The SendResults of a group stored from queue offset `first` (-1: unknown)."""
+    ids = b"".join(group.msg_ids).hex().upper()
+    topic, broker = tq.topic, tq.broker
+    if first < 0:
+        return [SendResult(ids[32 * i:32 * i + 32], topic, queue_id, -1, broker)
+                for i in range(len(group.msg_ids))]
+    return [SendResult(ids[32 * i:32 * i + 32], topic, queue_id, first + i, broker)
+            for i in range(len(group.msg_ids))]
