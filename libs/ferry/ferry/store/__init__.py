@@ -20,7 +20,7 @@ from .record import (
     tag_hash,
 )
 from .recovery import RecoveryReport
-from .results import GetResult, GetStatus, PutResult, PutStatus
+from .results import BatchPutResult, GetResult, GetStatus, PutResult, PutStatus
 from .retention import RetentionReport
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "MessageIn",
     "PutResult",
     "PutStatus",
+    "BatchPutResult",
     # reading
     "GetResult",
     "GetStatus",

@@ -48,6 +48,9 @@ class StoreConfig:
     disk_usage_fn: Callable[[str], float] | None = None
     max_message_bytes: int = 4 * MIB
     store_host: str = "127.0.0.1:10911"
+    # How far ahead of the writer a background thread pulls the active commit-log
+    # segment into the page cache (see warmer.py); 0 turns warming off.
+    warm_ahead_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
         if self.max_message_bytes <= 0:
@@ -59,6 +62,8 @@ class StoreConfig:
             )
         if self.flush_interval_ms <= 0 or self.sync_flush_timeout_ms <= 0:
             raise StoreError("flush_interval_ms and sync_flush_timeout_ms must be > 0")
+        if self.warm_ahead_bytes < 0:
+            raise StoreError("warm_ahead_bytes must be >= 0")
         if self.cq_entries_per_segment <= 0:
             raise StoreError("cq_entries_per_segment must be > 0")
         if len(self.store_host.encode()) > MAX_HOST_BYTES:

@@ -118,8 +118,8 @@ class IndexFile:
                                self.slot_count, self.capacity, self.count, 0)
         self.dirty = True
 
-    def add_many(self, items: list[tuple[bytes, int, int]], start: int, floor_phy: int) -> int:
-        """Add items[start:] until the file is full or a timestamp does not fit.
+    def add_many(self, items: list[tuple[int, int, int]], start: int, floor_phy: int) -> int:
+        """Add (key hash, phy, ts) items[start:] until the file is full or a timestamp does not fit.
 
         Items whose phy is <= `floor_phy` are skipped (already indexed). Returns the
         index of the first item not consumed.
@@ -128,7 +128,7 @@ class IndexFile:
         n0 = n = self.count
         cap = self.capacity
         lo_d, hi_d = self.begin_ts_ms - base, self.end_ts_ms - base
-        pack_into, hash_, dmin, dmax = INDEX_ENTRY.pack_into, crc32c, _DELTA_MIN, _DELTA_MAX
+        pack_into, dmin, dmax = INDEX_ENTRY.pack_into, _DELTA_MIN, _DELTA_MAX
         esize = INDEX_ENTRY.size
         at = self._entries_at + n * esize
         phy = self.end_phy
@@ -139,7 +139,7 @@ class IndexFile:
         # mapping, and the time checks run only when the timestamp changes (a batch
         # usually shares one).
         for i in range(start, stop):
-            key, p, ts = items[i]
+            h, p, ts = items[i]
             if p <= floor_phy:
                 continue
             if n >= cap:
@@ -155,7 +155,6 @@ class IndexFile:
                 if d > hi_d:
                     hi_d = d
                 last_ts = ts
-            h = hash_(key)
             s = h % nslots
             pack_into(mm, at, h, p, d, slots[s])
             at += esize
@@ -274,7 +273,7 @@ class IndexService:
 
     def put(self, key: bytes, phy_offset: int, store_ts_ms: int) -> None:
         """Index one key; a phy below the last indexed one is skipped (already indexed)."""
-        self._put([(key, phy_offset, store_ts_ms)], self._last_phy - 1)
+        self._put([(crc32c(key), phy_offset, store_ts_ms)], self._last_phy - 1)
 
     def put_many(self, items: list[tuple[bytes, int, int]]) -> None:
         """Index (key, phy_offset, store_ts_ms) items, given in commit-log order.
@@ -283,9 +282,18 @@ class IndexService:
         recovery can re-dispatch over already indexed records without duplicates
         (a record's keys always arrive in one call).
         """
+        self._put([(crc32c(k), p, ts) for k, p, ts in items], self._last_phy)
+
+    def put_hashed(self, items: list[tuple[int, int, int]]) -> None:
+        """put_many with each key already hashed (`key_hash`): the put path's form.
+
+        The appender hashes keys as it encodes, continuing the CRC of a constant
+        prefix (`crc32c(msg_id, crc32c(b"I"))` equals `key_hash(b"I" + msg_id)`), so
+        no key bytes are built per message.
+        """
         self._put(items, self._last_phy)
 
-    def _put(self, items: list[tuple[bytes, int, int]], floor_phy: int) -> None:
+    def _put(self, items: list[tuple[int, int, int]], floor_phy: int) -> None:
         i, total = 0, len(items)
         while i < total:
             f = self._files[-1] if self._files else None

@@ -1,9 +1,10 @@
 """One commit-log segment: a preallocated file, memory-mapped for writes and reads.
 
 Segments are created at full size with posix_fallocate (zeros, blocks reserved)
-so that appends are plain memory copies into the mapping: no write syscall and
-no ENOSPC halfway through a record. A zero `total_size` marks where data ends.
-Readers get read-only memoryview slices of the mapping (zero copy).
+so that an append can never hit ENOSPC halfway through a record. A zero
+`total_size` marks where data ends. The appender writes each batch with one
+`pwrite` (`write`); readers get read-only memoryview slices of the mapping (zero
+copy), which shares the page cache with the file, so they see every write.
 """
 from __future__ import annotations
 
@@ -61,6 +62,21 @@ class MappedFile:
         self.mm = mmap.mmap(self.fd, self.size)
         self.view = memoryview(self.mm)
         self.read_view = self.view.toreadonly()
+
+    def write(self, data: memoryview, rel: int) -> None:
+        """Write `data` at `rel` with pwrite.
+
+        Why not copy into the mapping: the first store to each fresh page of a
+        mapping takes a page fault that zero-fills the page before the copy
+        overwrites it; pwrite fills whole pages of the page cache directly, which
+        halves the kernel time per appended byte.
+        """
+        fd, done, total = self.fd, 0, len(data)
+        while done < total:
+            n = os.pwrite(fd, data[done:] if done else data, rel + done)
+            if n <= 0:
+                raise StoreError(f"pwrite to {self.path} wrote nothing at {rel + done}")
+            done += n
 
     def flush(self) -> None:
         os.fdatasync(self.fd)

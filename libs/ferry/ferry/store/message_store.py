@@ -22,7 +22,7 @@ from crc32c import crc32c
 from ferry.errors import CorruptRecordError, StoreError
 from ferry.names import validate_topic
 
-from .appender import Appender
+from .appender import Appender, Staged
 from .checkpoint import Checkpoint, write_checkpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
@@ -39,8 +39,9 @@ from .record import (
     decode_record,
 )
 from .recovery import RecoveryReport, recover
-from .results import GetResult, GetStatus, PutResult
+from .results import BatchPutResult, GetResult, GetStatus, PutResult
 from .retention_runner import RetentionReport, run_retention
+from .warmer import PageWarmer
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,13 @@ class MessageStore:
         except BaseException:
             os.close(self._lock_fd)
             raise
+        self._warmer: PageWarmer | None = None
+        if config.warm_ahead_bytes:
+            self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
+                                      config.warm_ahead_bytes, self._cl.write_offset)
+            self._warmer.start()
         self._appender = Appender(self._cl, self._cqs, self._index, config.max_message_bytes,
-                                  config.store_host)
+                                  config.store_host, self._warmer)
         self._last_store_ts = self.recovery.last_store_ts_ms
         self._failed: BaseException | None = None
         write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
@@ -94,21 +100,49 @@ class MessageStore:
         MessageTooLargeError, MalformedRequestError) and nothing is written.
         """
         with self._lock:
-            if self._closed or self._failed is not None:
-                raise StoreError("the store is closed" if self._closed else
-                                 f"the store failed ({self._failed}); reopen it to recover")
-            prepared = self._appender.prepare(msgs)
-            now = int(time.time() * 1000)
-            # Store timestamps never go backwards, so offset_for_timestamp can bisect.
-            ts = now if now > self._last_store_ts else self._last_store_ts
-            try:
-                results = self._appender.write(prepared, ts)
-            except BaseException as exc:
-                self._failed = exc
-                log.exception("append failed; the store refuses appends until reopened")
-                raise StoreError(f"append failed: {exc}") from exc
-            self._last_store_ts = ts
-            return results
+            self._check_open()
+            ts = self._store_ts()
+            results = self._commit(self._appender.stage(msgs, ts), ts)
+            return results  # type: ignore[return-value]
+
+    def put_encoded_batch(self, topic: str, queue_id: int, encoded: bytes | bytearray | memoryview,
+                          *, born_host: str = "", max_messages: int | None = None
+                          ) -> BatchPutResult:
+        """Append a batch already encoded in the message batch input layout, in one write.
+
+        `encoded` holds the messages of one queue back to back, each laid out as
+        `batch_input.BATCH_ENTRY` then its tags, keys, properties and body (the
+        wire's SEND body); an all-zero msg_id is assigned by the store. The whole
+        batch is validated first and nothing is written if any entry is bad:
+        MalformedRequestError (truncated or inconsistent, not UTF-8, empty, more than
+        `max_messages`), MessageTooLargeError, InvalidNameError.
+        """
+        with self._lock:
+            self._check_open()
+            ts = self._store_ts()
+            staged = self._appender.stage_encoded(topic, queue_id, encoded, born_host, ts,
+                                                  max_messages)  # type: ignore[arg-type]
+            return self._commit(staged, ts)  # type: ignore[return-value]
+
+    def _check_open(self) -> None:
+        if self._closed or self._failed is not None:
+            raise StoreError("the store is closed" if self._closed else
+                             f"the store failed ({self._failed}); reopen it to recover")
+
+    def _store_ts(self) -> int:
+        # Store timestamps never go backwards, so offset_for_timestamp can bisect.
+        now = int(time.time() * 1000)
+        return now if now > self._last_store_ts else self._last_store_ts
+
+    def _commit(self, staged: Staged, ts: int) -> list[PutResult] | BatchPutResult:
+        try:
+            results = self._appender.commit(staged)
+        except BaseException as exc:
+            self._failed = exc
+            log.exception("append failed; the store refuses appends until reopened")
+            raise StoreError(f"append failed: {exc}") from exc
+        self._last_store_ts = ts
+        return results
 
     def wait_durable(self, end_offset: int) -> Future[None]:
         """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
@@ -316,6 +350,8 @@ class MessageStore:
                 return
             self._closed = True
         self._flush.stop()
+        if self._warmer is not None:
+            self._warmer.stop()
         with self._lock:
             if self._failed is None:
                 self._appender.dispatch()

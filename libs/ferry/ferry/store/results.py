@@ -34,6 +34,22 @@ class PutResult(NamedTuple):
         return self.phy_offset + self.size
 
 
+class BatchPutResult(NamedTuple):
+    """Where a `put_encoded_batch` went: its records are consecutive in one queue.
+
+    Message i of the batch got queue offset `first_queue_offset + i`; the records
+    follow each other in the commit log (a segment roll may put a blank marker
+    between two of them).
+    """
+
+    status: PutStatus
+    count: int
+    first_queue_offset: int
+    first_phy_offset: int
+    end_offset: int  # just past the last record: what `wait_durable` takes
+    store_ts_ms: int
+
+
 class GetStatus(enum.Enum):
     """Outcome of a pull from one queue (RocketMQ's names)."""
 
