@@ -42,6 +42,9 @@ class CommitLog:
         self._flushed_offset = 0
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
+            if name.endswith(".tmp"):
+                os.remove(path)  # a segment whose creation did not finish
+                continue
             if len(name) != 20 or not name.isdigit():
                 log.warning("ignoring stray file %s in the commit log directory", path)
                 continue

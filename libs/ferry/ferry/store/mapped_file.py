@@ -27,15 +27,12 @@ class MappedFile:
         self.path = path
         self.start_offset = start_offset
         self.size = size
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
-            self.fd = os.open(path, flags, 0o644)
+            self.fd = _create(path, size) if create else os.open(path, os.O_RDWR)
         except OSError as exc:
             raise StoreError(f"cannot open commit-log segment {path}: {exc}") from exc
         try:
-            if create:
-                _preallocate(self.fd, size)
-            elif os.fstat(self.fd).st_size != size:
+            if not create and os.fstat(self.fd).st_size != size:
                 raise StoreError(
                     f"commit-log segment {path} has size {os.fstat(self.fd).st_size}, expected {size}")
             self.mm = mmap.mmap(self.fd, size)
@@ -97,6 +94,20 @@ class MappedFile:
     def delete(self) -> None:
         self.close()
         os.unlink(self.path)
+
+
+def _create(path: str, size: int) -> int:
+    """Create a full-size segment under `<path>.tmp`, then rename it: a crash in between
+    never leaves a short file under a real segment name."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _preallocate(fd, size)
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _preallocate(fd: int, size: int) -> None:
