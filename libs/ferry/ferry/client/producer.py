@@ -117,9 +117,19 @@ class Producer:
         """Queue one message; the returned future resolves to its SendResult."""
         self._check_topic(topic)
         _check_body(body)
-        wire = _make_wire(body, key, tuple(keys), tags, properties)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key, ordered=ordered)
+        if key is None and not keys and not tags and not properties:
+            # The common plain message: packed here, without the general encoder.
+            body = body if type(body) is bytes else bytes(body)
+            msg_id = new_msg_id()
+            born_ts_ms = int(time.time() * 1000)
+            size = len(body)
+            item = PendingMessage(
+                WireMessage(body, msg_id, born_ts_ms), fut, topic,
+                encoded=_pack_head(_HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
+        else:
+            wire = _make_wire(body, key, tuple(keys), tags, properties)
+            item = PendingMessage(wire=wire, future=fut, topic=topic, key=key, ordered=ordered)
         route = await self._routes.route(topic)
         if queue_selector is not None:
             msg = Message(body=body, key=key, keys=tuple(keys), tags=tags,
