@@ -107,6 +107,7 @@ class QueueFetcher:
     _buffered: int = 0
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    _route_suspect: bool = True  # look the route up (awaiting namesrv if stale) before the next pull
 
     def __post_init__(self) -> None:
         self.delivered = self.fetch_offset
@@ -176,6 +177,7 @@ class QueueFetcher:
             except FerryError as exc:
                 log.info("pull from %s failed: %s; retrying", self.tq, exc)
                 self.routes.invalidate(self.tq.topic)
+                self._route_suspect = True
                 await asyncio.sleep(_ERROR_BACKOFF_S)
                 continue
             except Exception:  # a bug must not silently stop this queue for good
@@ -185,10 +187,26 @@ class QueueFetcher:
             if not got and time.monotonic() - started < _EMPTY_FAST_S:
                 await asyncio.sleep(_EMPTY_FAST_S)
 
+    async def _broker_addr(self) -> str:
+        """The queue's broker, from the cached route while pulls succeed.
+
+        The consumer's rebalance loop refreshes routes every interval, so a pull
+        never waits for namesrv because a route merely aged; after a failed pull
+        the route is looked up (and refreshed) first.
+        """
+        if not self._route_suspect:
+            route = self.routes.cached(self.tq.topic)
+            addr = route.broker_addr(self.tq.broker) if route is not None else None
+            if addr is not None:
+                return addr
+        addr = await broker_addr(self.routes, self.tq)
+        self._route_suspect = False
+        return addr
+
     async def _pull_once(self) -> bool:
         """One PULL; True when it returned records."""
         c = self.config
-        addr = await broker_addr(self.routes, self.tq)
+        addr = await self._broker_addr()
         resp = await self.pool.request(addr, RequestCode.PULL, {
             "group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
             "offset": self.fetch_offset, "max_count": c.max_count, "max_wait_ms": c.max_wait_ms,
