@@ -255,3 +255,24 @@ def test_header_limit_is_inclusive() -> None:
     frame.fields["p"] += "a"
     with pytest.raises(MessageTooLargeError):
         encode_frame(frame)
+
+
+def test_body_views_point_into_immutable_chunks_and_handed_over_buffers() -> None:
+    batch = [request(RequestCode.SEND, i, {"topic": "t"}, os.urandom(1000 * i + 1))
+             for i in range(1, 40)]
+    stream = b"".join(encode_frame(f) for f in batch)
+    decoder = FrameDecoder(body_views=True)
+    out: list[Frame] = []
+    rnd = random.Random(7)
+    pos = 0
+    while pos < len(stream):
+        step = rnd.randint(1, 30_000)
+        out += decoder.feed(stream[pos:pos + step])
+        pos += step
+    assert out == batch
+    assert all(isinstance(f.body, memoryview) and f.body.readonly for f in out)
+    # Bodies from a reusable (mutable) chunk are still copies.
+    recv = bytearray(encode_frame(batch[0]))
+    (got,) = FrameDecoder(body_views=True).feed(recv)
+    recv[:] = bytes(len(recv))
+    assert got == batch[0] and isinstance(got.body, bytes)

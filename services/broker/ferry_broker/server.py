@@ -97,7 +97,8 @@ class BrokerProtocol(asyncio.Protocol):
     def __init__(self, server: BrokerServer, conn_id: int) -> None:
         self.server = server
         self.conn_id = conn_id
-        self.decoder = FrameDecoder()
+        # Bodies as views: a SEND body goes to the store without another copy.
+        self.decoder = FrameDecoder(body_views=True)
         self.tasks: set[asyncio.Task[None]] = set()
         self.info = ConnInfo(conn_id, "")
         self.transport: asyncio.Transport | None = None

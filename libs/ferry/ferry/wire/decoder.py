@@ -26,12 +26,22 @@ class FrameDecoder:
 
     After a MalformedFrameError the stream has lost its framing: the decoder
     stays failed and the caller must close the connection.
+
+    By default every body is a `bytes` copy. With `body_views=True` a body is
+    a read-only memoryview instead, into the `bytes` chunk it arrived in or
+    into the decoder's own buffer of a frame that spanned several chunks (that
+    buffer is then handed over, not reused), which saves copying large bodies;
+    bodies from a mutable chunk (bytearray, memoryview) are still copied,
+    since the caller may reuse it.
     """
 
-    __slots__ = ("_buf", "_failed", "max_frame_bytes")
+    __slots__ = ("_buf", "_failed", "max_frame_bytes", "_body_views", "_alias")
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, *,
+                 body_views: bool = False) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self._body_views = body_views
+        self._alias = False  # whether the chunk being parsed may be referenced by bodies
         # Bytes of the one incomplete frame, if any. Whole frames are parsed
         # straight from the caller's chunk, so nothing else is ever buffered
         # and nothing is copied twice.
@@ -47,6 +57,7 @@ class FrameDecoder:
         """Take the next bytes of the stream; return every frame now complete, in order."""
         if self._failed is not None:
             raise MalformedFrameError(f"stream already failed: {self._failed}")
+        self._alias = self._body_views and type(data) is bytes
         try:
             with memoryview(data) as view:
                 return self._feed(view)
@@ -91,14 +102,22 @@ class FrameDecoder:
                 return taken
             buf += view[taken:taken + take]
             taken += take
-        with memoryview(buf) as pending:
-            self._parse(pending, 0, frames)
-        buf.clear()
+        if self._body_views:
+            # The bodies may point into this buffer: hand it over, start a new one.
+            self._buf = bytearray()
+            alias, self._alias = self._alias, True
+            self._parse(memoryview(buf).toreadonly(), 0, frames)
+            self._alias = alias
+        else:
+            with memoryview(buf) as pending:
+                self._parse(pending, 0, frames)
+            buf.clear()
         return taken
 
     def _parse(self, view: memoryview, pos: int, frames: list[Frame]) -> int:
         """Decode whole frames from `view[pos:]` into `frames`; return where the rest starts."""
         end = view.nbytes
+        alias = self._alias
         while end - pos >= _LENGTH_SIZE:
             frame_length = FRAME_LENGTH.unpack_from(view, pos)[0]
             self._check_frame_length(frame_length)
@@ -111,7 +130,12 @@ class FrameDecoder:
                 break
             header_start = pos + _PREFIX_SIZE
             body_start = header_start + header_length
-            body = view[body_start:frame_end].tobytes() if frame_end > body_start else b""
+            if frame_end <= body_start:
+                body: bytes | memoryview = b""
+            elif alias:
+                body = view[body_start:frame_end]
+            else:
+                body = view[body_start:frame_end].tobytes()
             with view[header_start:body_start] as header:
                 frames.append(decode_header(header, body))
             pos = frame_end

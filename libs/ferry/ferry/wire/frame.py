@@ -136,7 +136,7 @@ def encode_frame(frame: Frame, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     return b"".join(encode_frame_parts(frame, max_frame_bytes))
 
 
-def decode_header(raw: bytes | bytearray | memoryview, body: bytes) -> Frame:
+def decode_header(raw: bytes | bytearray | memoryview, body: bytes | memoryview) -> Frame:
     """Build the Frame from a header's bytes and its body, or raise MalformedFrameError."""
     try:
         header = msgpack.unpackb(raw)
