@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from ferry.store import checkpoint, consume_queue, index_file, record
+from ferry.store import batch_input, checkpoint, consume_queue, index_file, record
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "store-format.md"
 _CHARS = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q"}
@@ -24,6 +24,7 @@ TABLES: dict[str, tuple[struct.Struct, tuple[str, ...] | None]] = {
     "### INDEX_HEADER": (index_file.INDEX_HEADER, None),
     "### INDEX_SLOT": (index_file.INDEX_SLOT, None),
     "### INDEX_ENTRY": (index_file.INDEX_ENTRY, None),
+    "### Message batch input entry": (batch_input.BATCH_ENTRY, batch_input.BATCH_ENTRY_FIELDS),
 }
 
 
