@@ -32,6 +32,8 @@ DEFAULT_CONNECT_TIMEOUT_MS = 3_000
 _MAX_REQUEST_ID = 0xFFFF_FFFF
 # Writers wait once the socket's send buffer holds more than this (asyncio's default).
 _WRITE_HIGH_WATER_BYTES = 64 * 1024
+# Frames corked in one loop turn are written with one writelines() up to this size.
+_COALESCE_BYTES = 64 * 1024
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -134,8 +136,15 @@ class BrokerConnection:
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
-        if out and not self._closed and self._transport is not None:
+        if not out or self._closed or self._transport is None:
+            return
+        if sum(map(len, out)) <= _COALESCE_BYTES:
             self._transport.writelines(out)
+        else:
+            # Large bodies go as they are: the selector transport's writelines joins its
+            # list first, one more copy of every body (and, past 128 KiB, fresh pages).
+            for part in out:
+                self._transport.write(part)
 
     async def _drain(self) -> None:
         """Wait while the socket's send buffer is over its high-water mark."""
