@@ -47,7 +47,7 @@ import os
 import struct
 from collections.abc import Iterator
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from crc32c import crc32c
 
@@ -145,6 +145,7 @@ class StoredMessage(_StoredFields):
 
 
 _new_tuple = tuple.__new__
+_T = TypeVar("_T")
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -306,18 +307,36 @@ def decode_record(buf: bytes | bytearray | memoryview, off: int = 0) -> StoredMe
     mv = buf if type(buf) is memoryview else memoryview(buf)
     if crc32c(mv[off + CRC_START:end]) != h[2]:
         raise CorruptRecordError(f"record crc mismatch at {off}")
-    raw = bytes(mv[off + HEADER_SIZE:end])
+    start = off + HEADER_SIZE
+    texts = mv[start:start + p5].tobytes()  # topic | born | store | tags | keys: small
     try:
-        topic = raw[:p].decode()
-        born = raw[p:p2].decode() if p2 > p else ""
-        store = raw[p2:p3].decode() if p3 > p2 else ""
-        tags = raw[p3:p4].decode() if p4 > p3 else ""
-        keys = raw[p4:p5].decode() if p5 > p4 else ""
+        # A store serves few (topic, born host, store host) triples and tags: decode
+        # each once (the cached entry also pins the split, which the bytes alone do not).
+        hosts = _TEXTS.get(texts[:p3])
+        if hosts is None or hosts[3] != p or hosts[4] != p2:
+            hosts = _cache_text(_TEXTS, texts[:p3], (texts[:p].decode(), texts[p:p2].decode(),
+                                                    texts[p2:p3].decode(), p, p2))
+        tags = _TAGS.get(texts[p3:p4]) if p4 > p3 else ""
+        if tags is None:
+            tags = _cache_text(_TAGS, texts[p3:p4], texts[p3:p4].decode())
+        keys = texts[p4:].decode() if p5 > p4 else ""
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"record text at {off} is not UTF-8: {exc}") from None
     return _new_tuple(StoredMessage, (
-        topic, h[4], h[5], h[6], size, h[3], h[7], h[8], born, store, h[10], h[9], h[11], h[12],
-        tags, keys, raw[p6:], raw[p5:p6]))
+        hosts[0], h[4], h[5], h[6], size, h[3], h[7], h[8], hosts[1], hosts[2], h[10], h[9], h[11],
+        h[12], tags, keys, mv[start + p6:end].tobytes(), mv[start + p5:start + p6].tobytes()))
+
+
+_TEXTS: dict[bytes, tuple[str, str, str, int, int]] = {}
+_TAGS: dict[bytes, str] = {}
+_MAX_TEXTS = 4096
+
+
+def _cache_text(cache: dict, raw: bytes, value: _T) -> _T:
+    if len(cache) >= _MAX_TEXTS:
+        cache.clear()
+    cache[raw] = value
+    return value
 
 
 def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[StoredMessage]:
