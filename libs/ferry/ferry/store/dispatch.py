@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import struct
 
+from crc32c import crc32c
+
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
+from .encode_context import ID_KEY_CRC
 from .index_file import IndexService
 from .record import BLANK_MAGIC, HEADER, HEADER_SIZE
 
@@ -39,7 +42,7 @@ class DispatchBatch:
     def __init__(self) -> None:
         # (topic, queue_id) -> [first queue offset, packed entries...]
         self.queues: dict[tuple[str, int], list] = {}
-        self.index_items: list[tuple[bytes, int, int]] = []
+        self.index_items: list[tuple[int, int, int]] = []  # (key hash, phy, store ts)
 
     def add_entry(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int,
                   th: int) -> None:
@@ -52,18 +55,18 @@ class DispatchBatch:
     def add_keys(self, topic_b: bytes, keys_b: bytes, msg_id: bytes, phy: int,
                  store_ts_ms: int) -> None:
         items = self.index_items
-        items.append((b"I" + msg_id, phy, store_ts_ms))
+        items.append((crc32c(msg_id, ID_KEY_CRC), phy, store_ts_ms))
         if keys_b:
-            prefix = b"K" + topic_b + b"\x00"
+            prefix = crc32c(b"K" + topic_b + b"\x00")
             for k in keys_b.split(b" "):
                 if k:
-                    items.append((prefix + k, phy, store_ts_ms))
+                    items.append((crc32c(k, prefix), phy, store_ts_ms))
 
     def apply(self, cqs: ConsumeQueues, index: IndexService) -> None:
         for (topic, queue_id), run in self.queues.items():
             cqs.get_or_create(topic, queue_id).append(run[0], b"".join(run[1:]))
         if self.index_items:
-            index.put_many(self.index_items)
+            index.put_hashed(self.index_items)
         self.queues = {}
         self.index_items = []
 

@@ -24,6 +24,7 @@ import mmap
 import os
 import struct
 import sys
+from itertools import islice
 
 from crc32c import crc32c
 
@@ -121,34 +122,28 @@ class IndexFile:
     def add_many(self, items: list[tuple[int, int, int]], start: int, floor_phy: int) -> int:
         """Add (key hash, phy, ts) items[start:] until the file is full or a timestamp does not fit.
 
-        Items whose phy is <= `floor_phy` are skipped (already indexed). Returns the
-        index of the first item not consumed.
+        Items whose phy is <= `floor_phy` are skipped (already indexed; items come in
+        commit-log order, so they are a prefix). Returns the index of the first item
+        not consumed.
         """
+        total = len(items)
+        while start < total and items[start][1] <= floor_phy:
+            start += 1
         slots, nslots, base, mm = self._slots, self.slot_count, self.base_ts_ms, self._mm
         n0 = n = self.count
-        cap = self.capacity
         lo_d, hi_d = self.begin_ts_ms - base, self.end_ts_ms - base
         pack_into, dmin, dmax = INDEX_ENTRY.pack_into, _DELTA_MIN, _DELTA_MAX
         esize = INDEX_ENTRY.size
         at = self._entries_at + n * esize
-        phy = self.end_phy
         last_ts: int | None = None
         d = 0
-        stop = len(items)
-        # The hot loop of every put: locals only, entries packed straight into the
-        # mapping, and the time checks run only when the timestamp changes (a batch
-        # usually shares one).
-        for i in range(start, stop):
-            h, p, ts = items[i]
-            if p <= floor_phy:
-                continue
-            if n >= cap:
-                stop = i
-                break
+        # The hot loop of every put: locals only, no bounds checks (the slice stops at
+        # the file's capacity), entries packed straight into the mapping, and the time
+        # checks run only when the timestamp changes (a batch usually shares one).
+        for h, p, ts in islice(items, start, start + self.capacity - n0):
             if ts != last_ts:
                 d = ts - base
                 if d < dmin or d > dmax:
-                    stop = i
                     break
                 if d < lo_d:
                     lo_d = d
@@ -160,11 +155,11 @@ class IndexFile:
             at += esize
             n += 1
             slots[s] = n
-            phy = p
+        stop = start + n - n0
         if n != n0:
             if self.begin_phy < 0:
                 self.begin_phy = INDEX_ENTRY.unpack_from(mm, self._entries_at)[1]
-            self.count, self.end_phy = n, phy
+            self.count, self.end_phy = n, items[stop - 1][1]
             self.begin_ts_ms, self.end_ts_ms = base + lo_d, base + hi_d
             # The header is written on flush, roll and close; reopen recounts the
             # entries written after it (see _recover_count).
