@@ -15,7 +15,6 @@ are corked into one socket write (one syscall for many small requests).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Mapping
@@ -34,6 +33,8 @@ _MAX_REQUEST_ID = 0xFFFF_FFFF
 _WRITE_HIGH_WATER_BYTES = 64 * 1024
 # Frames corked in one loop turn are written with one writelines() up to this size.
 _COALESCE_BYTES = 64 * 1024
+# How long close() lets buffered bytes drain before it aborts the connection.
+_CLOSE_TIMEOUT_S = 5.0
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -228,9 +229,12 @@ class BrokerConnection:
     async def close(self) -> None:
         """Close the connection; pending requests fail with ConnectionLostError."""
         self._shutdown("closed by the client")
-        if self._lost is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._lost), 5.0)
+        if self._lost is not None and not self._lost.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._lost), _CLOSE_TIMEOUT_S)
+            except TimeoutError:  # the broker does not read what is left to write
+                if self._transport is not None:
+                    self._transport.abort()
 
 
 class ConnectionPool:
