@@ -12,8 +12,9 @@ import sys
 from collections.abc import Coroutine
 from typing import Any
 
+from ferry.telemetry.logs import setup_logging
+
 from ferry_broker.config import BrokerConfig
-from ferry_broker.logs import setup_logging
 
 DESCRIPTION = (
     "Ferry broker: stores and serves messages on its log store directory. It owns the "

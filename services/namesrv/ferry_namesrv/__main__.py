@@ -5,9 +5,10 @@ import argparse
 import asyncio
 import sys
 
+from ferry.telemetry.logs import setup_logging
+
 from ferry_namesrv.app import NamesrvApp
 from ferry_namesrv.config import ConfigError, NamesrvConfig, parse_bool
-from ferry_namesrv.logs import setup_logging
 
 DESCRIPTION = (
     "Ferry name server. It owns what clients need to find messages: topic routes "

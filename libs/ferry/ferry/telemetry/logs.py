@@ -1,8 +1,8 @@
-"""Structured logs: one JSON object per line on stderr.
+"""Structured logs for every Ferry service: one JSON object per line on stderr.
 
 Fields passed with `extra={...}` become keys of the object (`conn`, `peer`,
-`code`, ...), so operators filter on fields instead of parsing sentences.
-The same shape as the other Ferry services' logs.
+`method`, `status`, ...), so operators filter on fields instead of parsing
+sentences, and every service's lines have the same shape.
 """
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str) -> None:
+    """Send the root logger's records to stderr as JSON lines at `level`."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # aiohttp's own access log duplicates the services' request lines.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
