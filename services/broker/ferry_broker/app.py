@@ -25,6 +25,7 @@ from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
+from ferry_broker.housekeeping import retention_loop
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.registration import Registration
 from ferry_broker.server import BrokerServer
@@ -42,6 +43,11 @@ def open_store(config: BrokerConfig) -> MessageStore:
         root_dir=str(config.data_path), flush_mode=flush_mode,
         commitlog_segment_bytes=config.segment_bytes,
         sync_flush_timeout_ms=config.flush_timeout_ms, store_host=config.addr,
+        flush_interval_ms=config.flush_interval_ms,
+        checkpoint_interval_ms=config.checkpoint_interval_ms,
+        max_message_bytes=config.max_message_bytes,
+        retention_hours=config.retention_hours,
+        disk_high_water_ratio=config.disk_high_water_ratio,
     ))
 
 
@@ -88,6 +94,8 @@ class BrokerApp:
             await self.api.start(cfg.host, cfg.http_port)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._save_offsets_loop()),
+                       loop.create_task(retention_loop(self.ctx.store,
+                                                       cfg.retention_check_interval_ms)),
                        loop.create_task(self._expire_consumers_loop())]
         self._ready = True
         log.info("broker %s/%s/%d ready: wire %s, http %s, data %s, flush %s", cfg.cluster,

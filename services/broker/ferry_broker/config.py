@@ -38,6 +38,12 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_queues: int = 8
     segment_bytes: int = 1 << 30
+    flush_interval_ms: int = 500  # async mode: how often the page cache is fdatasynced
+    checkpoint_interval_ms: int = 1000
+    max_message_bytes: int = 4 << 20
+    retention_hours: float = 72.0
+    disk_high_water_ratio: float = 0.75  # above it, the oldest segments go even if not expired
+    retention_check_interval_ms: int = 10_000
     log_level: str = "INFO"
     consumer_expiry_ms: int = 30_000
     offsets_flush_interval_ms: int = 5000
@@ -63,6 +69,12 @@ class BrokerConfig:
             # Parked pulls are in flight too: at the in-flight limit reading
             # pauses, and the request that would get BusyError is never read.
             raise ValueError("max_held_pulls_per_conn must be below max_inflight_per_conn")
+        if self.retention_hours <= 0:
+            raise ValueError("retention_hours must be positive")
+        if not 0 < self.disk_high_water_ratio <= 1:
+            raise ValueError("disk_high_water_ratio must be within (0, 1]")
+        if self.max_message_bytes > 4 << 20:
+            raise ValueError("max_message_bytes cannot exceed the protocol's 4 MiB body limit")
         if self.id < 0 or self.http_port < 0:
             raise ValueError("id and http_port must not be negative")
 
@@ -104,6 +116,11 @@ def _parse(name: str, type_name: str, raw: str) -> Any:
         if lowered in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{ENV_PREFIX}{name.upper()} must be true or false, not {raw!r}")
+    if type_name == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{name.upper()} must be a number, not {raw!r}") from None
     if type_name == "int":
         try:
             return int(raw)
