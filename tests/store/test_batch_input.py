@@ -76,7 +76,7 @@ def test_round_trip_of_an_encode_messages_body(store: MessageStore) -> None:
     wire = [_wire(i, size=1000) for i in range(300)]  # ~330 KB: crosses a 256 KiB segment
     res = store.put_encoded_batch("orders", 2, encode_messages(wire), born_host=HOST)
     assert isinstance(res, BatchPutResult) and res.status is PutStatus.OK
-    assert (res.count, res.first_queue_offset) == (300, 1)
+    assert (res.message_count, res.first_queue_offset) == (300, 1)
     got = _read(store, "orders", 2)[1:]
     assert len(got) == 300
     assert got[0].phy_offset == res.first_phy_offset

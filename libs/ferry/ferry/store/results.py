@@ -43,7 +43,7 @@ class BatchPutResult(NamedTuple):
     """
 
     status: PutStatus
-    count: int
+    message_count: int
     first_queue_offset: int
     first_phy_offset: int
     end_offset: int  # just past the last record: what `wait_durable` takes

@@ -40,4 +40,4 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                 f"stored but not flushed within {ctx.config.flush_timeout_ms} ms"
             ) from None
     return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
-                          "count": res.count, "phy_offset": res.first_phy_offset})
+                          "count": res.message_count, "phy_offset": res.first_phy_offset})
