@@ -160,3 +160,16 @@ async def test_connect_refused_is_connection_lost() -> None:
     from tests.support.procs import free_port
     with pytest.raises(ConnectionLostError):
         await BrokerConnection.open(f"127.0.0.1:{free_port()}")
+
+
+async def test_oneway_sent_just_before_close_still_goes_out(
+        server: tuple[TinyServer, str]) -> None:
+    srv, addr = server
+    conn = await BrokerConnection.open(addr)
+    conn.send_oneway(10, {"n": 8}, b"last words")
+    await conn.close()
+    for _ in range(100):
+        if srv.oneway:
+            break
+        await asyncio.sleep(0.01)
+    assert [f.fields["n"] for f in srv.oneway] == [8]

@@ -228,6 +228,8 @@ class BrokerConnection:
 
     async def close(self) -> None:
         """Close the connection; pending requests fail with ConnectionLostError."""
+        if self._flush_scheduled:
+            self._flush()  # what was sent this loop turn (one-way requests) still goes out
         self._shutdown("closed by the client")
         if self._lost is not None and not self._lost.done():
             try:
