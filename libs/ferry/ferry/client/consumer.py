@@ -229,6 +229,8 @@ class Consumer:
             await self._commit_consumed(only)
         except FerryError as exc:
             log.warning("commit failed: %s", exc)
+        except Exception:
+            log.exception("commit failed unexpectedly")
 
     async def _auto_commit(self) -> None:
         while True:
@@ -291,6 +293,11 @@ class Consumer:
                 await self._heartbeat_and_rebalance(heartbeat=heartbeat, rebalance=rebalance)
             except FerryError as exc:
                 log.warning("rebalance failed: %s", exc)
+            except Exception:
+                # Whatever went wrong, this loop must outlive it: without heartbeats the
+                # broker expires this member while its fetchers keep pulling, and two
+                # members would then consume the same queues.
+                log.exception("rebalance failed unexpectedly; retrying next round")
 
     async def _heartbeat_and_rebalance(self, *, heartbeat: bool, rebalance: bool = True) -> None:
         async with self._rebalance_lock:
