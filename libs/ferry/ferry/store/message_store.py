@@ -17,8 +17,6 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
-from crc32c import crc32c
-
 from ferry.errors import CorruptRecordError, StoreError
 from ferry.names import validate_topic
 
@@ -26,14 +24,13 @@ from .appender import Appender, Staged
 from .checkpoint import Checkpoint, write_checkpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
-from .consume_queue import ConsumeQueue, ConsumeQueues
+from .consume_queue import ConsumeQueues
 from .flush import FlushService
 from .index_file import IndexService
+from .reader import read_entries
 from .record import (
-    CRC_START,
     HEADER_SIZE,
     MSG_ID_BYTES,
-    RECORD_MAGIC,
     MessageIn,
     StoredMessage,
     decode_record,
@@ -45,11 +42,7 @@ from .warmer import PageWarmer
 
 log = logging.getLogger(__name__)
 
-# A filtered pull scans at most this many consume-queue entries ("a limit on everything").
-MAX_SCAN_ENTRIES = 16_000
-_SCAN_CHUNK = 1024
 _RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
-_unpack_check = _RECORD_CHECK.unpack_from
 _STORE_TS = struct.Struct("<q")
 _STORE_TS_AT = 44
 
@@ -174,50 +167,10 @@ class MessageStore:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
             if queue_offset > hi:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
-            records, nxt = self._read_entries(cq, queue_offset, hi, max_count, max_bytes,
-                                              tag_hashes)
+            records, nxt = read_entries(self._cl, cq, queue_offset, hi, max_count, max_bytes,
+                                        tag_hashes)
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
-
-    def _read_entries(self, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
-                      max_bytes: int, tag_hashes: set[int] | frozenset[int] | None
-                      ) -> tuple[list[memoryview], int]:
-        """The records of cq from queue_offset on, within the limits; and the next offset."""
-        records: list[memoryview] = []
-        add = records.append
-        nxt = queue_offset
-        total = 0
-        segs = self._cl.segments
-        base, seg_bytes, write_end = segs[0].start_offset, self._cl.segment_bytes, self._cl.write_offset
-        scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
-        while nxt < scan_limit and len(records) < max_count:
-            want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
-            entries = cq.get(nxt, min(want, scan_limit - nxt))
-            if not entries:
-                break
-            for phy, size, th in entries:
-                if tag_hashes is not None and th not in tag_hashes:
-                    nxt += 1
-                    continue
-                if total + size > max_bytes and records:
-                    return records, nxt
-                nxt += 1
-                i = (phy - base) // seg_bytes
-                if i < 0 or phy + size > write_end:
-                    continue  # deleted by retention (or past the end): skip the entry
-                seg = segs[i]
-                rel = phy - seg.start_offset
-                raw = seg.read_view[rel:rel + size]
-                got_size, magic, crc = _unpack_check(raw)
-                if got_size != size or magic != RECORD_MAGIC or crc32c(raw[CRC_START:]) != crc:
-                    log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
-                              cq.topic, cq.queue_id, nxt - 1)
-                    continue  # never served
-                add(raw)
-                total += size
-                if len(records) >= max_count:
-                    break
-        return records, nxt
 
     def get_message(self, phy_offset: int) -> StoredMessage | None:
         """The record at a commit-log offset, or None when no valid record starts there."""

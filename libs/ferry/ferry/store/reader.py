@@ -1,0 +1,78 @@
+"""Reading a consume queue's records out of the commit log, checked, for get_messages.
+
+Every served record is checked against its consume-queue entry (size, magic,
+CRC) and skipped with an error log if it fails (see store-format.md, "Reads
+verify as well", for why a read keeps its CRC check). Records are returned as
+zero-copy read-only views of the commit log's mapping.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+
+from crc32c import crc32c
+
+from .commit_log import CommitLog
+from .consume_queue import ConsumeQueue
+from .record import CRC_START, RECORD_MAGIC
+
+log = logging.getLogger(__name__)
+
+# A filtered pull scans at most this many consume-queue entries ("a limit on everything").
+MAX_SCAN_ENTRIES = 16_000
+_SCAN_CHUNK = 1024
+_unpack_check = struct.Struct("<III").unpack_from  # total_size, magic, crc
+
+
+def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
+                 max_bytes: int, tag_hashes: set[int] | frozenset[int] | None
+                 ) -> tuple[list[memoryview], int]:
+    """The records of cq from queue_offset on, within the limits; and the next offset."""
+    records: list[memoryview] = []
+    nxt = queue_offset
+    scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
+    while nxt < scan_limit and len(records) < max_count:
+        want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
+        entries = cq.get(nxt, min(want, scan_limit - nxt))
+        if not entries:
+            break
+        nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes)
+        if full:
+            break
+    return records, nxt
+
+
+def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int]], nxt: int,
+              records: list[memoryview], max_count: int, max_bytes: int,
+              tag_hashes: set[int] | frozenset[int] | None) -> tuple[int, bool]:
+    """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit)."""
+    add = records.append
+    total = sum(len(r) for r in records)
+    segs = cl.segments
+    base, seg_bytes, write_end = segs[0].start_offset, cl.segment_bytes, cl.write_offset
+    seg_lo, seg_hi, view = 0, -1, memoryview(b"")  # the segment at hand: [seg_lo, seg_hi)
+    for phy, size, th in entries:
+        if tag_hashes is not None and th not in tag_hashes:
+            nxt += 1
+            continue
+        if total + size > max_bytes and records:
+            return nxt, True
+        nxt += 1
+        end = phy + size
+        if phy < seg_lo or end > seg_hi:  # another segment (consecutive records share one)
+            i = (phy - base) // seg_bytes
+            if i < 0 or end > write_end:
+                continue  # deleted by retention (or past the end): skip the entry
+            seg = segs[i]
+            seg_lo, seg_hi, view = seg.start_offset, min(seg.end_offset, write_end), seg.read_view
+        raw = view[phy - seg_lo:end - seg_lo]
+        got_size, magic, crc = _unpack_check(raw)
+        if got_size != size or magic != RECORD_MAGIC or crc32c(raw[CRC_START:]) != crc:
+            log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
+                      cq.topic, cq.queue_id, nxt - 1)
+            continue  # never served
+        add(raw)
+        total += size
+        if len(records) >= max_count:
+            return nxt, True
+    return nxt, False
