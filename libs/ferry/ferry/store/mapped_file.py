@@ -14,6 +14,9 @@ import os
 
 from ferry.errors import StoreError
 
+# Writes up to this size are copied into the mapping instead of pwrite (see write).
+SMALL_WRITE_BYTES = 4096
+
 
 def segment_name(start_offset: int) -> str:
     """File name of the segment starting at commit-log byte `start_offset`."""
@@ -61,14 +64,19 @@ class MappedFile:
         self.read_view = self.view.toreadonly()
 
     def write(self, data: memoryview, rel: int) -> None:
-        """Write `data` at `rel` with pwrite.
+        """Write `data` at `rel`: with pwrite, or a copy into the mapping when it is small.
 
-        Why not copy into the mapping: the first store to each fresh page of a
-        mapping takes a page fault that zero-fills the page before the copy
-        overwrites it; pwrite fills whole pages of the page cache directly, which
-        halves the kernel time per appended byte.
+        Why pwrite: the first store to each page of a mapping takes a page fault
+        (and a fresh page is zero-filled before the copy overwrites it), while
+        pwrite fills whole pages of the page cache directly, so a large batch costs
+        far less kernel time. Below one page the system call is the larger cost
+        (sync mode appends one small record per request), so those are copied.
         """
-        fd, done, total = self.fd, 0, len(data)
+        total = len(data)
+        if total <= SMALL_WRITE_BYTES:
+            self.mm[rel:rel + total] = data
+            return
+        fd, done = self.fd, 0
         while done < total:
             n = os.pwrite(fd, data[done:] if done else data, rel + done)
             if n <= 0:
