@@ -49,9 +49,12 @@ class Message:
         return " ".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """Where the broker stored one message."""
+class SendResult(NamedTuple):
+    """Where the broker stored one message.
+
+    A NamedTuple (immutable like a frozen dataclass, a third of its build
+    cost): a producer builds one per message acknowledged.
+    """
 
     msg_id: str          # 32 upper-case hex characters
     topic: str
