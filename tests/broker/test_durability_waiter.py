@@ -46,3 +46,29 @@ async def test_backstop_fails_a_group_the_store_never_resolves() -> None:
     group: concurrent.futures.Future[None] = concurrent.futures.Future()
     with pytest.raises(FlushTimeoutError):
         await asyncio.wait_for(waiter.wait(group), 5)
+
+
+async def test_late_completion_after_the_backstop_is_dropped_quietly() -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        waiter = DurabilityWaiter(timeout_ms=0)  # backstop after 1 s
+        group: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with pytest.raises(FlushTimeoutError):
+            await asyncio.wait_for(waiter.wait(group), 5)
+        # The flush thread finishes the group after all, from its own thread.
+        await asyncio.to_thread(group.set_result, None)
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        assert seen == []
+        assert len(waiter) == 0
+    finally:
+        loop.set_exception_handler(None)
+
+
+async def test_a_group_already_done_completes_at_once() -> None:
+    waiter = DurabilityWaiter(timeout_ms=5000)
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    group.set_result(None)
+    await asyncio.wait_for(waiter.wait(group), 1)
