@@ -131,6 +131,13 @@ class AlreadyExistsError(FerryError):
     code = 18
 
 
+class StoreUnavailableError(FerryError):
+    """The broker's log store cannot take writes (I/O error, full disk); send elsewhere."""
+
+    code = 19
+    retriable = True
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -1,11 +1,13 @@
 """BrokerApp: builds the broker's components, starts them in order and stops them cleanly.
 
 Start: open the store (recovering it if needed), load committed offsets,
-connect to etcd and load topic config (RouteCache), listen on the wire port,
-register in etcd with the topics served, start the HTTP API. Stop (SIGTERM or
+listen on the wire port, start the HTTP API; then, in the background and
+retrying until etcd answers, load topic config (RouteCache) and register in
+etcd with the topics served. /readyz is 200 once registered. Stop (SIGTERM or
 SIGINT): leave etcd first so that clients route elsewhere, stop accepting
-connections and requests, answer parked pulls and in-flight requests, save
-the offsets, close the store (flush + clean-shutdown mark), stop HTTP.
+connections and requests, answer parked pulls and in-flight requests, stop
+HTTP, save the offsets, close the store (flush + clean-shutdown mark). Each
+step runs even if an earlier one failed.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ferry.errors import FerryError
@@ -61,73 +64,105 @@ class BrokerApp:
         self.registration = Registration(config)
         self.api: ApiServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._ready = False
+        self._register_task: asyncio.Task[None] | None = None
+        self._withdraw_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._registered = False
         self._stopping = False
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Serving, registered in etcd (when used), store healthy, not stopping."""
+        return (self._started and self._registered and not self._stopping
+                and self.ctx is not None and self.ctx.health.healthy)
 
     async def start(self) -> None:
+        """Open the store and serve; etcd registration goes on in the background."""
         cfg = self.config
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         store = open_store(cfg)
         offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE)
         try:
             offsets.load()
-            cache = await self.registration.start()
         except BaseException:
             store.close()
             raise
-        topics = TopicManager(cfg, cache)
+        topics = TopicManager(cfg, self.registration.prepare())
         self.ctx = BrokerContext(
             config=cfg, store=store, offsets=offsets,
             consumers=ConsumerManager(cfg.consumer_expiry_ms),
             long_poll=LongPollManager(cfg.max_held_pulls_per_conn, cfg.max_held_pulls),
             topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms),
         )
+        self.ctx.health.add_listener(self._on_store_failure)
         self.server = BrokerServer(self.ctx, HANDLERS)
         await self.server.start(cfg.host, cfg.port)
-        await self.registration.register(topics)
         if cfg.http_port:
-            self.api = ApiServer(self.ctx, lambda: self._ready)
+            self.api = ApiServer(self.ctx, lambda: self.ready)
             await self.api.start(cfg.host, cfg.http_port)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._save_offsets_loop()),
                        loop.create_task(retention_loop(self.ctx.store,
                                                        cfg.retention_check_interval_ms)),
                        loop.create_task(self._expire_consumers_loop())]
-        self._ready = True
-        log.info("broker %s/%s/%d ready: wire %s, http %s, data %s, flush %s", cfg.cluster,
+        self._register_task = loop.create_task(self._register(topics))
+        self._started = True
+        log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s", cfg.cluster,
                  cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-", cfg.data_dir, cfg.flush_mode)
 
+    async def _register(self, topics: TopicManager) -> None:
+        await self.registration.connect(topics)
+        self._registered = True
+        log.info("broker ready")
+
+    def _on_store_failure(self) -> None:
+        """The store refuses writes: leave etcd so that routes drop this broker."""
+        if self._stopping:
+            return
+        if self._register_task is not None:
+            self._register_task.cancel()
+        self._withdraw_task = asyncio.get_running_loop().create_task(
+            self.registration.unregister())
+
     async def stop(self) -> None:
+        """Stop every part; a failing step is logged and the next ones still run."""
         if self._stopping:
             return
         self._stopping = True
-        self._ready = False
         log.info("broker stopping")
-        await self.registration.unregister()
         ctx = self.ctx
+        await _step("stop registering", self._cancel_registration)
+        await _step("leave etcd", self.registration.unregister)
         if self.server is not None and ctx is not None:
-            self.server.stop_accepting()
-            ctx.long_poll.close()
-            await self.server.drain(self.config.shutdown_timeout_ms / 1000.0)
+            await _step("drain requests", self._drain)
+        await _step("stop background tasks", self._cancel_tasks)
+        if self.api is not None:
+            await _step("stop the HTTP API", self.api.stop)
+        if ctx is not None:
+            await _step("save consumer offsets", _sync(ctx.offsets.save))
+            await _step("close the store", _sync(ctx.store.close))
+        await _step("close the etcd client", self.registration.stop)
+        log.info("broker stopped")
+
+    async def _cancel_registration(self) -> None:
+        for task in (self._register_task, self._withdraw_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _drain(self) -> None:
+        assert self.server is not None and self.ctx is not None
+        self.server.stop_accepting()
+        self.ctx.long_poll.close()
+        await self.server.drain(self.config.shutdown_timeout_ms / 1000.0)
+
+    async def _cancel_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if ctx is not None:
-            try:
-                ctx.offsets.save()
-            except OSError:
-                log.exception("could not save consumer offsets at stop")
-            ctx.store.close()
-        await self.registration.stop()
-        if self.api is not None:
-            await self.api.stop()
-        log.info("broker stopped")
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT, stop."""
@@ -161,3 +196,17 @@ class BrokerApp:
             expired = self.ctx.consumers.expire()
             if expired:
                 log.info("%d consumers expired without a heartbeat", expired)
+
+
+async def _step(name: str, step: Callable[[], Awaitable[None]]) -> None:
+    """Run one stop step; a failure is logged, never raised (the next steps must run)."""
+    try:
+        await step()
+    except Exception:
+        log.exception("stop step %r failed; going on", name)
+
+
+def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        fn()
+    return run

@@ -7,7 +7,7 @@ request frame. Handlers hold no state of their own.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ferry.store import MessageStore
 from ferry.wire import Frame
@@ -16,6 +16,7 @@ from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.durability import DurabilityWaiter
+from ferry_broker.health import StoreHealth
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.topics import TopicManager
 
@@ -39,6 +40,7 @@ class BrokerContext:
     long_poll: LongPollManager
     topics: TopicManager
     durability: DurabilityWaiter
+    health: StoreHealth = field(default_factory=StoreHealth)
 
 
 Handler = Callable[[BrokerContext, ConnInfo, Frame], Awaitable[Frame | None]]

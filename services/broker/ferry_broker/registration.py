@@ -22,6 +22,8 @@ from ferry_broker.topics import TopicManager
 log = logging.getLogger(__name__)
 
 UPDATE_DEBOUNCE_S = 0.2
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 5.0
 
 
 class Registration:
@@ -37,16 +39,41 @@ class Registration:
         self._created: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> RouteCache | None:
-        """Connect to etcd and load topic config; None when running without etcd."""
+    def prepare(self) -> RouteCache | None:
+        """The route cache to follow topic config with (empty until `connect`); None without etcd."""
         if not self._config.etcd:
             log.warning("FERRY_BROKER_ETCD is empty: running without etcd")
             return None
         self.registry = EtcdRegistry(self._config.etcd, prefix=self._config.etcd_prefix)
-        await self.registry.start()
         self.cache = RouteCache(self.registry)
-        await self.cache.start()
         return self.cache
+
+    async def connect(self, topics: TopicManager) -> None:
+        """Connect, load topic config and register, retrying with back-off until etcd answers.
+
+        Runs in the background while the broker already serves, so that start
+        order (etcd after the broker) does not matter; the app is ready after it.
+        """
+        if self.registry is None or self.cache is None:
+            await self.register(topics)
+            return
+        backoff_s, connected, loaded = RETRY_FIRST_S, False, False
+        while True:
+            try:
+                if not connected:
+                    await self.registry.start()
+                    connected = True
+                if not loaded:
+                    await self.cache.start()
+                    loaded = True
+                    topics.mark_loaded()
+                await self.register(topics)
+                return
+            except Exception as exc:  # aetcd and socket errors alike: etcd is not there yet
+                log.warning("etcd not reachable yet (%s: %s); retrying in %.1fs",
+                            type(exc).__name__, exc, backoff_s)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, RETRY_MAX_S)
 
     def _info(self, topics: dict[str, int]) -> BrokerInfo:
         cfg = self._config

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ferry.errors import NoPermissionError, TopicNotFoundError
+from ferry.errors import BusyError, NoPermissionError, TopicNotFoundError
 from ferry.names import is_internal
 
 from ferry_broker.config import BrokerConfig
@@ -31,6 +31,13 @@ class TopicManager:
         self._cache = cache
         self._local: dict[str, int] = {}  # created here, not (yet) seen in etcd
         self._listeners: list[ChangeListener] = []
+        # Until etcd's topic config is loaded, an unknown topic may well be configured
+        # there: refuse (retriable) rather than create it with the default queue count.
+        self._loaded = cache is None
+
+    def mark_loaded(self) -> None:
+        """Topic config has been loaded from etcd."""
+        self._loaded = True
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -54,6 +61,8 @@ class TopicManager:
         queues = self._local.get(topic)
         if queues is not None:
             return queues
+        if not self._loaded:
+            raise BusyError(f"topic config not loaded from etcd yet; cannot place {topic}")
         if not (self._config.auto_create_topics or is_internal(topic)):
             raise TopicNotFoundError(f"topic {topic} does not exist and auto-creation is off")
         queues = self._local[topic] = self._config.default_queues

@@ -1,9 +1,10 @@
 """Request handlers, one module per request family, and the table from code to handler."""
 from __future__ import annotations
 
-from ferry.wire import RequestCode
+from ferry.errors import StoreError
+from ferry.wire import Frame, RequestCode
 
-from ferry_broker.context import Handler
+from ferry_broker.context import BrokerContext, ConnInfo, Handler
 from ferry_broker.handlers.clients import (
     handle_get_consumers,
     handle_heartbeat,
@@ -19,15 +20,31 @@ from ferry_broker.handlers.pull import handle_pull
 from ferry_broker.handlers.query import handle_query_by_id, handle_query_by_key
 from ferry_broker.handlers.send import handle_send
 
+
+def hide_store_errors(handler: Handler) -> Handler:
+    """`handler`, answering a StoreError with a generic message (the detail is logged)."""
+
+    async def run(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame | None:
+        try:
+            return await handler(ctx, conn, req)
+        except StoreError as exc:
+            raise ctx.health.hide(exc) from None
+
+    run.__name__ = run.__qualname__ = handler.__name__
+    return run
+
+
+# SEND handles store failures itself (StoreUnavailableError); the clients' handlers
+# do not touch the store.
 HANDLERS: dict[int, Handler] = {
     RequestCode.SEND: handle_send,
-    RequestCode.PULL: handle_pull,
-    RequestCode.COMMIT_OFFSET: handle_commit_offset,
+    RequestCode.PULL: hide_store_errors(handle_pull),
+    RequestCode.COMMIT_OFFSET: hide_store_errors(handle_commit_offset),
     RequestCode.QUERY_OFFSET: handle_query_offset,
-    RequestCode.GET_MIN_MAX: handle_get_min_max,
-    RequestCode.OFFSET_FOR_TIME: handle_offset_for_time,
-    RequestCode.QUERY_BY_ID: handle_query_by_id,
-    RequestCode.QUERY_BY_KEY: handle_query_by_key,
+    RequestCode.GET_MIN_MAX: hide_store_errors(handle_get_min_max),
+    RequestCode.OFFSET_FOR_TIME: hide_store_errors(handle_offset_for_time),
+    RequestCode.QUERY_BY_ID: hide_store_errors(handle_query_by_id),
+    RequestCode.QUERY_BY_KEY: hide_store_errors(handle_query_by_key),
     RequestCode.HEARTBEAT: handle_heartbeat,
     RequestCode.UNREGISTER: handle_unregister,
     RequestCode.GET_CONSUMERS: handle_get_consumers,
