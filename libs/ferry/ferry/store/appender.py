@@ -24,7 +24,14 @@ from .batch_input import stage_batch_input
 from .commit_log import CommitLog
 from .config import MAX_PROPERTIES_BYTES
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_KEY_CRC, EncodeContext, QueueRun, Staged, checked_msg_id
+from .encode_context import (
+    ID_KEY_CRC,
+    KEEP_STAGING_BYTES,
+    EncodeContext,
+    QueueRun,
+    Staged,
+    checked_msg_id,
+)
 from .index_file import IndexService
 from .record import (
     BLANK_SIZE,
@@ -79,8 +86,8 @@ class Appender:
 
     def _stage(self, msgs: Sequence[MessageIn], ts: int) -> Staged:
         ctx = self._ctx
-        max_body, store_b, tag_cache, hosts, formats = (
-            ctx.max_body, ctx.store_b, ctx.tags, ctx.hosts, ctx.formats)
+        max_body, store_b, tag_cache, hosts, formats, queue_info = (
+            ctx.max_body, ctx.store_b, ctx.tags, ctx.hosts, ctx.formats, ctx.queue_info)
         store_len = len(store_b)
         next_qoff = self.next_queue_offset
         seg = self._cl.active()
@@ -99,7 +106,12 @@ class Appender:
             key = (topic, qid)
             q = queues.get(key)
             if q is None or type(qid) is not int:  # (a bool would find the run of 0 or 1)
-                q = queues[key] = ctx.queue(key, next_qoff.get(key, 0))
+                known = queue_info.get(key)
+                if known is None or type(qid) is not int:
+                    q = queues[key] = ctx.queue(key, next_qoff.get(key, 0))
+                else:
+                    qoff = next_qoff.get(key, 0)
+                    q = queues[key] = [qoff, [qoff], *known]
             qoff, run, topic_b, topic_len, key_crc = q
             body_len, props_len = len(body), len(props)
             if body_len > max_body or props_len > MAX_PROPERTIES_BYTES:
@@ -151,7 +163,7 @@ class Appender:
                 else:
                     add_item((crc32c(keys_b, key_crc), phy, ts))
             add_result(_new_tuple(PutResult, (_OK, msg_id, phy, size, qoff, ts)))
-        return Staged(pos, seals, start_rel, rel, queues, items, results)
+        return _new_tuple(Staged, (pos, seals, start_rel, rel, queues, items, results))
 
     def stage_encoded(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview,
                       born_host: str, ts: int, max_messages: int | None = None) -> Staged:
@@ -182,22 +194,25 @@ class Appender:
         after every byte is written, so readers never see part of a batch.
         """
         cl, mv = self._cl, self._ctx.mv
+        used, seals, rel, end_rel, queues, items, results = staged
         seg = cl.active()
-        done, rel = 0, staged.start_rel
-        for at, seal_rel in staged.seals:
+        done = 0
+        for at, seal_rel in seals:
             if at > done:
                 seg.write(mv[done:at], rel)
             seg = cl.roll(seg, seal_rel)
             done, rel = at, 0
-        if staged.used > done:
-            seg.write(mv[done:staged.used], rel)
-        end = seg.start_offset + staged.end_rel
+        if used > done:
+            seg.write(mv[done:used], rel)
+        end = seg.start_offset + end_rel
         cl.advance(end)
-        if self._warmer is not None:
-            self._warmer.wrote_to(end)
-        self._ctx.shrink()
+        warmer = self._warmer
+        if warmer is not None and end >= warmer.next_kick_offset:
+            warmer.wrote_to(end)
+        if len(self._ctx.buf) > KEEP_STAGING_BYTES:
+            self._ctx.shrink()
         next_qoff, pending = self.next_queue_offset, self._pending_queues
-        for key, q in staged.queues.items():
+        for key, q in queues.items():
             next_qoff[key] = q[0]
             queued = pending.get(key)
             if queued is None:
@@ -205,12 +220,12 @@ class Appender:
             else:
                 queued.extend(q[1][1:])  # consecutive queue offsets: one run
         if self._pending_index:
-            self._pending_index.extend(staged.items)
+            self._pending_index.extend(items)
         else:
-            self._pending_index = staged.items
+            self._pending_index = items
         if len(self._pending_index) >= DISPATCH_BACKLOG:
             self.dispatch()
-        return staged.results
+        return results
 
     def dispatch(self) -> None:
         """Apply the queued consume-queue entries and index keys (in commit-log order).

@@ -136,7 +136,7 @@ def stage_batch_input(ctx: EncodeContext, cl: CommitLog, key: tuple[str, int], q
     q[0] = qoff
     result = _new_tuple(BatchPutResult, (_OK, qoff - first_qoff, first_qoff,
                                          _unpack_cq(run[1])[0], seg_start + rel, ts))
-    return Staged(pos, seals, start_rel, rel, {key: q}, items, result)
+    return _new_tuple(Staged, (pos, seals, start_rel, rel, {key: q}, items, result))
 
 
 def _bad_entry(at: int, length: int, stop: int) -> MalformedRequestError:

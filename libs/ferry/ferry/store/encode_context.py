@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -36,23 +37,18 @@ PackRecord = Callable[..., None]
 QueueRun = list
 
 
-class Staged:
+class Staged(NamedTuple):
     """A batch encoded in the staging buffer and validated, not yet written."""
 
-    __slots__ = ("used", "seals", "start_rel", "end_rel", "queues", "items", "results")
-
-    def __init__(self, used: int, seals: list[tuple[int, int]], start_rel: int, end_rel: int,
-                 queues: dict[tuple[str, int], QueueRun], items: list[tuple[int, int, int]],
-                 results: list[PutResult] | BatchPutResult) -> None:
-        self.used = used  # staging bytes holding records
-        # (staging position of the first record of a new segment, where the segment
-        # before it gets its blank marker)
-        self.seals = seals
-        self.start_rel = start_rel  # position in the active segment of the first byte
-        self.end_rel = end_rel  # position in the last segment just past the batch
-        self.queues = queues
-        self.items = items  # (index key hash, phy, store ts) in commit-log order
-        self.results = results
+    used: int  # staging bytes holding records
+    # (staging position of the first record of a new segment, where the segment
+    # before it gets its blank marker)
+    seals: list[tuple[int, int]]
+    start_rel: int  # position in the active segment of the first byte
+    end_rel: int  # position in the last segment just past the batch
+    queues: dict[tuple[str, int], QueueRun]
+    items: list[tuple[int, int, int]]  # (index key hash, phy, store ts) in commit-log order
+    results: list[PutResult] | BatchPutResult
 
 
 class EncodeContext:
@@ -62,6 +58,8 @@ class EncodeContext:
         self.max_body = max_message_bytes
         self.store_b = store_host.encode()
         self.topics: dict[str, tuple[bytes, int, int]] = {}
+        # (topic, queue_id) checked before -> (topic UTF-8, its length, key prefix CRC)
+        self.queue_info: dict[tuple[str, int], tuple[bytes, int, int]] = {}
         self.hosts: dict[str, tuple[bytes, int]] = {}
         self.tags: dict[str, tuple[bytes, int, int]] = {}
         self.tag_bytes: dict[bytes, int] = {}
@@ -93,6 +91,9 @@ class EncodeContext:
         if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
             raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
         topic_b, topic_len, key_crc = self.topic(topic)
+        if len(self.queue_info) >= _MAX_CACHED:
+            self.queue_info.clear()
+        self.queue_info[key] = (topic_b, topic_len, key_crc)
         return [next_qoff, [next_qoff], topic_b, topic_len, key_crc]
 
     def topic(self, topic: str) -> tuple[bytes, int, int]:

@@ -93,8 +93,11 @@ class MessageStore:
         MessageTooLargeError, MalformedRequestError) and nothing is written.
         """
         with self._lock:
-            self._check_open()
-            ts = self._store_ts()
+            if self._closed or self._failed is not None:
+                self._check_open()
+            now = int(time.time() * 1000)
+            # Store timestamps never go backwards, so offset_for_timestamp can bisect.
+            ts = now if now > self._last_store_ts else self._last_store_ts
             results = self._commit(self._appender.stage(msgs, ts), ts)
             return results  # type: ignore[return-value]
 

@@ -42,7 +42,8 @@ class PageWarmer:
         self._cond = threading.Condition(threading.Lock())
         self._written = write_offset
         self._target = write_offset + ahead_bytes
-        self._kick_at = write_offset + self._step
+        # The writer calls wrote_to once it reaches this offset (checked inline).
+        self.next_kick_offset = write_offset + self._step
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ferry-store-warm", daemon=True)
 
@@ -51,9 +52,9 @@ class PageWarmer:
 
     def wrote_to(self, write_offset: int) -> None:
         """The writer's new position (called after every append; cheap until a step is passed)."""
-        if write_offset < self._kick_at:
+        if write_offset < self.next_kick_offset:
             return
-        self._kick_at = write_offset + self._step
+        self.next_kick_offset = write_offset + self._step
         with self._cond:
             self._written = write_offset
             self._target = write_offset + self._ahead
