@@ -69,7 +69,6 @@ class MessageStore:
         if config.warm_ahead_bytes:
             self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
                                       config.warm_ahead_bytes, self._cl.write_offset)
-            self._warmer.start()
         self._appender = Appender(self._cl, self._cqs, self._index, config.max_message_bytes,
                                   config.store_host, self._warmer)
         self._last_store_ts = self.recovery.last_store_ts_ms
@@ -79,6 +78,8 @@ class MessageStore:
             self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms, on_checkpoint=self._checkpoint)
         self._flush.start()
+        if self._warmer is not None:  # started last: nothing after it can fail the open
+            self._warmer.start()
 
     # -- append ------------------------------------------------------------------------
 
