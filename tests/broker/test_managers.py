@@ -109,3 +109,17 @@ def test_config_env_and_overrides() -> None:
         BrokerConfig.from_env({"FERRY_BROKER_FLUSH_MODE": "maybe"})
     with pytest.raises(ValueError):
         BrokerConfig.from_env({"FERRY_BROKER_PORT": "x"})
+
+
+def test_offsets_table_is_bounded_and_snapshots_are_copies(tmp_path: Path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "o.json", max_entries=2)
+    mgr.commit("g", "t", 0, 1)
+    mgr.commit("g", "t", 1, 1)
+    with pytest.raises(BusyError):
+        mgr.commit("g", "t", 2, 1)
+    mgr.commit("g", "t", 1, 9)  # an existing entry still moves
+    version, table = mgr.snapshot()
+    mgr.commit("g", "t", 0, 5)
+    assert table[("g", "t", 0)] == 1  # the snapshot does not follow later commits
+    mgr.write_snapshot(version, table)
+    assert b" " not in (tmp_path / "o.json").read_bytes()  # compact

@@ -19,19 +19,23 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ferry.errors import StoreError
+from ferry.errors import BusyError, StoreError
 
 log = logging.getLogger(__name__)
 
 FILE_VERSION = 1
+# Entries (group, topic, queue) the table holds at most: a client committing for
+# ever new names cannot grow memory and the file without bound.
+MAX_ENTRIES = 1_000_000
 OffsetKey = tuple[str, str, int]
 
 
 class ConsumerOffsetManager:
     """The committed-offset table and its file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_entries: int = MAX_ENTRIES) -> None:
         self._path = path
+        self._max_entries = max_entries
         self._offsets: dict[OffsetKey, int] = {}
         self._version = 0  # bumped on every change; the file holds `_saved_version`
         self._saved_version = 0
@@ -64,8 +68,12 @@ class ConsumerOffsetManager:
         log.info("loaded %d consumer offsets from %s", len(loaded), self._path)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Remember `offset`; BusyError when it is a new entry and the table is full."""
         key = (group, topic, queue_id)
-        if self._offsets.get(key) != offset:
+        old = self._offsets.get(key)
+        if old is None and len(self._offsets) >= self._max_entries:
+            raise BusyError(f"the committed-offset table is full ({self._max_entries} entries)")
+        if old != offset:
             self._offsets[key] = offset
             self._version += 1
 
@@ -80,19 +88,17 @@ class ConsumerOffsetManager:
     def dirty(self) -> bool:
         return self._version != self._saved_version
 
-    def snapshot(self) -> tuple[int, bytes]:
-        """The table's version and its file content, taken on the caller's thread."""
-        nested: dict[str, dict[str, dict[str, int]]] = {}
-        for (group, topic, qid), offset in sorted(self._offsets.items()):
-            nested.setdefault(group, {}).setdefault(topic, {})[str(qid)] = offset
-        doc = {"version": FILE_VERSION, "offsets": nested}
-        return self._version, json.dumps(doc, indent=1, sort_keys=True).encode()
+    def snapshot(self) -> tuple[int, dict[OffsetKey, int]]:
+        """The table's version and a copy of it, taken on the caller's thread (cheap:
+        one dict copy; serialising is left to `write_snapshot`, off the event loop)."""
+        return self._version, dict(self._offsets)
 
-    def write_snapshot(self, version: int, content: bytes) -> None:
-        """Write a snapshot atomically; safe to call from a worker thread."""
+    def write_snapshot(self, version: int, table: dict[OffsetKey, int]) -> None:
+        """Serialise and write a snapshot atomically; safe to call from a worker thread."""
         with self._save_lock:
             if version <= self._saved_version:
                 return  # a newer snapshot is already on disk
+            content = _encode(table)
             self._path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._path.with_suffix(".json.tmp")
             with open(tmp, "wb") as f:
@@ -111,3 +117,12 @@ class ConsumerOffsetManager:
         """Snapshot and write now, on this thread (used at stop and in tests)."""
         if self.dirty:
             self.write_snapshot(*self.snapshot())
+
+
+def _encode(table: dict[OffsetKey, int]) -> bytes:
+    """The file content of a table: compact JSON, keys sorted."""
+    nested: dict[str, dict[str, dict[str, int]]] = {}
+    for (group, topic, qid), offset in table.items():
+        nested.setdefault(group, {}).setdefault(topic, {})[str(qid)] = offset
+    doc = {"version": FILE_VERSION, "offsets": nested}
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()

@@ -14,7 +14,10 @@ from ferry_broker.handlers.fields import (
 
 
 async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    """COMMIT_OFFSET: remember the next offset a group will read from a queue."""
+    """COMMIT_OFFSET: remember the next offset a group will read from a queue.
+
+    Like Kafka, any offset is taken (an operator may set one ahead of the queue);
+    the table is bounded instead: a new entry beyond its limit is BusyError."""
     f = req.fields
     group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
     offset = int_field(f, "offset", 0, MAX_OFFSET)

@@ -2,7 +2,9 @@
 
 Both answer the records exactly as stored, back to back in the body (like a
 PULL), with `count` in the fields. An unknown id is MessageNotFoundError; a
-key with no message is an empty answer.
+key with no message is an empty answer. An answer holds at most
+MAX_QUERY_BYTES of records (newest first for a key): `count` may be below
+`max_count`.
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ from ferry_broker.handlers.fields import MAX_OFFSET, int_field, str_field, topic
 MSG_ID_BYTES = 16
 MAX_QUERY_COUNT = 64
 MAX_KEY_CHARS = 1024
+# A query answer stops before this many bytes of records (the first record always
+# goes: one record is at most 4 MiB), well under the 16 MiB frame limit.
+MAX_QUERY_BYTES = 8 << 20
 
 
 def parse_msg_id(value: object) -> bytes:
@@ -38,7 +43,16 @@ def raw_record(store: MessageStore, msg: StoredMessage) -> bytes | memoryview | 
 
 
 def _records_response(req: Frame, store: MessageStore, msgs: list[StoredMessage]) -> Frame:
-    raws = [r for r in (raw_record(store, m) for m in msgs) if r is not None]
+    """The records of `msgs` (in order) up to MAX_QUERY_BYTES; `count` says how many fit."""
+    raws: list[bytes | memoryview] = []
+    total = 0
+    for msg in msgs:
+        if raws and total + msg.size > MAX_QUERY_BYTES:
+            break  # checked before reading: the body never grows past the cap
+        raw = raw_record(store, msg)
+        if raw is not None:
+            raws.append(raw)
+            total += len(raw)
     return response(req, {"count": len(raws)}, b"".join(raws))
 
 
