@@ -6,11 +6,13 @@
   while stopping.
 - `GET /v1/stats`: per topic and queue the min/max offsets; per group, topic
   and queue the committed offset and the lag (max offset - committed); the
-  live consumers and the held pulls.
+  live consumers and the held pulls; the store's health (whether it takes
+  writes, commit-log min/max and flushed offsets, disk used ratio).
 """
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -55,10 +57,16 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "lag": max(0, max_offset - committed),
         }
     consumers = {g: [i.client_id for i in infos] for g, infos in ctx.consumers.groups().items()}
+    disk = shutil.disk_usage(ctx.config.data_path)
+    store_health = {"healthy": ctx.health.healthy,
+                    "commit_log_min_offset": store.commit_log_min_offset,
+                    "commit_log_max_offset": store.commit_log_max_offset,
+                    "flushed_offset": store.flushed_offset,
+                    "disk_used_ratio": round(disk.used / disk.total, 4) if disk.total else 0.0}
     return {"broker": {"cluster": ctx.config.cluster, "name": ctx.config.name,
                        "id": ctx.config.id, "addr": ctx.config.addr,
                        "flush_mode": ctx.config.flush_mode},
-            "topics": topics, "groups": groups, "consumers": consumers,
+            "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held}
 
 
