@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from ferry.errors import StoreError, StoreUnavailableError
+from ferry.errors import BusyError, StoreError, StoreUnavailableError
 from ferry.store import MessageStore, StoreConfig
 from ferry.wire import RequestCode
 from ferry_broker.app import OFFSETS_FILE, BrokerApp
@@ -126,6 +126,10 @@ async def test_broker_started_before_etcd_serves_and_registers_once_etcd_is_up(
         await asyncio.to_thread(wait_for_http, broker.http + "/healthz", b"ok")
         assert proc.alive()
         assert await asyncio.to_thread(_status, broker.http + "/readyz") == 503
+        c = await broker.client()
+        with pytest.raises(BusyError):  # topic config unknown yet: no guessing a queue count
+            await c.send("late-etcd", 0, [message(b"early")])
+        await c.close()
         await asyncio.sleep(1.0)  # a few failed attempts
         assert proc.alive()
         etcd = await asyncio.to_thread(_start_etcd_on, tmp_path / "etcd", etcd_port)
