@@ -123,3 +123,33 @@ def test_offsets_table_is_bounded_and_snapshots_are_copies(tmp_path: Path) -> No
     assert table[("g", "t", 0)] == 1  # the snapshot does not follow later commits
     mgr.write_snapshot(version, table)
     assert b" " not in (tmp_path / "o.json").read_bytes()  # compact
+
+
+def test_flush_watchdog_marks_a_stalled_store_and_clears_when_it_flushes(
+        tmp_path: Path) -> None:
+    from ferry.store import MessageIn, MessageStore, StoreConfig
+    from ferry_broker.health import StoreHealth
+    from ferry_broker.housekeeping import FlushWatchdog
+
+    now = [0.0]
+    health = StoreHealth()
+    # A flush thread that never comes round in this test: like one that died.
+    store = MessageStore(StoreConfig(root_dir=str(tmp_path), commitlog_segment_bytes=8 << 20,
+                                     flush_interval_ms=3_600_000,
+                                     checkpoint_interval_ms=3_600_000))
+    try:
+        dog = FlushWatchdog(store, health, stall_ms=30_000, clock=lambda: now[0])
+        dog.check()
+        store.put(MessageIn(topic="wd", queue_id=0, body=b"x"))
+        dog.check()
+        now[0] = 29.0
+        dog.check()
+        assert health.healthy
+        now[0] = 31.0
+        dog.check()
+        assert not health.healthy and health.stalled and health.failure is None
+    finally:
+        store.close()  # flushes everything
+    now[0] = 32.0
+    dog.check()
+    assert health.healthy

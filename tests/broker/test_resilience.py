@@ -141,3 +141,17 @@ async def test_broker_started_before_etcd_serves_and_registers_once_etcd_is_up(
         proc.stop()
         if etcd is not None:
             etcd.stop()
+
+
+async def test_a_stalled_flush_refuses_sends_until_it_moves_again(app: BrokerApp) -> None:
+    assert app.ctx is not None
+    ready_url = f"http://127.0.0.1:{app.config.http_port}/readyz"
+    c = await WireClient.connect("127.0.0.1", app.config.port)
+    app.ctx.health.set_stalled("commit log not flushed for 30 s")  # as the watchdog does
+    with pytest.raises(StoreUnavailableError):
+        await c.send("stall", 0, [message(b"x")])
+    assert await asyncio.to_thread(_status, ready_url) == 503
+    app.ctx.health.set_stalled(None)
+    await c.send("stall", 0, [message(b"y")])
+    assert await asyncio.to_thread(_status, ready_url) == 200
+    await c.close()

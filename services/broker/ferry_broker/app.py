@@ -28,7 +28,7 @@ from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
-from ferry_broker.housekeeping import retention_loop
+from ferry_broker.housekeeping import FlushWatchdog, flush_watchdog_loop, retention_loop
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.registration import Registration
 from ferry_broker.server import BrokerServer
@@ -104,7 +104,9 @@ class BrokerApp:
         self._tasks = [loop.create_task(self._save_offsets_loop()),
                        loop.create_task(retention_loop(self.ctx.store,
                                                        cfg.retention_check_interval_ms)),
-                       loop.create_task(self._expire_consumers_loop())]
+                       loop.create_task(self._expire_consumers_loop()),
+                       loop.create_task(flush_watchdog_loop(
+                           FlushWatchdog(self.ctx.store, self.ctx.health)))]
         self._register_task = loop.create_task(self._register(topics))
         self._started = True
         log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s", cfg.cluster,

@@ -26,19 +26,31 @@ class StoreHealth:
 
     def __init__(self) -> None:
         self.failure: str | None = None
+        # Not sticky: set while the commit log is not being flushed (housekeeping's
+        # FlushWatchdog), cleared when flushing moves again.
+        self.stalled: str | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @property
     def healthy(self) -> bool:
-        return self.failure is None
+        return self.failure is None and self.stalled is None
+
+    def set_stalled(self, reason: str | None) -> None:
+        """Mark the store's flushing stalled (`reason`) or moving again (None)."""
+        if reason is not None and self.stalled is None:
+            log.error("the store's flushing is stalled; refusing SENDs and leaving readiness: "
+                      "%s", reason, extra={"error": reason})
+        elif reason is None and self.stalled is not None:
+            log.warning("the store's flushing moves again; taking SENDs")
+        self.stalled = reason
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call `listener` (once) when the store is first seen failed."""
         self._listeners.append(listener)
 
-    def unavailable(self, exc: BaseException) -> StoreUnavailableError:
-        """Record a refused write; the error to answer it with."""
-        if self.failure is None:
+    def unavailable(self, exc: BaseException, sticky: bool = True) -> StoreUnavailableError:
+        """Record a refused write (unless not `sticky`); the error to answer it with."""
+        if sticky and self.failure is None:
             self.failure = f"{type(exc).__name__}: {exc}"
             log.error("the store refuses writes; answering SENDs with StoreUnavailableError "
                       "and leaving readiness: %s", self.failure, extra={"error": self.failure})

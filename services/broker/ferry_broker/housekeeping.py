@@ -1,20 +1,79 @@
-"""Periodic store housekeeping: retention of old commit-log segments.
+"""Periodic store housekeeping: retention of old commit-log segments, and a flush watchdog.
 
 The store deletes whole segments older than `retention_hours`, and the oldest
 ones even if not expired while the disk is above `disk_high_water_ratio`;
 consume queues and index files follow (see docs/store-format.md). The broker
 runs it every `retention_check_interval_ms` on its event loop, where all store
 writes happen: a run unlinks files and moves minimum offsets, which is quick.
+
+The flush watchdog notices a commit log whose flushed offset stays behind its
+write offset without moving for `FLUSH_STALL_MS` (the store's flush thread
+died after an I/O error, or hangs in fdatasync): the broker then refuses
+SENDs (StoreUnavailableError, retriable) and /readyz answers 503, until
+flushing moves again. In async flush mode nothing else would notice, and
+every acknowledgement would promise a durability that never comes.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
 
 from ferry.errors import FerryError
 from ferry.store import MessageStore
 
+from ferry_broker.health import StoreHealth
+
 log = logging.getLogger(__name__)
+
+FLUSH_STALL_MS = 30_000
+FLUSH_CHECK_INTERVAL_MS = 1_000
+
+
+class FlushPositions(Protocol):
+    """What the watchdog reads of the store."""
+
+    @property
+    def flushed_offset(self) -> int: ...
+
+    @property
+    def commit_log_max_offset(self) -> int: ...
+
+
+class FlushWatchdog:
+    """Marks the store stalled while its flushed offset lags and does not move."""
+
+    def __init__(self, store: FlushPositions, health: StoreHealth,
+                 stall_ms: int = FLUSH_STALL_MS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._health = health
+        self._stall_s = stall_ms / 1000.0
+        self._clock = clock
+        self._last_flushed = -1
+        self._since = clock()
+
+    def check(self) -> None:
+        flushed, written = self._store.flushed_offset, self._store.commit_log_max_offset
+        now = self._clock()
+        if flushed >= written or flushed != self._last_flushed:
+            self._last_flushed, self._since = flushed, now
+            if self._health.stalled is not None:
+                self._health.set_stalled(None)
+            return
+        if now - self._since >= self._stall_s and self._health.stalled is None:
+            self._health.set_stalled(f"commit log not flushed for {now - self._since:.0f} s, "
+                                     f"{written - flushed} bytes behind")
+
+
+async def flush_watchdog_loop(watchdog: FlushWatchdog,
+                              interval_ms: int = FLUSH_CHECK_INTERVAL_MS) -> None:
+    """Check the flush progress every `interval_ms` until cancelled."""
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        watchdog.check()
 
 
 def run_retention_once(store: MessageStore) -> None:

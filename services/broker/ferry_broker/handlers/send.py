@@ -28,6 +28,8 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
         raise MalformedRequestError(f"queue_id {queue_id} is out of range: {topic} has {queues}")
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
+    if ctx.health.stalled is not None:  # acknowledging now would promise nothing
+        raise ctx.health.unavailable(StoreError(ctx.health.stalled), sticky=False)
     try:
         res = ctx.store.put_encoded_batch(topic, queue_id, req.body, born_host=conn.peer,
                                           max_messages=MAX_BATCH_MESSAGES)
