@@ -51,6 +51,9 @@ class BrokerConfig:
     max_held_pulls_per_conn: int = 256
     max_held_pulls: int = 10_000
     max_inflight_per_conn: int = 1024
+    # Responses made but not yet written to a connection's socket; past it no further
+    # request of that connection starts until the peer reads.
+    max_unwritten_bytes_per_conn: int = 32 << 20
     max_connections: int = 10_000
     shutdown_timeout_ms: int = 10_000
 

@@ -10,9 +10,12 @@ Failure handling, so that no input can stop the broker: a malformed frame
 closes only that connection; an unknown code, or a FerryError from a handler,
 is an error response; any other exception is logged and answered as
 SystemError_. One-way requests get no response, not even an error (it is
-logged). Limits: `max_connections`, and `max_inflight_per_conn` requests per
-connection (reading pauses beyond it, and while the peer does not read its
-responses).
+logged). Limits: `max_connections`; `max_inflight_per_conn` requests per
+connection (reading pauses beyond it); and `max_unwritten_bytes_per_conn` of
+responses made but not yet written to the socket: past it, and while the peer
+does not read (the transport paused writing), no further request of that
+connection starts, so a client that stops reading pins a bounded amount of
+broker memory.
 """
 from __future__ import annotations
 
@@ -107,6 +110,10 @@ class BrokerProtocol(asyncio.Protocol):
         self._writing_paused = False
         self._stopped = False
         self._out: list[bytes | memoryview] = []
+        self._out_bytes = 0
+        self._max_unwritten = server.ctx.config.max_unwritten_bytes_per_conn
+        # Requests waiting for unwritten bytes to drain, in arrival order.
+        self._turns: deque[asyncio.Future[None]] = deque()
         self._backlog: deque[tuple[Handler, Frame]] = deque()
         self._flush_scheduled = False
         self._max_inflight = server.ctx.config.max_inflight_per_conn
@@ -128,7 +135,9 @@ class BrokerProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._out.clear()
+        self._out_bytes = 0
         self._backlog.clear()
+        self._turns.clear()  # their tasks are cancelled just below
         self.server.connections.discard(self)
         # Nobody is left to answer: free parked pulls (and their slots) now rather
         # than at their deadline. Stored messages are unaffected: a SEND's write
@@ -154,6 +163,8 @@ class BrokerProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self._release_turn()
+        self._start_backlog()
         self._update_reading()
 
     # -- requests --------------------------------------------------------------------------
@@ -168,7 +179,7 @@ class BrokerProtocol(asyncio.Protocol):
             self._reply(frame, error_response(
                 frame, UnknownCodeError(f"unknown request code {frame.code}")))
             return
-        if self._backlog or len(self.tasks) >= self._max_inflight:
+        if self._backlog or not self._may_start():
             # One read can hold thousands of small frames: past the limit they
             # wait here, in order, instead of all becoming tasks at once.
             self._backlog.append((handler, frame))
@@ -187,10 +198,40 @@ class BrokerProtocol(asyncio.Protocol):
         self.tasks.discard(task)
         if self._closed:
             return
-        while self._backlog and len(self.tasks) < self._max_inflight:
-            self._start(*self._backlog.popleft())
+        self._release_turn()
+        self._start_backlog()
         if self._reading_paused:
             self._update_reading()
+
+    def _budget_ok(self) -> bool:
+        """Whether the responses not yet written leave room for another one."""
+        if self._writing_paused:
+            return False
+        buffered = self._out_bytes
+        if self.transport is not None:
+            buffered += self.transport.get_write_buffer_size()
+        return buffered < self._max_unwritten
+
+    def _may_start(self) -> bool:
+        """Whether one more request of this connection may become a task now."""
+        return len(self.tasks) < self._max_inflight and self._budget_ok()
+
+    async def _wait_turn(self) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self._turns.append(turn)
+        await turn
+
+    def _release_turn(self) -> None:
+        # One at a time: the released request makes its response before the next
+        # check, so a burst of requests cannot all answer into memory at once.
+        while self._turns and self._turns[0].done():
+            self._turns.popleft()  # its task was cancelled
+        if self._turns and self._budget_ok():
+            self._turns.popleft().set_result(None)
+
+    def _start_backlog(self) -> None:
+        while self._backlog and self._may_start():
+            self._start(*self._backlog.popleft())
 
     @property
     def busy(self) -> bool:
@@ -198,6 +239,9 @@ class BrokerProtocol(asyncio.Protocol):
         return bool(self.tasks or self._backlog)
 
     async def _run(self, handler: Handler, frame: Frame) -> None:
+        if self._turns or not self._budget_ok():
+            # Waiting here keeps arrival order: later requests queue behind this one.
+            await self._wait_turn()
         try:
             resp = await handler(self.server.ctx, self.info, frame)
         except FerryError as exc:
@@ -229,6 +273,7 @@ class BrokerProtocol(asyncio.Protocol):
         # Cork: responses finished in the same loop turn go out in one write
         # (one syscall instead of one per response, the largest per-request cost).
         self._out.extend(parts)
+        self._out_bytes += sum(len(p) for p in parts)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_out)
@@ -236,16 +281,19 @@ class BrokerProtocol(asyncio.Protocol):
     def _flush_out(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
+        self._out_bytes = 0
         if out and not self._closed and self.transport is not None:
             self.transport.writelines(out)
+        self._release_turn()
+        if self._backlog:
+            self._start_backlog()
 
     # -- flow control and closing ----------------------------------------------------------
 
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
             return
-        pause = (self._stopped or self._writing_paused or bool(self._backlog)
-                 or len(self.tasks) >= self._max_inflight)
+        pause = self._stopped or bool(self._backlog) or not self._may_start()
         if pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
