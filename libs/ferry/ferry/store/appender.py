@@ -14,7 +14,7 @@ input layout (`stage_encoded`, whose loop lives in `batch_input.py`).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from crc32c import crc32c
 
@@ -59,8 +59,10 @@ class Appender:
     """Encodes batches for one store; remembers each queue's next queue offset."""
 
     def __init__(self, commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService,
-                 max_message_bytes: int, store_host: str, warmer: PageWarmer | None = None) -> None:
+                 max_message_bytes: int, store_host: str, warmer: PageWarmer | None = None,
+                 on_dispatch_error: Callable[[BaseException], None] | None = None) -> None:
         self._cl = commit_log
+        self._on_dispatch_error = on_dispatch_error
         self._cqs = cqs
         self._index = index
         self._warmer = warmer
@@ -70,6 +72,8 @@ class Appender:
         # Dispatch not yet applied: (topic, queue_id) -> [first queue offset, entries...]
         self._pending_queues: dict[tuple[str, int], list] = {}
         self._pending_index: list[tuple[int, int, int]] = []
+        # Commit-log offset at or below the first record whose dispatch is pending.
+        self._pending_from = commit_log.write_offset
 
     # -- staging -----------------------------------------------------------------------
 
@@ -195,6 +199,8 @@ class Appender:
         """
         cl, mv = self._cl, self._ctx.mv
         used, seals, rel, end_rel, queues, items, results = staged
+        if not self._pending_index:  # (every record queues its id key: empty = nothing pending)
+            self._pending_from = cl.write_offset
         seg = cl.active()
         done = 0
         for at, seal_rel in seals:
@@ -224,8 +230,18 @@ class Appender:
         else:
             self._pending_index = items
         if len(self._pending_index) >= DISPATCH_BACKLOG:
-            self.dispatch()
+            try:
+                self.dispatch()
+            except Exception as exc:  # the batch is written: report, never fail the append
+                if self._on_dispatch_error is None:
+                    raise
+                self._on_dispatch_error(exc)
         return results
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Every record below this commit-log offset has its queue entry and index keys applied."""
+        return self._pending_from if self._pending_index else self._cl.write_offset
 
     def dispatch(self) -> None:
         """Apply the queued consume-queue entries and index keys (in commit-log order).
@@ -233,12 +249,15 @@ class Appender:
         Dispatch is deferred so that many small appends (sync mode: one message per
         producer request) share one consume-queue write per queue and one index
         call; every read of the store calls this first, so readers never see a lag.
+        Work is dropped from the queue only once applied: when a step raises (an
+        I/O error, no file descriptors left), the rest stays queued for the next call
+        and `dispatched_offset` stays where it was (re-applying is idempotent).
         """
         if not self._pending_index:
             return
-        queues, items = self._pending_queues, self._pending_index
-        self._pending_queues, self._pending_index = {}, []
-        cqs = self._cqs
-        for (topic, qid), run in queues.items():
-            cqs.get_or_create(topic, qid).append(run[0], b"".join(run[1:]))
-        self._index.put_hashed(items)
+        queues, cqs = self._pending_queues, self._cqs
+        for key, run in list(queues.items()):
+            cqs.get_or_create(key[0], key[1]).append(run[0], b"".join(run[1:]))
+            del queues[key]
+        self._index.put_hashed(self._pending_index)
+        self._pending_index = []

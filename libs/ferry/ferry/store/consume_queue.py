@@ -300,6 +300,17 @@ class ConsumeQueue:
         for seg in self._segments:
             seg.flush()
 
+    def take_dirty(self, out: list[str]) -> None:
+        """Append to `out` the paths of segments written since the last call; mark them clean.
+
+        The caller makes them durable later, outside the store lock (see
+        ConsumeQueues.take_dirty).
+        """
+        for seg in self._segments:
+            if seg.dirty:
+                seg.dirty = False
+                out.append(seg.path)
+
     def close(self) -> None:
         for seg in self._segments:
             seg.unmap()
@@ -360,6 +371,19 @@ class ConsumeQueues:
     def flush(self) -> None:
         for cq in self._queues.values():
             cq.flush()
+
+    def take_dirty(self) -> list[str]:
+        """Paths of the segments written since the last call, now marked clean.
+
+        The checkpoint fdatasyncs them by path outside the store lock: that persists
+        the file's dirty mapped pages (like msync) but releases the GIL, and it does
+        not matter whether the segment was unmapped meanwhile (its pages stay in the
+        page cache until written back) or deleted by retention (nothing to keep).
+        """
+        out: list[str] = []
+        for cq in self._queues.values():
+            cq.take_dirty(out)
+        return out
 
     def close(self) -> None:
         for cq in self._queues.values():

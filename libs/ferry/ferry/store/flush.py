@@ -5,11 +5,12 @@ the last flush. SYNC (group commit): `wait_durable(end)` hands out a Future
 shared by every append since the previous flush began; the thread takes the
 whole group, fdatasyncs once and resolves it. So N concurrent appenders cost one
 fdatasync per group, not N. A group not resolved within `sync_flush_timeout_ms`
-fails with FlushTimeoutError, which the broker answers as PutStatus.FLUSH_TIMEOUT.
-The check runs in `wait_durable` (the flush thread itself may be the one stuck
-in fdatasync), so a stuck disk is noticed by the next appender.
+fails with FlushTimeoutError. A small watchdog thread enforces that deadline
+(the flush thread itself may be the one stuck in fdatasync), so a waiter on a
+stuck disk gets its error even when nothing else is appended.
 
-The same thread runs the periodic checkpoint callback.
+The same thread runs the periodic checkpoint callback. When it dies (an I/O
+error), every waiter fails, `failed` holds the cause and `on_failure` is called.
 """
 from __future__ import annotations
 
@@ -61,21 +62,33 @@ class FlushService:
     """Owns the flush thread of one commit log."""
 
     def __init__(self, commit_log: Flushable, *, interval_ms: int, timeout_ms: int,
-                 checkpoint_interval_ms: int, on_checkpoint: Callable[[], None]) -> None:
+                 checkpoint_interval_ms: int, on_checkpoint: Callable[[], None],
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._log = commit_log
         self._interval_s = interval_ms / 1000
         self._timeout_s = timeout_ms / 1000
         self._checkpoint_interval_s = checkpoint_interval_ms / 1000
         self._on_checkpoint = on_checkpoint
-        self._cond = threading.Condition(threading.Lock())
+        self._on_failure = on_failure
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # wakes the flush thread
+        self._watch = threading.Condition(lock)  # wakes the watchdog
         self._pending: _Group | None = None
         self._inflight: _Group | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="ferry-store-flush", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch_deadlines,
+                                          name="ferry-store-flush-watchdog", daemon=True)
         self.failed: BaseException | None = None
 
     def start(self) -> None:
         self._thread.start()
+        self._watchdog.start()
+
+    @property
+    def alive(self) -> bool:
+        """True while the flush thread runs (started, not stopped, not failed)."""
+        return self._thread.is_alive() and self.failed is None and not self._stopping
 
     def wait_durable(self, end_offset: int) -> Future[None]:
         """A Future resolved once the commit log is durable up to `end_offset`."""
@@ -89,21 +102,46 @@ class FlushService:
                 failed: Future[None] = Future()
                 failed.set_exception(StoreError("the store's flush thread is not running"))
                 return failed
-            inflight = self._inflight
-            if inflight is not None and now > inflight.deadline:
-                _resolve(inflight.future, FlushTimeoutError("fdatasync is taking too long"))
             group = self._pending
             if group is None:
                 group = self._pending = _Group(now + self._timeout_s)
                 self._cond.notify()
             return group.future
 
+    def _watch_deadlines(self) -> None:
+        """Watchdog: fail the groups still not durable at their deadline."""
+        while True:
+            overdue: list[_Group] = []
+            with self._cond:
+                if self.failed is not None or (self._stopping and not self._thread.is_alive()):
+                    return
+                now = time.monotonic()
+                wait_s = self._timeout_s
+                for group in (self._inflight, self._pending):
+                    if group is None or group.future.done():
+                        continue
+                    if now >= group.deadline:
+                        overdue.append(group)
+                    else:
+                        wait_s = min(wait_s, group.deadline - now)
+                if not overdue:
+                    if self._stopping:
+                        wait_s = min(wait_s, 0.05)  # until the flush thread ends
+                    self._watch.wait(wait_s)
+            for group in overdue:  # outside the lock: callbacks may call wait_durable
+                _resolve(group.future, FlushTimeoutError(
+                    f"the commit log was not made durable within {self._timeout_s:g} s"))
+
     def stop(self) -> None:
         """Flush everything, resolve every waiter and end the thread."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join()
+            self._watch.notify()
+        if self._thread.ident is not None:
+            self._thread.join()
+        if self._watchdog.ident is not None:
+            self._watchdog.join()
 
     def _run(self) -> None:
         next_checkpoint = time.monotonic() + self._checkpoint_interval_s
@@ -132,5 +170,8 @@ class FlushService:
                 self.failed = exc
                 groups = [g for g in (self._pending, self._inflight) if g is not None]
                 self._pending = self._inflight = None
+                self._watch.notify()
             for g in groups:
                 _resolve(g.future, StoreError(f"flush failed: {exc}"))
+            if self._on_failure is not None:
+                self._on_failure(exc)

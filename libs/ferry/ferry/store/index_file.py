@@ -361,6 +361,19 @@ class IndexService:
         for f in self._files:
             f.flush()
 
+    def take_dirty(self) -> list[str]:
+        """Paths of the files written since the last call, headers updated, marked clean.
+
+        The caller fdatasyncs them later (see ConsumeQueues.take_dirty for why by path).
+        """
+        out: list[str] = []
+        for f in self._files:
+            if f.dirty:
+                f.write_header()
+                f.dirty = False
+                out.append(f.path)
+        return out
+
     def close(self) -> None:
         for f in self._files:
             f.close()

@@ -33,6 +33,7 @@ from .record import (
     MSG_ID_BYTES,
     MessageIn,
     StoredMessage,
+    check_record,
     decode_record,
 )
 from .recovery import RecoveryReport, recover
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 _RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
 _STORE_TS = struct.Struct("<q")
 _STORE_TS_AT = 44
+_PHY = struct.Struct("<q")
+_PHY_AT = 28
 
 
 class MessageStore:
@@ -70,13 +73,14 @@ class MessageStore:
             self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
                                       config.warm_ahead_bytes, self._cl.write_offset)
         self._appender = Appender(self._cl, self._cqs, self._index, config.max_message_bytes,
-                                  config.store_host, self._warmer)
+                                  config.store_host, self._warmer, self._dispatch_failed)
         self._last_store_ts = self.recovery.last_store_ts_ms
         self._failed: BaseException | None = None
         write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
         self._flush = FlushService(
             self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
-            checkpoint_interval_ms=config.checkpoint_interval_ms, on_checkpoint=self._checkpoint)
+            checkpoint_interval_ms=config.checkpoint_interval_ms, on_checkpoint=self._checkpoint,
+            on_failure=self._flush_failed)
         self._flush.start()
         if self._warmer is not None:  # started last: nothing after it can fail the open
             self._warmer.start()
@@ -126,6 +130,41 @@ class MessageStore:
             raise StoreError("the store is closed" if self._closed else
                              f"the store failed ({self._failed}); reopen it to recover")
 
+    def _check_readable(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the store refuses appends (an append or dispatch I/O error, a dead flush
+        thread), or None while it takes them. Sticky until reopened; reads keep working."""
+        return self._failed
+
+    @property
+    def flush_thread_alive(self) -> bool:
+        """True while the flush thread runs: without it nothing becomes durable."""
+        return self._flush.alive
+
+    def _fail(self, exc: BaseException, what: str) -> None:
+        if self._failed is None:
+            self._failed = exc
+            log.error("%s failed (%s: %s); the store refuses appends until reopened",
+                      what, type(exc).__name__, exc)
+
+    def _flush_failed(self, exc: BaseException) -> None:
+        self._fail(exc, "the flush thread")
+
+    def _dispatch_failed(self, exc: BaseException) -> None:
+        self._fail(exc, "dispatching to the consume queues and index")
+
+    def _dispatch(self) -> None:
+        """Apply the deferred dispatch; on failure keep it pending (retried on the next
+        call) and fail the store for appends, but let the read go on."""
+        try:
+            self._appender.dispatch()
+        except Exception as exc:
+            self._dispatch_failed(exc)
+
     def _store_ts(self) -> int:
         # Store timestamps never go backwards, so offset_for_timestamp can bisect.
         now = int(time.time() * 1000)
@@ -160,7 +199,8 @@ class MessageStore:
         None means no filter.
         """
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None or cq.max_offset == 0:
                 return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
@@ -179,7 +219,35 @@ class MessageStore:
     def get_message(self, phy_offset: int) -> StoredMessage | None:
         """The record at a commit-log offset, or None when no valid record starts there."""
         with self._lock:
+            self._check_readable()
             return self._read_message(phy_offset)
+
+    def read_raw(self, phy_offset: int) -> bytes | None:
+        """The record bytes at a commit-log offset, checked (CRC, lengths, its own offset).
+
+        None when no valid record starts there (never written, deleted by retention,
+        damaged). Reads the commit log directly, so it works for records whose
+        consume-queue entries retention already dropped.
+        """
+        with self._lock:
+            self._check_readable()
+            raw = self._checked_raw(phy_offset)
+            return None if raw is None else bytes(raw)
+
+    def _checked_raw(self, phy_offset: int) -> memoryview | None:
+        if phy_offset < 0:
+            return None
+        head = self._cl.read(phy_offset, HEADER_SIZE)
+        if head is None:
+            return None
+        raw = self._cl.read(phy_offset, _RECORD_CHECK.unpack_from(head)[0])
+        if raw is None:
+            return None
+        try:
+            check_record(raw)
+        except CorruptRecordError:
+            return None
+        return raw if _PHY.unpack_from(raw, _PHY_AT)[0] == phy_offset else None
 
     def _read_message(self, phy_offset: int) -> StoredMessage | None:
         head = self._cl.read(phy_offset, HEADER_SIZE)
@@ -196,21 +264,24 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.min_offset if cq is not None else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.max_offset if cq is not None else 0
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset stored at or after ts_ms (max_offset when none is)."""
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None:
                 return 0
@@ -232,7 +303,8 @@ class MessageStore:
         if not key or " " in key:
             return []
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             phys = self._index.query(b"K" + topic_b + b"\x00" + key.encode(), begin_ms, end_ms,
                                      max_count + 16)  # spare room for hash collisions
             out: list[StoredMessage] = []
@@ -250,7 +322,8 @@ class MessageStore:
         if len(msg_id) != MSG_ID_BYTES:
             return None
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             for phy in self._index.query(b"I" + bytes(msg_id), 0, 2**62, 8):
                 msg = self._read_message(phy)
                 if msg is not None and msg.msg_id == msg_id:
@@ -260,7 +333,8 @@ class MessageStore:
     def topic_queues(self) -> dict[str, list[int]]:
         """Every topic the store holds, with its queue ids."""
         with self._lock:
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             out: dict[str, list[int]] = {}
             for cq in self._cqs:
                 out.setdefault(cq.topic, []).append(cq.queue_id)
@@ -283,50 +357,78 @@ class MessageStore:
     def run_retention(self, now_ms: int | None = None) -> RetentionReport:
         """Delete expired commit-log segments (or the oldest, over the disk high-water mark)."""
         with self._lock:
-            if self._closed:
-                raise StoreError("the store is closed")
-            self._appender.dispatch()
+            self._check_readable()
+            self._dispatch()
             return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
 
     def _checkpoint(self) -> None:
-        """Flush thread: make queues and index durable, then record how far."""
+        """Flush thread: make queues and index durable, then record how far.
+
+        Only the dispatch and the collection of dirty files run under the store
+        lock; their fdatasyncs run outside it (an msync of a mapping holds the GIL
+        for its whole call and would freeze the broker's event loop).
+        """
         with self._lock:
             if self._closed:
                 return
-            self._appender.dispatch()
-            dispatched = self._cl.write_offset
-            self._cqs.flush()
-            self._index.flush()
+            self._dispatch()
+            dispatched = self._appender.dispatched_offset
+            paths = self._cqs.take_dirty()
+            paths += self._index.take_dirty()
+        sync_files(paths)
         flushed = self._cl.flush(dispatched)
         write_checkpoint(self.config.root_dir, Checkpoint(flushed, dispatched, False))
 
     def close(self) -> None:
-        """Flush everything, resolve pending waiters, mark a clean shutdown."""
+        """Flush everything, resolve pending waiters, mark a clean shutdown.
+
+        The shutdown is marked clean only if every record was dispatched and the
+        store never failed; otherwise the next open recovers (re-dispatches).
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._flush.stop()
-        if self._warmer is not None:
-            self._warmer.stop()
-        with self._lock:
-            if self._failed is None:
-                self._appender.dispatch()
-            self._cqs.flush()
-            self._index.flush()
-            self._cl.flush()
-            write_checkpoint(self.config.root_dir,
-                             Checkpoint(self._cl.flushed_offset, self._cl.write_offset, True))
-            self._cqs.close()
-            self._index.close()
-            self._cl.close()
-            os.close(self._lock_fd)
+        try:
+            self._flush.stop()
+            if self._warmer is not None:
+                self._warmer.stop()
+            with self._lock:
+                try:
+                    self._appender.dispatch()  # those records are fully written: apply them
+                except Exception as exc:
+                    self._dispatch_failed(exc)
+                self._cqs.flush()
+                self._index.flush()
+                self._cl.flush()
+                write_checkpoint(self.config.root_dir, Checkpoint(
+                    self._cl.flushed_offset, self._appender.dispatched_offset,
+                    self._failed is None))
+        finally:
+            with self._lock:
+                self._cqs.close()
+                self._index.close()
+                self._cl.close()
+                os.close(self._lock_fd)
 
     def __enter__(self) -> MessageStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sync_files(paths: list[str]) -> None:
+    """fdatasync each file by path (one deleted meanwhile has nothing left to sync)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
 
 def _lock_directory(root: str) -> int:
