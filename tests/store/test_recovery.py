@@ -164,3 +164,28 @@ def test_damage_inside_the_trusted_log_is_never_served(tmp_path: Path,
         assert any("corrupt record" in r.getMessage() for r in caplog.records)
         assert s.query_by_id(msg_id) is None
         assert s.get_message(phy) is None
+
+
+@pytest.mark.parametrize("damage", ["body-bit", "zero-size"])
+def test_bit_rot_below_the_checkpoint_cuts_the_log_there(tmp_path: Path, damage: str) -> None:
+    recs = _fill(tmp_path)
+    end = recs[-1][0] + recs[-1][1]
+    # The checkpoint says: durable to the end, nothing dispatched (re-dispatch it all,
+    # none of it re-verified by the scan).
+    _crash_checkpoint(tmp_path, commit=end, dispatch=0)
+    phy, size, _ = recs[30]
+    with open(_segment_file(tmp_path, phy), "r+b") as f:
+        if damage == "body-bit":
+            f.seek(phy % SEG + size - 1)
+            last = f.read(1)[0]
+            f.seek(phy % SEG + size - 1)
+            f.write(bytes([last ^ 1]))
+        else:
+            f.seek(phy % SEG)
+            f.write(bytes(4))  # size 0 once looped forever
+    with MessageStore(_config(tmp_path)) as s:
+        assert s.recovery.write_offset == phy and s.recovery.cut_reason
+        assert _served(s) == [r[0] for r in recs[:30]]
+        assert sum(s.max_offset("rec", q) for q in range(3)) == 30
+        res = s.put(MessageIn("rec", 0, b"after"))
+        assert res.phy_offset == phy and res.queue_offset == 10

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import NamedTuple
 
 from crc32c import crc32c
+
+from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
 from .encode_context import ID_KEY_CRC
 from .index_file import IndexService
-from .record import BLANK_MAGIC, HEADER, HEADER_SIZE
+from .record import BLANK_MAGIC, BLANK_SIZE, HEADER, HEADER_SIZE, check_record
 
 log = logging.getLogger(__name__)
 
@@ -71,22 +74,40 @@ class DispatchBatch:
         self.index_items = []
 
 
+class RedispatchResult(NamedTuple):
+    """How far a re-dispatch got: `end` is where it stopped (the requested end unless a
+    record below `verified_from` failed its check, described by `problem`)."""
+
+    records: int
+    end: int
+    problem: str | None
+
+
 def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, start: int,
-               end: int, cq_from: int, index_from: int) -> int:
-    """Re-dispatch the (already verified) records in [start, end); returns how many.
+               end: int, cq_from: int, index_from: int, verified_from: int) -> RedispatchResult:
+    """Re-dispatch the records in [start, end).
 
     Consume-queue entries are rebuilt for records at or after `cq_from`, index keys
-    for records at or after `index_from`; `start` is the smaller of the two.
+    for records at or after `index_from`; `start` is the smaller of the two. Records
+    from `verified_from` on were verified by recovery's scan; those below it are
+    checked here (the cost falls only on the crash path), and the first that fails
+    stops the re-dispatch there (bit rot below the checkpoint: the caller cuts the
+    log at it, like a torn tail).
     """
     batch = DispatchBatch()
     pos = start
     count = pending = 0
+    problem: str | None = None
     while pos < end:
         seg = commit_log.segment_for(pos)
         if seg is None:
             break
         rel = pos - seg.start_offset
         view = seg.view
+        if pos < verified_from:
+            problem = _check_at(view, rel, seg.size, pos)
+            if problem is not None:
+                break
         size, magic = _SIZE_MAGIC.unpack_from(view, rel)
         if magic == BLANK_MAGIC:
             pos = seg.end_offset
@@ -107,4 +128,20 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
             batch.apply(cqs, index)
             pending = 0
     batch.apply(cqs, index)
-    return count
+    return RedispatchResult(count, min(pos, end), problem)
+
+
+def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None:
+    """Why the record (or end-of-segment marker) at `rel` is not valid, or None if it is."""
+    if rel + BLANK_SIZE > seg_size:
+        return f"no room for a record at {pos}"
+    size, magic = _SIZE_MAGIC.unpack_from(view, rel)
+    if magic == BLANK_MAGIC:
+        return None if rel + size == seg_size else f"bad end-of-segment marker at {pos}"
+    try:
+        check_record(view, rel, seg_size - BLANK_SIZE)
+    except CorruptRecordError as exc:
+        return str(exc)
+    if HEADER.unpack_from(view, rel)[6] != pos:
+        return f"the record at {pos} claims another phy offset"
+    return None

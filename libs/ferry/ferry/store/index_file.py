@@ -316,7 +316,8 @@ class IndexService:
                 f.query(h, begin_ms, end_ms, max_count, out, seen)
         return out
 
-    def _drop_from(self, phy_offset: int) -> None:
+    def drop_from(self, phy_offset: int) -> None:
+        """Remove every entry whose phy is >= `phy_offset`."""
         while self._files:
             f = self._files[-1]
             if f.count and f.begin_phy < phy_offset:
@@ -334,11 +335,11 @@ class IndexService:
         indexed, and returns that record's phy offset: the caller re-dispatches the
         log from there. Returns 0 when nothing remains (re-dispatch everything).
         """
-        self._drop_from(phy_offset)
+        self.drop_from(phy_offset)
         last = self.last_phy_offset
         if last < 0:
             return 0
-        self._drop_from(last)
+        self.drop_from(last)
         return last
 
     def delete_below_phy(self, min_phy: int) -> int:

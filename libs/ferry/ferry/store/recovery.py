@@ -73,9 +73,21 @@ def recover(root_dir: str, cl: CommitLog, cqs: ConsumeQueues, index: IndexServic
     cqs.truncate_from_phy(cq_from)
     index_from = max(min(index.truncate_from_phy(cq_from), cq_from), cl.min_offset)
     start = min(cq_from, index_from)
-    count = redispatch(cl, cqs, index, start, scan.end, cq_from, index_from)
-    last_ts = scan.last_store_ts_ms or _last_store_ts(cl, cqs)
-    report = RecoveryReport(False, scan.end, scan_from, scan.records, scan.problem, start, count,
+    done = redispatch(cl, cqs, index, start, scan.end, cq_from, index_from, scan_from)
+    end, problem = scan.end, scan.problem
+    if done.problem is not None:
+        # Bit rot below the checkpoint: the next record boundary is unknown, so the log
+        # ends there, like a torn tail (queues and index are cut to match).
+        log.error("recovery: record at offset %d, below the checkpoint, fails its check (%s); "
+                  "the commit log is cut there and the %d bytes after it are discarded",
+                  done.end, done.problem, scan.end - done.end)
+        end, problem = done.end, done.problem
+        cl.truncate(end)
+        cl.set_positions(end)
+        cqs.truncate_from_phy(end)
+        index.drop_from(end)
+    last_ts = (scan.last_store_ts_ms if done.problem is None else 0) or _last_store_ts(cl, cqs)
+    report = RecoveryReport(False, end, scan_from, scan.records, problem, start, done.records,
                             last_ts, (time.perf_counter() - t0) * 1000)
     log.info("recovery after an unclean stop: %s", report)
     return report
