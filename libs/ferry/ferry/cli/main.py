@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     consume = sub.add_parser("consume", help="consume and print messages with their offsets")
     consume.add_argument("topic")
     consume.add_argument("--group", required=True)
-    consume.add_argument("--from", dest="from_", default="latest", choices=["earliest", "latest"],
-                         help="where a group with no committed offset starts (default latest)")
+    consume.add_argument("--from", dest="from_", default=None, choices=["earliest", "latest"],
+                         help="where a group with no committed offset starts (default: the "
+                              "group's consume_from in namesrv, else latest)")
     consume.add_argument("--count", type=int, default=0, help="exit after N messages")
     consume.add_argument("--timeout-ms", type=int, default=0,
                          help="exit after this long without reaching --count (0 = never)")

@@ -8,6 +8,7 @@ from typing import Any
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.offsets import broker_addr
 from ferry.client.producer import default_namesrv
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_group, validate_topic
@@ -134,20 +135,15 @@ class Admin:
         return out
 
     # -- wire calls --------------------------------------------------------------------------
-    async def _addr(self, tq: TopicQueue) -> str:
-        route = await self._routes.route(tq.topic)
-        addr = route.broker_addr(tq.broker)
-        if addr is None:
-            raise TopicNotFoundError(f"broker {tq.broker} of {tq.topic} has no live master")
-        return addr
-
     async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:
-        resp = await self._pool.request(await self._addr(tq), RequestCode.GET_MIN_MAX,
+        addr = await broker_addr(self._routes, tq)
+        resp = await self._pool.request(addr, RequestCode.GET_MIN_MAX,
                                         {"topic": tq.topic, "queue_id": tq.queue_id})
         return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
 
     async def _committed(self, group: str, tq: TopicQueue) -> int:
-        resp = await self._pool.request(await self._addr(tq), RequestCode.QUERY_OFFSET,
+        addr = await broker_addr(self._routes, tq)
+        resp = await self._pool.request(addr, RequestCode.QUERY_OFFSET,
                                         {"group": group, "topic": tq.topic,
                                          "queue_id": tq.queue_id})
         return int(resp.fields.get("offset", -1))

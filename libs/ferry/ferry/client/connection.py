@@ -147,7 +147,7 @@ class BrokerConnection:
             for part in out:
                 self._transport.write(part)
 
-    async def _drain(self) -> None:
+    async def drain(self) -> None:
         """Wait while the socket's send buffer is over its high-water mark."""
         protocol, transport = self._protocol, self._transport
         if protocol is None or transport is None:
@@ -171,7 +171,7 @@ class BrokerConnection:
         timer = loop.call_later(timeout_s, self._expire, rid, fut, code, timeout_s)
         try:
             if self._protocol is not None and self._protocol.paused:
-                await self._drain()
+                await self.drain()
             frame = await fut
         finally:
             timer.cancel()

@@ -11,7 +11,8 @@ Clustering: every `heartbeat_interval_ms` a HEARTBEAT goes to each broker of
 the subscribed topics, and every `rebalance_interval_ms` (and at start) the
 member list (GET_CONSUMERS) is allocated averagely (see `rebalance`). A lost
 queue is committed and its fetcher stopped; a gained one starts from the
-group's committed offset, else from `auto_offset_reset`. Broadcasting: every
+group's committed offset, else from `auto_offset_reset` (when not given: the
+group's `consume_from` in its namesrv config, else latest). Broadcasting: every
 queue, positions kept locally (`offset_store_path` to keep them across runs).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
 from ferry.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore, broker_addr
 from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment
-from ferry.errors import FerryError
+from ferry.errors import FerryError, GroupNotFoundError
 from ferry.names import validate_group, validate_topic
 from ferry.wire import RequestCode
 
@@ -54,7 +55,7 @@ class Consumer:
     """Consumes topics as a member of `group`. Use `async with Consumer(...) as c:`."""
 
     def __init__(self, *topics: str, group: str, namesrv: str | None = None,
-                 mode: str = "clustering", auto_offset_reset: str = "latest",
+                 mode: str = "clustering", auto_offset_reset: str | None = None,
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
                  max_poll_records: int = 500, prefetch_records_per_queue: int = 1_000,
                  pull_batch_size: int = 256, pull_max_wait_ms: int = 15_000,
@@ -64,14 +65,17 @@ class Consumer:
                  client_id: str | None = None, route_refresh_interval_ms: int = 30_000) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
-        if mode not in MODES or auto_offset_reset not in RESETS:
+        if mode not in MODES or (auto_offset_reset is not None
+                                 and auto_offset_reset not in RESETS):
             raise ValueError(f"mode must be one of {MODES}, auto_offset_reset one of {RESETS}")
         if request_timeout_ms <= pull_max_wait_ms:
             raise ValueError("request_timeout_ms must exceed pull_max_wait_ms (long polling)")
         self.topics = [validate_topic(t, allow_internal=True) for t in topics]
         self.group = validate_group(group)
         self.mode = mode
+        # None: the group's consume_from decides, read at start (see _resolve_reset)
         self.auto_offset_reset = auto_offset_reset
+        self._reset_ts_ms = 0
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.max_poll_records = max_poll_records
@@ -105,12 +109,31 @@ class Consumer:
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         await self._namesrv.start()
+        if self.auto_offset_reset is None:
+            await self._resolve_reset()
         self._started = True
         await self._heartbeat_and_rebalance(heartbeat=True)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._coordinate(), name="ferry-rebalance"))
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit(), name="ferry-autocommit"))
+
+    async def _resolve_reset(self) -> None:
+        """Start new queues where the group's namesrv config says (`consume_from`).
+
+        A group with no config starts at the latest offset, like the default of
+        `auto_offset_reset`; "timestamp" starts at `consume_timestamp_ms`.
+        """
+        try:
+            config = await self._namesrv.call("GET", f"/v1/groups/{self.group}")
+        except GroupNotFoundError:
+            config = None
+        config = config if isinstance(config, dict) else {}
+        start = config.get("consume_from", "latest")
+        self.auto_offset_reset = start if start in (*RESETS, "timestamp") else "latest"
+        self._reset_ts_ms = int(config.get("consume_timestamp_ms") or 0)
+        log.info("%s: group %s starts new queues from %s", self.client_id, self.group,
+                 self.auto_offset_reset)
 
     async def stop(self, *, processed: bool = True) -> None:
         """Leave the group: stop fetching, commit, unregister, close connections.
@@ -343,13 +366,19 @@ class Consumer:
     async def _acquire(self, tq: TopicQueue) -> None:
         offset = await self._offsets.load(tq)
         if offset is None:
-            low, high = await self._min_max(tq)
-            offset = low if self.auto_offset_reset == "earliest" else high
+            offset = await self._reset_offset(tq)
         fetcher = QueueFetcher(tq=tq, pool=self._pool, routes=self._routes,
                                config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset)
         self._fetchers[tq] = fetcher
         self._consumed[tq] = offset
         fetcher.start()
+
+    async def _reset_offset(self, tq: TopicQueue) -> int:
+        """Where `tq` starts when the group has no committed offset on it."""
+        if self.auto_offset_reset == "timestamp":
+            return (await self.offsets_for_times({tq: self._reset_ts_ms}))[tq]
+        low, high = await self._min_max(tq)
+        return low if self.auto_offset_reset == "earliest" else high
 
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""

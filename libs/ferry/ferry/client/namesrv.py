@@ -86,6 +86,17 @@ class TopicRoute:
         return [(b.name, q) for b in self.brokers if b.writable and b.master
                 for q in range(b.queues)]
 
+    def key_queues(self) -> list[tuple[str, int]]:
+        """Every queue of the topic's writable brokers, sorted, whether their master is up or not.
+
+        Ordered sends hash a key over this list, so the key keeps its queue while
+        a broker is down (its sends fail) and moves only when the route itself
+        changes (a broker group leaves the route, a queue count changes).
+        """
+        if "w" not in self.perm:
+            return []
+        return [(b.name, q) for b in self.brokers if b.writable for q in range(b.queues)]
+
     def readable_queues(self) -> list[tuple[str, int]]:
         """(broker name, queue id) of every queue a consumer may pull from, sorted."""
         if "r" not in self.perm:
