@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -282,3 +284,39 @@ def test_reopen_many_queues_is_cheap_and_right(tmp_path: Path) -> None:
     again = ConsumeQueues(str(tmp_path), entries_per_segment=300_000)
     assert [again.find("t", q).max_offset for q in range(50)] == [q + 1 for q in range(50)]  # type: ignore[union-attr]
     again.close()
+
+
+_MANY_QUEUES_CHILD = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
+from ferry.store import MessageIn, MessageStore, StoreConfig
+cfg = StoreConfig(root_dir=sys.argv[1], commitlog_segment_bytes=1 << 20,
+                  max_message_bytes=16 * 1024, cq_entries_per_segment=64,
+                  index_max_slots=1024, index_max_entries=8192, warm_ahead_bytes=0)
+for round_ in range(2):  # the second round reopens all 2,000 queues
+    with MessageStore(cfg) as s:
+        for t in range(250):
+            s.put_batch([MessageIn(f"t{t}", q, b"m%d" % round_) for q in range(8)])
+        assert s.max_offset("t0", 0) == round_ + 1, s.max_offset("t0", 0)
+        assert len(s.get_messages("t249", 7, 0).records) == round_ + 1
+        assert s.failure is None
+print("ok")
+"""
+
+
+def test_two_thousand_queues_fit_in_512_file_descriptors(tmp_path: Path) -> None:
+    got = subprocess.run([sys.executable, "-c", _MANY_QUEUES_CHILD, str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", got.stderr[-2000:]
+
+
+def test_mapping_lru_bounds_mapped_segments_and_keeps_dirty(tmp_path: Path) -> None:
+    cqs = ConsumeQueues(str(tmp_path), entries_per_segment=8, max_mapped_segments=4)
+    for q in range(10):
+        cqs.get_or_create("t", q).append(0, CQ_ENTRY.pack(100 + q, 10, 0))
+    assert len(cqs.lru) == 4
+    assert len(cqs.take_dirty()) == 10  # unmapped ones still need their fdatasync
+    assert [cqs.get_or_create("t", q).get(0, 1) for q in range(10)] == [
+        [(100 + q, 10, 0)] for q in range(10)]
+    assert len(cqs.lru) == 4
+    cqs.close()

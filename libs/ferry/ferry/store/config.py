@@ -34,6 +34,9 @@ class StoreConfig:
     root_dir: str
     commitlog_segment_bytes: int = GIB
     cq_entries_per_segment: int = 300_000
+    # Consume-queue segments mapped at once over all queues; each mapping holds a
+    # file descriptor, so this bounds the store's descriptors however many queues exist.
+    cq_max_mapped_segments: int = 256
     index_max_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     flush_mode: FlushMode = FlushMode.ASYNC
@@ -66,6 +69,8 @@ class StoreConfig:
             raise StoreError("warm_ahead_bytes must be >= 0")
         if self.cq_entries_per_segment <= 0:
             raise StoreError("cq_entries_per_segment must be > 0")
+        if self.cq_max_mapped_segments < 2:
+            raise StoreError("cq_max_mapped_segments must be >= 2")
         if len(self.store_host.encode()) > MAX_HOST_BYTES:
             raise StoreError("store_host is too long")
 

@@ -28,6 +28,7 @@ from .cq_segment import (
     CQ_ENTRY,
     ENTRY_SIZE,
     SEGMENT_NAME_DIGITS,
+    MappingLru,
     Segment,
     create_segment,
     data_end,
@@ -38,16 +39,17 @@ from .cq_segment import (
 
 __all__ = ["CQ_ENTRY", "ConsumeQueue", "ConsumeQueues", "segment_name"]
 
-# Non-active segments stay mapped while readers use them; beyond this many per queue
-# the least recently used is unmapped (each mapping holds a file descriptor).
-MAX_MAPPED_READ_SEGMENTS = 4
+# Segments mapped at once across all queues of a store (each mapping holds a file
+# descriptor); see MappingLru.
+MAX_MAPPED_SEGMENTS = 256
 
 
 class ConsumeQueue:
     """The consume queue of one (topic, queue_id): append entries, read ranges by offset."""
 
     def __init__(
-        self, root_dir: str, topic: str, queue_id: int, entries_per_segment: int = 300_000
+        self, root_dir: str, topic: str, queue_id: int, entries_per_segment: int = 300_000,
+        lru: MappingLru | None = None,
     ) -> None:
         validate_topic(topic, allow_internal=True)
         if queue_id < 0:
@@ -61,7 +63,7 @@ class ConsumeQueue:
         os.makedirs(self._dir, exist_ok=True)
         self._segments: list[Segment] = []
         self._bases: list[int] = []
-        self._mapped_reads: list[Segment] = []
+        self._lru = lru if lru is not None else MappingLru(MAX_MAPPED_SEGMENTS)
         self._min = 0
         self._max = 0
         self._load()
@@ -89,7 +91,7 @@ class ConsumeQueue:
             size = os.path.getsize(path)
             if size < ENTRY_SIZE or size % ENTRY_SIZE:
                 raise StoreError(f"consume queue segment {path} has a bad size {size}")
-            self._segments.append(Segment(path, int(name), size // ENTRY_SIZE))
+            self._segments.append(Segment(path, int(name), size // ENTRY_SIZE, self._lru))
         self._bases = [s.base for s in self._segments]
         # Drop trailing segments with no entry: created by a roll just before a crash.
         while len(self._segments) > 1 and self._used_in_last() == 0:
@@ -111,22 +113,16 @@ class ConsumeQueue:
     def _drop_last_segment(self) -> None:
         seg = self._segments.pop()
         self._bases.pop()
-        if seg in self._mapped_reads:
-            self._mapped_reads.remove(seg)
         seg.unmap()
         os.remove(seg.path)
 
     def _active_mm(self) -> mmap.mmap:
         return self._segments[-1].map()
 
-    def _map(self, seg: Segment) -> mmap.mmap:
-        """The mapping of `seg`, keeping at most a few non-active segments mapped."""
-        if seg.mm is not None or seg is self._segments[-1]:
-            return seg.map()
-        self._mapped_reads.append(seg)
-        if len(self._mapped_reads) > MAX_MAPPED_READ_SEGMENTS:
-            self._mapped_reads.pop(0).unmap()
-        return seg.map()
+    @staticmethod
+    def _map(seg: Segment) -> mmap.mmap:
+        """The mapping of `seg` (mapped on demand within the store's MappingLru)."""
+        return seg.mm or seg.map()
 
     def _segment_for(self, queue_offset: int) -> Segment:
         i = bisect_right(self._bases, queue_offset) - 1
@@ -202,13 +198,9 @@ class ConsumeQueue:
             self._max = end
 
     def _add_segment(self, base: int) -> Segment:
-        seg = create_segment(self._dir, base, self.entries_per_segment)
+        seg = create_segment(self._dir, base, self.entries_per_segment, self._lru)
         if self._segments:
-            prev = self._segments[-1]
-            prev.flush()  # a sealed segment is durable before the next one takes writes
-            self._mapped_reads.append(prev)
-            if len(self._mapped_reads) > MAX_MAPPED_READ_SEGMENTS:
-                self._mapped_reads.pop(0).unmap()
+            self._segments[-1].flush()  # a sealed segment is durable before the next takes writes
         self._segments.append(seg)
         self._bases.append(base)
         return seg
@@ -283,8 +275,6 @@ class ConsumeQueue:
                 break
             self._segments.pop(0)
             self._bases.pop(0)
-            if first in self._mapped_reads:
-                self._mapped_reads.remove(first)
             first.unmap()
             os.remove(first.path)
             deleted += 1
@@ -314,15 +304,16 @@ class ConsumeQueue:
     def close(self) -> None:
         for seg in self._segments:
             seg.unmap()
-        self._mapped_reads.clear()
 
 
 class ConsumeQueues:
     """Every consume queue under `<root_dir>/consumequeue`, loaded on open."""
 
-    def __init__(self, root_dir: str, entries_per_segment: int = 300_000) -> None:
+    def __init__(self, root_dir: str, entries_per_segment: int = 300_000,
+                 max_mapped_segments: int = MAX_MAPPED_SEGMENTS) -> None:
         self.root_dir = root_dir
         self.entries_per_segment = entries_per_segment
+        self.lru = MappingLru(max_mapped_segments)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         base = os.path.join(root_dir, "consumequeue")
         os.makedirs(base, exist_ok=True)
@@ -337,7 +328,7 @@ class ConsumeQueues:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.entries_per_segment)
+            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.entries_per_segment, self.lru)
             self._queues[(topic, queue_id)] = cq
         return cq
 

@@ -27,16 +27,23 @@ def segment_name(first_queue_offset: int) -> str:
 
 
 class Segment:
-    """One segment file: `capacity` entries starting at queue offset `base`."""
+    """One segment file: `capacity` entries starting at queue offset `base`.
 
-    __slots__ = ("base", "capacity", "path", "mm", "dirty")
+    Mapped on demand; every mapping holds a file descriptor (mmap dups it), so the
+    mappings of all segments of all queues share one `MappingLru` budget.
+    `dirty` means written since the last checkpoint and survives an unmap: the
+    written pages stay in the page cache until the checkpoint fdatasyncs the file.
+    """
 
-    def __init__(self, path: str, base: int, capacity: int) -> None:
+    __slots__ = ("base", "capacity", "path", "mm", "dirty", "lru")
+
+    def __init__(self, path: str, base: int, capacity: int, lru: MappingLru | None = None) -> None:
         self.path = path
         self.base = base
         self.capacity = capacity
         self.mm: mmap.mmap | None = None
         self.dirty = False
+        self.lru = lru
 
     @property
     def end(self) -> int:
@@ -46,21 +53,64 @@ class Segment:
         if self.mm is None:
             with open(self.path, "r+b") as f:
                 self.mm = mmap.mmap(f.fileno(), self.capacity * ENTRY_SIZE)
+            if self.lru is not None:
+                self.lru.mapped(self)
         return self.mm
 
     def flush(self) -> None:
-        if self.dirty and self.mm is not None:
-            self.mm.flush()
+        """Make what was written durable (msync if mapped, else fdatasync the file)."""
+        if self.dirty:
+            if self.mm is not None:
+                self.mm.flush()
+            else:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
         self.dirty = False
 
     def unmap(self) -> None:
+        """Drop the mapping (and its file descriptor); `dirty` is kept for the checkpoint."""
         if self.mm is not None:
-            self.flush()
             self.mm.close()
             self.mm = None
+            if self.lru is not None:
+                self.lru.forget(self)
 
 
-def create_segment(directory: str, base: int, capacity: int) -> Segment:
+class MappingLru:
+    """Bounds how many segments are mapped at once, across every consume queue.
+
+    Each mapping holds a file descriptor, and a broker may have thousands of
+    queues: beyond `max_mapped` the segment mapped longest ago is unmapped (it is
+    mapped again on its next use). Mapping order, not use order: tracking every
+    append would cost the put path, and for a hot set within the budget the two
+    agree.
+    """
+
+    def __init__(self, max_mapped: int = 256) -> None:
+        if max_mapped < 2:
+            raise ValueError("max_mapped must be >= 2")
+        self.max_mapped = max_mapped
+        self._order: dict[Segment, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def mapped(self, seg: Segment) -> None:
+        order = self._order
+        order[seg] = None
+        while len(order) > self.max_mapped:
+            oldest = next(iter(order))
+            oldest.unmap()  # removes it from `order`
+
+    def forget(self, seg: Segment) -> None:
+        self._order.pop(seg, None)
+
+
+def create_segment(directory: str, base: int, capacity: int,
+                   lru: MappingLru | None = None) -> Segment:
     # Create under a temporary name and rename, so a crash never leaves a short file
     # under a real segment name.
     path = os.path.join(directory, segment_name(base))
@@ -68,7 +118,7 @@ def create_segment(directory: str, base: int, capacity: int) -> Segment:
     with open(tmp, "wb") as f:
         f.truncate(capacity * ENTRY_SIZE)
     os.replace(tmp, path)
-    return Segment(path, base, capacity)
+    return Segment(path, base, capacity, lru)
 
 
 def data_end(path: str, size: int) -> int:

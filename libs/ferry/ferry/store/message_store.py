@@ -62,7 +62,8 @@ class MessageStore:
         self._closed = False
         try:
             self._cl = CommitLog(root, config.commitlog_segment_bytes)
-            self._cqs = ConsumeQueues(root, config.cq_entries_per_segment)
+            self._cqs = ConsumeQueues(root, config.cq_entries_per_segment,
+                                      config.cq_max_mapped_segments)
             self._index = IndexService(root, config.index_max_slots, config.index_max_entries)
             self.recovery: RecoveryReport = recover(root, self._cl, self._cqs, self._index)
         except BaseException:
