@@ -235,3 +235,14 @@ def test_entries_after_the_last_flush_survive_a_crash(tmp_path: Path) -> None:
     assert seen.query(b"a", T0 + 9, T0 + 9, 10) == [200]
     seen.close()
     svc.close()
+
+
+def test_chain_walk_is_capped_and_stops_before_the_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ferry.store import index_file
+    svc = IndexService(str(tmp_path), max_slots=1, max_entries=1000)
+    svc.put_many([(b"k", i * 10, T0 + i) for i in range(100)])
+    assert svc.query(b"k", T0 + 95, 2**62, 1000) == [990, 980, 970, 960, 950]
+    monkeypatch.setattr(index_file, "MAX_CHAIN_STEPS", 7)
+    assert len(svc.query(b"k", 0, 2**62, 1000)) == 7
+    svc.close()

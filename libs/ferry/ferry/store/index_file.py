@@ -46,6 +46,8 @@ NAME_DIGITS = 20
 _DELTA_MIN = -(1 << 31)
 _DELTA_MAX = (1 << 31) - 1
 _MAX_U32 = (1 << 32) - 1
+# Entries one query walks per file at most (a chain holds every key hashed to its slot).
+MAX_CHAIN_STEPS = 65_536
 
 if sys.byteorder != "little":  # the slot table is read through a native memoryview
     raise ImportError("ferry.store.index_file needs a little-endian host")
@@ -173,14 +175,19 @@ class IndexFile:
         """Append to `out` the phy offsets whose entry has hash `h` and time in the window."""
         idx = self._slots[h % self.slot_count]
         unpack, at, base, count = INDEX_ENTRY.unpack_from, self._entries_at, self.base_ts_ms, self.count
-        while 0 < idx <= count and len(out) < max_count:
+        steps = MAX_CHAIN_STEPS  # a long chain of colliding keys must not stall the store
+        while 0 < idx <= count and len(out) < max_count and steps:
             eh, phy, delta, prev = unpack(self._mm, at + (idx - 1) * INDEX_ENTRY.size)
-            if eh == h and begin_ms <= base + delta <= end_ms and phy not in seen:
+            ts = base + delta
+            if ts < begin_ms:
+                break  # chains run newest first and store times never decrease: all older
+            if eh == h and ts <= end_ms and phy not in seen:
                 seen.add(phy)
                 out.append(phy)
             if prev >= idx:  # chains only point backwards; anything else is damage
                 break
             idx = prev
+            steps -= 1
 
     def truncate_from_phy(self, phy_offset: int) -> None:
         """Remove the suffix of entries whose phy is >= phy_offset, restoring their slots."""
