@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -86,4 +87,31 @@ def test_delete_segments_keeps_active(tmp_path: Path) -> None:
     starts = {s.start_offset for s in cl.segments}
     assert cl.delete_segments(starts) == len(starts) - 1
     assert len(cl.segments) == 1 and cl.min_offset == max(starts)
+    cl.close()
+
+
+def test_a_roll_does_not_wait_behind_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from ferry.store import commit_log as commit_log_mod
+    cl = CommitLog(str(tmp_path), 64 * 1024)
+    cl.set_positions(0)
+    cl.advance(100)
+    syncing, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        syncing.set()
+        release.wait(5)
+        real(fd)
+    monkeypatch.setattr(commit_log_mod.os, "fdatasync", slow_fdatasync)
+    flusher = threading.Thread(target=cl.flush)
+    flusher.start()
+    assert syncing.wait(5)
+    t0 = time.monotonic()
+    nxt = cl.roll(cl.active(), 100)  # needs the segment list while the disk is "stuck"
+    assert time.monotonic() - t0 < 1 and nxt.start_offset == 64 * 1024
+    release.set()
+    flusher.join()
+    assert cl.flushed_offset == 100
     cl.close()

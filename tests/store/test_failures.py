@@ -3,6 +3,7 @@ flush timeouts with no further appends, reads of a closed store."""
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -40,14 +41,24 @@ def test_checkpoint_syncs_queue_and_index_files_outside_the_store_lock(
     for q in range(4):
         store.put(MessageIn("t", q, b"x", keys="k"))
     synced: list[tuple[list[str], bool]] = []
-    monkeypatch.setattr(message_store_mod, "sync_files",
-                        lambda paths: synced.append((list(paths), store._lock.locked())))
+    synced_dirs: list[str] = []
+
+    def sync_files(paths: list[str], *, data_only: bool = True) -> None:
+        if data_only:
+            synced.append((list(paths), store._lock.locked()))
+        else:
+            synced_dirs.extend(paths)
+    monkeypatch.setattr(message_store_mod, "sync_files", sync_files)
     store._checkpoint()
     (paths, locked), = synced
     assert not locked
     assert sum("consumequeue" in p for p in paths) == 4 and any("index" in p for p in paths)
+    root = store.config.root_dir
+    assert {os.path.join(root, "consumequeue"), os.path.join(root, "consumequeue", "t"),
+            os.path.join(root, "index")} | {
+                os.path.join(root, "consumequeue", "t", str(q)) for q in range(4)} == set(synced_dirs)
     store._checkpoint()  # nothing written since: nothing to sync
-    assert synced[1] == ([], False)
+    assert synced[1] == ([], False) and len(synced_dirs) == 7
 
 
 def _fail_creating(monkeypatch: pytest.MonkeyPatch, topic: str) -> None:

@@ -67,6 +67,25 @@ def write_checkpoint(root_dir: str, cp: Checkpoint) -> None:
         os.close(dfd)
 
 
+def sync_files(paths: list[str], *, data_only: bool = True) -> None:
+    """fdatasync (or fsync, for directories) each path; one deleted meanwhile is skipped.
+
+    The checkpoint makes consume-queue and index files durable this way, by path,
+    outside the store lock: it persists a file's dirty mapped pages like msync but
+    releases the GIL, whether or not the file is still mapped.
+    """
+    sync = os.fdatasync if data_only else os.fsync
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            sync(fd)
+        finally:
+            os.close(fd)
+
+
 def read_checkpoint(root_dir: str) -> Checkpoint | None:
     """The checkpoint, or None when missing or damaged (then recovery trusts nothing)."""
     path = os.path.join(root_dir, CHECKPOINT_FILE)

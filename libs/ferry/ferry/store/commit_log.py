@@ -8,8 +8,8 @@ records straight into the active segment's mapping (no intermediate buffer, no
 write syscall); reads are zero-copy memoryview slices.
 
 Threads: one writer (the store's caller, under the store lock) appends, rolls and
-deletes; the flush thread calls `flush`. `_segments_lock` keeps a segment's file
-descriptor open while the flush thread fdatasyncs it.
+deletes; the flush thread calls `flush`, which duplicates the descriptors it
+needs under `_segments_lock` and fdatasyncs them outside it.
 """
 from __future__ import annotations
 
@@ -170,11 +170,19 @@ class CommitLog:
         end = self._write_offset if target is None else target
         if end <= self._flushed_offset:
             return self._flushed_offset
+        # fdatasync duplicates of the descriptors outside the lock: a roll (the writer
+        # adding a segment) never waits behind a slow disk, and retention closing a
+        # segment meanwhile cannot pull the descriptor from under the sync.
         with self._segments_lock:
-            for seg in self._segments:
-                if seg.start_offset < end and seg.end_offset > self._flushed_offset:
-                    seg.flush()
-            self._flushed_offset = max(self._flushed_offset, end)
+            fds = [os.dup(seg.fd) for seg in self._segments
+                   if seg.start_offset < end and seg.end_offset > self._flushed_offset]
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._flushed_offset = max(self._flushed_offset, end)
         return self._flushed_offset
 
     def truncate(self, phy_offset: int) -> None:

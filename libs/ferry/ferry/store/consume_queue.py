@@ -49,7 +49,7 @@ class ConsumeQueue:
 
     def __init__(
         self, root_dir: str, topic: str, queue_id: int, entries_per_segment: int = 300_000,
-        lru: MappingLru | None = None,
+        lru: MappingLru | None = None, new_dirs: set[str] | None = None,
     ) -> None:
         validate_topic(topic, allow_internal=True)
         if queue_id < 0:
@@ -60,7 +60,14 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.entries_per_segment = entries_per_segment
         self._dir = os.path.join(root_dir, "consumequeue", topic, str(queue_id))
-        os.makedirs(self._dir, exist_ok=True)
+        # Directories whose entries changed since the last checkpoint (it fsyncs them).
+        self._new_dirs = new_dirs if new_dirs is not None else set()
+        if not os.path.isdir(self._dir):
+            topic_dir = os.path.dirname(self._dir)
+            if not os.path.isdir(topic_dir):
+                self._new_dirs.add(os.path.dirname(topic_dir))
+            self._new_dirs.add(topic_dir)
+            os.makedirs(self._dir, exist_ok=True)
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._lru = lru if lru is not None else MappingLru(MAX_MAPPED_SEGMENTS)
@@ -199,6 +206,7 @@ class ConsumeQueue:
 
     def _add_segment(self, base: int) -> Segment:
         seg = create_segment(self._dir, base, self.entries_per_segment, self._lru)
+        self._new_dirs.add(self._dir)
         if self._segments:
             self._segments[-1].flush()  # a sealed segment is durable before the next takes writes
         self._segments.append(seg)
@@ -314,6 +322,7 @@ class ConsumeQueues:
         self.root_dir = root_dir
         self.entries_per_segment = entries_per_segment
         self.lru = MappingLru(max_mapped_segments)
+        self._new_dirs: set[str] = set()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         base = os.path.join(root_dir, "consumequeue")
         os.makedirs(base, exist_ok=True)
@@ -328,7 +337,8 @@ class ConsumeQueues:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.entries_per_segment, self.lru)
+            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.entries_per_segment, self.lru,
+                              self._new_dirs)
             self._queues[(topic, queue_id)] = cq
         return cq
 
@@ -362,6 +372,16 @@ class ConsumeQueues:
     def flush(self) -> None:
         for cq in self._queues.values():
             cq.flush()
+
+    def take_new_dirs(self) -> set[str]:
+        """Directories that got new entries (queues, segments) since the last call.
+
+        The checkpoint fsyncs them: a file's data is not durable until its name is.
+        """
+        dirs, self._new_dirs = self._new_dirs, set()
+        for cq in self._queues.values():
+            cq._new_dirs = self._new_dirs
+        return dirs
 
     def take_dirty(self) -> list[str]:
         """Paths of the segments written since the last call, now marked clean.

@@ -234,6 +234,7 @@ class IndexService:
         self._dir = os.path.join(root_dir, "index")
         os.makedirs(self._dir, exist_ok=True)
         self._files: list[IndexFile] = []
+        self._new_dirs: set[str] = set()  # fsynced by the next checkpoint
         self._load()
         self._last_phy = self._find_last_phy()
 
@@ -270,6 +271,7 @@ class IndexService:
             name_ts = max(ts_ms, int(os.path.basename(newest.path)) + 1)
         path = os.path.join(self._dir, f"{max(name_ts, 0):0{NAME_DIGITS}d}")
         f = IndexFile.create(path, self.max_slots, self.max_entries, ts_ms)
+        self._new_dirs.add(self._dir)
         self._files.append(f)
         return f
 
@@ -368,6 +370,11 @@ class IndexService:
     def flush(self) -> None:
         for f in self._files:
             f.flush()
+
+    def take_new_dirs(self) -> set[str]:
+        """Directories that got new files since the last call (see ConsumeQueues)."""
+        dirs, self._new_dirs = self._new_dirs, set()
+        return dirs
 
     def take_dirty(self) -> list[str]:
         """Paths of the files written since the last call, headers updated, marked clean.

@@ -21,7 +21,7 @@ from ferry.errors import CorruptRecordError, StoreError
 from ferry.names import validate_topic
 
 from .appender import Appender, Staged
-from .checkpoint import Checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, sync_files, write_checkpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueues
@@ -376,7 +376,9 @@ class MessageStore:
             dispatched = self._appender.dispatched_offset
             paths = self._cqs.take_dirty()
             paths += self._index.take_dirty()
+            dirs = self._cqs.take_new_dirs() | self._index.take_new_dirs()
         sync_files(paths)
+        sync_files(sorted(dirs), data_only=False)
         flushed = self._cl.flush(dispatched)
         write_checkpoint(self.config.root_dir, Checkpoint(flushed, dispatched, False))
 
@@ -417,19 +419,6 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def sync_files(paths: list[str]) -> None:
-    """fdatasync each file by path (one deleted meanwhile has nothing left to sync)."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
 
 
 def _lock_directory(root: str) -> int:
