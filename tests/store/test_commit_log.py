@@ -10,20 +10,22 @@ from ferry.errors import StoreError
 from ferry.store.commit_log import CommitLog
 from ferry.store.record import BLANK, BLANK_MAGIC, HEADER_SIZE, decode_record
 
+from tests.store.log_writer import LogWriter
+
 SEG = 4096
 
 
-def _rec(body: bytes, qoff: int = 0) -> tuple[int, tuple]:
-    size = HEADER_SIZE + 1 + len(body)
-    return size, (0, 0, qoff, 0, 1, 0, 0, 0, bytes(16), b"t", b"", b"", b"", b"", b"", body)
+def _log(tmp_path: Path) -> tuple[CommitLog, LogWriter]:
+    cl = CommitLog(str(tmp_path), SEG)
+    cl.set_positions(0)
+    return cl, LogWriter(str(tmp_path), cl)
 
 
 def test_append_read_and_roll(tmp_path: Path) -> None:
-    cl = CommitLog(str(tmp_path), SEG)
-    cl.set_positions(0)
+    cl, w = _log(tmp_path)
     phys: list[int] = []
     for i in range(40):
-        phys += cl.append([_rec(bytes([i]) * 300, i)])
+        phys += w.append([bytes([i]) * 300])
     segs = cl.segments
     assert len(segs) > 3
     for seg in segs:
@@ -50,9 +52,8 @@ def test_append_read_and_roll(tmp_path: Path) -> None:
 
 
 def test_batch_spanning_segments_and_truncate(tmp_path: Path) -> None:
-    cl = CommitLog(str(tmp_path), SEG)
-    cl.set_positions(0)
-    phys = cl.append([_rec(b"x" * 500, i) for i in range(20)])
+    cl, w = _log(tmp_path)
+    phys = w.append([b"x" * 500] * 20)
     assert len({p // SEG for p in phys}) >= 3
     cut = phys[10]
     end = cl.write_offset
@@ -62,15 +63,14 @@ def test_batch_spanning_segments_and_truncate(tmp_path: Path) -> None:
     assert cl.read(cut, 10) is None
     assert bytes(cl.segments[-1].view[cut % SEG:]) == bytes(SEG - cut % SEG)
     assert end > cl.write_offset
-    new = cl.append([_rec(b"y" * 10, 99)])
+    new = w.append([b"y" * 10])
     assert new == [cut]
     cl.close()
 
 
 def test_reopen_and_bad_files(tmp_path: Path) -> None:
-    cl = CommitLog(str(tmp_path), SEG)
-    cl.set_positions(0)
-    cl.append([_rec(b"x" * 1000) for _ in range(10)])
+    cl, w = _log(tmp_path)
+    w.append([b"x" * 1000] * 10)
     cl.close()
     cl = CommitLog(str(tmp_path), SEG)
     assert len(cl.segments) >= 3
@@ -81,9 +81,8 @@ def test_reopen_and_bad_files(tmp_path: Path) -> None:
 
 
 def test_delete_segments_keeps_active(tmp_path: Path) -> None:
-    cl = CommitLog(str(tmp_path), SEG)
-    cl.set_positions(0)
-    cl.append([_rec(b"x" * 1000) for _ in range(10)])
+    cl, w = _log(tmp_path)
+    w.append([b"x" * 1000] * 10)
     starts = {s.start_offset for s in cl.segments}
     assert cl.delete_segments(starts) == len(starts) - 1
     assert len(cl.segments) == 1 and cl.min_offset == max(starts)

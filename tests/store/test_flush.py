@@ -9,12 +9,8 @@ import pytest
 from ferry.errors import FlushTimeoutError, StoreError
 from ferry.store.commit_log import CommitLog
 from ferry.store.flush import FlushService
-from ferry.store.record import HEADER_SIZE
 
-
-def _rec(body: bytes) -> tuple[int, tuple]:
-    return HEADER_SIZE + 1 + len(body), (0, 0, 0, 0, 1, 0, 0, 0, bytes(16), b"t", b"", b"", b"",
-                                         b"", b"", body)
+from tests.store.log_writer import LogWriter
 
 
 def _service(cl: CommitLog, **kw: int) -> tuple[FlushService, list[int]]:
@@ -31,7 +27,7 @@ def test_interval_flush_and_checkpoints(tmp_path: Path) -> None:
     cl = CommitLog(str(tmp_path), 1 << 20)
     cl.set_positions(0)
     svc, checkpoints = _service(cl)
-    cl.append([_rec(b"x" * 100)])
+    LogWriter(str(tmp_path), cl).append([b"x" * 100])
     deadline = time.monotonic() + 2
     while cl.flushed_offset < cl.write_offset and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -46,9 +42,10 @@ def test_group_commit_shares_one_future(tmp_path: Path) -> None:
     cl = CommitLog(str(tmp_path), 1 << 20)
     cl.set_positions(0)
     svc, _ = _service(cl, interval_ms=10_000, checkpoint_interval_ms=10_000)
+    writer = LogWriter(str(tmp_path), cl)
     futures = []
     for _ in range(50):
-        cl.append([_rec(b"y" * 64)])
+        writer.append([b"y" * 64])
         futures.append(svc.wait_durable(cl.write_offset))
     for f in futures:
         f.result(timeout=5)

@@ -3,13 +3,7 @@ from __future__ import annotations
 
 import pytest
 from ferry.errors import StoreError
-from ferry.store.retention import (
-    RetentionReport,
-    SegmentInfo,
-    min_offset_after,
-    plan_retention,
-    segments_to_delete,
-)
+from ferry.store.retention import RetentionReport, SegmentInfo, plan_retention
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,8 +20,8 @@ def segs(ages_h: list[int]) -> list[SegmentInfo]:
 
 def delete(segments: list[SegmentInfo], *, retention_h: int = 72, used: float = 0.1,
            high: float = 0.85, total: int | None = None) -> list[int]:
-    got = segments_to_delete(segments, now_ms=NOW, retention_ms=retention_h * HOUR_MS,
-                             disk_used_ratio=used, high_water_ratio=high, disk_total_bytes=total)
+    got = plan_retention(segments, now_ms=NOW, retention_ms=retention_h * HOUR_MS,
+                         disk_used_ratio=used, high_water_ratio=high, disk_total_bytes=total).segments
     return [s.start_offset // SEG for s in got]
 
 
@@ -91,11 +85,7 @@ def test_bad_arguments() -> None:
         delete(segs([1, 2]), total=0)
 
 
-def test_min_offset_after_and_report() -> None:
-    all_segs = segs([90, 80, 1])
-    assert min_offset_after(all_segs, all_segs[:2]) == 2 * SEG
-    assert min_offset_after(all_segs, []) == 0
-    assert min_offset_after([], []) == 0
+def test_report() -> None:
     report = RetentionReport(deleted_segments=2, new_min_phy_offset=2 * SEG)
     assert (report.freed_bytes, report.forced_by_disk) == (0, 0)
     assert SegmentInfo("p", 10, 30, 0).size_bytes == 20

@@ -3,9 +3,10 @@
 Segments live under `<root>/commitlog/`, each named by the 20-digit commit-log
 offset of its first byte, all `segment_bytes` long. A record never straddles two
 segments: when the next record would not leave `BLANK_SIZE` bytes free, a blank
-marker fills the rest and the record goes to the next segment. Appends encode
-records straight into the active segment's mapping (no intermediate buffer, no
-write syscall); reads are zero-copy memoryview slices.
+marker fills the rest and the record goes to the next segment. The appender
+(appender.py) writes staged batches into the active segment, rolls and publishes
+the write position through `active`, `roll` and `advance`; reads are zero-copy
+memoryview slices.
 
 Threads: one writer (the store's caller, under the store lock) appends, rolls and
 deletes; the flush thread calls `flush`, which duplicates the descriptors it
@@ -21,12 +22,9 @@ from collections.abc import Sequence
 from ferry.errors import StoreError
 
 from .mapped_file import MappedFile, segment_name
-from .record import BLANK, BLANK_MAGIC, BLANK_SIZE, pack_record
+from .record import BLANK, BLANK_MAGIC
 
 log = logging.getLogger(__name__)
-
-# (size, pack_record arguments after phy_offset) for one record to append.
-PreparedRecord = tuple[int, tuple]
 
 
 class CommitLog:
@@ -88,26 +86,6 @@ class CommitLog:
 
     # -- write -------------------------------------------------------------------------
 
-    def append(self, records: Sequence[PreparedRecord]) -> list[int]:
-        """Encode `records` at the write position; returns each record's phy offset."""
-        seg = self._segments[-1]
-        rel = self._write_offset - seg.start_offset
-        limit = seg.size - BLANK_SIZE
-        mm, mv, start = seg.mm, seg.view, seg.start_offset
-        phys: list[int] = []
-        add = phys.append
-        try:
-            for size, args in records:
-                if rel + size > limit:
-                    self._write_offset = start + rel
-                    seg = self._roll(seg, rel)
-                    rel, mm, mv, start = 0, seg.mm, seg.view, seg.start_offset
-                add(start + rel)
-                rel = pack_record(mm, mv, rel, start + rel, *args)
-        finally:
-            self._write_offset = start + rel
-        return phys
-
     def active(self) -> MappedFile:
         """The segment appends go to (the writer encodes into its mapping)."""
         return self._segments[-1]
@@ -117,12 +95,7 @@ class CommitLog:
         self._write_offset = write_offset
 
     def roll(self, seg: MappedFile, rel: int) -> MappedFile:
-        """Seal the active segment at `rel` and return the next one (now active)."""
-        self._write_offset = seg.start_offset + rel
-        return self._roll(seg, rel)
-
-    def _roll(self, seg: MappedFile, rel: int) -> MappedFile:
-        """Seal `seg` with a blank marker at `rel` and start the next segment."""
+        """Seal the active segment with a blank marker at `rel`; return the next (now active)."""
         BLANK.pack_into(seg.mm, rel, seg.size - rel, BLANK_MAGIC)
         nxt = self._add_segment(seg.end_offset)
         self._write_offset = nxt.start_offset

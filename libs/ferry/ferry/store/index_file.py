@@ -275,10 +275,6 @@ class IndexService:
         self._files.append(f)
         return f
 
-    def put(self, key: bytes, phy_offset: int, store_ts_ms: int) -> None:
-        """Index one key; a phy below the last indexed one is skipped (already indexed)."""
-        self._put([(crc32c(key), phy_offset, store_ts_ms)], self._last_phy - 1)
-
     def put_many(self, items: list[tuple[bytes, int, int]]) -> None:
         """Index (key, phy_offset, store_ts_ms) items, given in commit-log order.
 

@@ -7,15 +7,13 @@ from typing import NamedTuple
 
 
 class PutStatus(enum.Enum):
-    """Outcome of an append.
+    """Outcome of an append: always OK (the record is written; failures raise).
 
-    `put` itself always returns OK (the record is written and dispatched); in
-    SYNC mode the broker answers FLUSH_TIMEOUT when the future of
-    `wait_durable` fails with FlushTimeoutError.
+    Durability is separate: in SYNC mode the caller waits on `wait_durable`, whose
+    future fails with FlushTimeoutError when the disk is too slow.
     """
 
     OK = "OK"
-    FLUSH_TIMEOUT = "FLUSH_TIMEOUT"
 
 
 class PutResult(NamedTuple):

@@ -91,31 +91,3 @@ def plan_retention(
             break  # no way to know what one segment frees: one per call
         ratio -= seg.size_bytes / disk_total_bytes
     return RetentionPlan(tuple(chosen), expired, len(chosen) - expired)
-
-
-def segments_to_delete(
-    segments: list[SegmentInfo],
-    *,
-    now_ms: int,
-    retention_ms: int,
-    disk_used_ratio: float,
-    high_water_ratio: float,
-    disk_total_bytes: int | None = None,
-) -> list[SegmentInfo]:
-    """The segments to delete, oldest first (never the last, active, one)."""
-    plan = plan_retention(
-        segments,
-        now_ms=now_ms,
-        retention_ms=retention_ms,
-        disk_used_ratio=disk_used_ratio,
-        high_water_ratio=high_water_ratio,
-        disk_total_bytes=disk_total_bytes,
-    )
-    return list(plan.segments)
-
-
-def min_offset_after(segments: list[SegmentInfo], deleted: list[SegmentInfo]) -> int:
-    """The commit log's minimum phy offset once `deleted` are gone (0 when none are left)."""
-    gone = {s.path for s in deleted}
-    left = [s.start_offset for s in segments if s.path not in gone]
-    return min(left) if left else 0
