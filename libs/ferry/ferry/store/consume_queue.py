@@ -12,7 +12,7 @@ size field is 0 is empty (never written), which is how reopen finds the end.
 The broker dispatches one packed run of entries per batch (`append`) and pulls read
 ranges (`get`); both are one slice of a mapping. Entries of one queue are written in
 commit-log order, so their phy offsets increase: recovery and retention binary search
-them. See docs/store-format-queues.md for the byte layout.
+them. See docs/store-format.md for the byte layout.
 """
 from __future__ import annotations
 

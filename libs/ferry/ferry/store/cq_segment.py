@@ -2,7 +2,7 @@
 
 A segment is a sparse, memory-mapped array of `CQ_ENTRY` with no header, named by
 the queue offset of its first entry (see consume_queue.py and
-docs/store-format-queues.md).
+docs/store-format.md).
 """
 from __future__ import annotations
 

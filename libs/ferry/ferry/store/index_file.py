@@ -16,7 +16,7 @@ delta from the file's base time (about 24.8 days); then the service rolls to a n
     <root>/index/<20-digit timestamp ms of the file's first entry>
 
 (bumped to stay unique and increasing). Files are created sparse at full size.
-Byte layout: docs/store-format-queues.md.
+Byte layout: docs/store-format.md.
 """
 from __future__ import annotations
 
