@@ -72,13 +72,13 @@ class Broker:
 async def test_ordered_key_keeps_its_queue_while_a_broker_is_skipped() -> None:
     p = _producer("t")
     route = _route("t")
-    before = {k: p._choose_by_key("t", route, f"key{k}", True) for k in range(50)}
+    before = {k: p._chooser.by_key("t", route, f"key{k}", True) for k in range(50)}
     assert {tq.broker for tq in before.values()} == {"broker-a", "broker-b"}
     p._chooser.mark_faulty("broker-a")
-    after = {k: p._choose_by_key("t", route, f"key{k}", True) for k in range(50)}
+    after = {k: p._chooser.by_key("t", route, f"key{k}", True) for k in range(50)}
     assert after == before
     # plain messages do avoid the skipped broker
-    assert {p._choose_by_key("t", route, None, False).broker for _ in range(20)} == {"broker-b"}
+    assert {p._chooser.by_key("t", route, None, False).broker for _ in range(20)} == {"broker-b"}
 
 
 async def test_ordered_retry_stays_on_the_queue_and_keeps_send_order() -> None:

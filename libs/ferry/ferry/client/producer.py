@@ -95,7 +95,6 @@ class Producer:
         self._budget = ByteBudget(buffer_memory_bytes)
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)
-        self._choose_by_key = self._chooser.by_key   # bound once: it runs for every send
         self._tasks: set[asyncio.Task[Any]] = set()
         self._valid_topics: set[str] = set()
         self._oneway_dropped = 0
@@ -143,8 +142,11 @@ class Producer:
 
         Waits while the buffer is full (up to `max_block_ms`, then BusyError).
         """
-        self._check_topic(topic)
-        check_body(body)
+        # The checks of _check_topic and check_body, inline: they run for every message.
+        if not self._started or topic not in self._valid_topics:
+            self._check_topic(topic)
+        if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
+            check_body(body)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if key is None and not keys and not tags and not properties:
             # The common plain message: packed here, without the general encoder.
@@ -152,33 +154,34 @@ class Producer:
             msg_id = new_msg_id()
             born_ts_ms = int(time.time() * 1000)
             size = len(body)
+            nbytes = HEAD_SIZE + size
             item = PendingMessage(
                 WireMessage(body, msg_id, born_ts_ms), fut, topic,
-                encoded=pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
+                encoded=pack_head(nbytes, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
         else:
             wire = make_wire(body, key, tuple(keys), tags, properties)
             item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
+            nbytes = len(item.encoded)
         if ordered and (key or queue_selector is not None):
             item.ordered = True
         route = await self._routes.route(topic)
-        size = len(item.encoded)
         budget = self._budget
-        if budget.used_bytes + size > budget.limit_bytes or budget.waiters:
-            await budget.take(size, self.max_block_ms)
+        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
+            await budget.take(nbytes, self.max_block_ms)
         else:
-            budget.used_bytes += size
+            budget.used_bytes += nbytes
         try:
             if queue_selector is not None:
                 msg = Message(body=body, key=key, keys=tuple(keys), tags=tags,
                               properties=properties or {})
                 tq = self._chooser.choose(topic, route, msg, ordered, queue_selector)
             else:
-                tq = self._choose_by_key(topic, route, key, ordered)
+                tq = self._chooser.by_key(topic, route, key, ordered)
             batcher = self._batcher(tq)
         except BaseException:
-            budget.release(size)
+            budget.release(nbytes)
             raise
-        if item.ordered:
+        if ordered and item.ordered:
             batcher.max_in_flight = 1
         batcher.add(item)
         return fut
