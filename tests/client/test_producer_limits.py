@@ -17,6 +17,7 @@ from ferry.errors import BusyError, FerryError
 
 from tests.client.conftest import Mesh, unique
 from tests.client.util import FAST, collect
+from tests.support.procs import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -117,3 +118,12 @@ async def test_new_group_starts_where_its_config_says(mesh: Mesh) -> None:
     # no config: latest, as before
     async with Consumer(topic, group=unique("g"), namesrv=mesh.namesrv, **FAST) as consumer:
         assert consumer.auto_offset_reset == "latest"
+
+
+async def test_consumer_starts_while_namesrv_is_down_and_reads_the_group_config_later() -> None:
+    consumer = Consumer("t", group="g", namesrv=f"127.0.0.1:{free_port()}", **FAST)
+    await consumer.start()          # no route and no group config yet: not an error
+    try:
+        assert consumer.auto_offset_reset is None and not consumer.assignment()
+    finally:
+        await consumer.stop()

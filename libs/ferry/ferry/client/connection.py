@@ -263,11 +263,6 @@ class ConnectionPool:
                 self._conns[addr] = conn
             return conn
 
-    def get_nowait(self, addr: str) -> BrokerConnection | None:
-        """The open connection to `addr`, if there is one."""
-        conn = self._conns.get(addr)
-        return conn if conn is not None and not conn.closed else None
-
     async def request(self, addr: str, code: int, fields: Mapping[str, Any], body: bytes = b"",
                       *, timeout_ms: int | None = None) -> Frame:
         conn = await self.get(addr)

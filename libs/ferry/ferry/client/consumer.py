@@ -110,7 +110,10 @@ class Consumer:
     async def start(self) -> None:
         await self._namesrv.start()
         if self.auto_offset_reset is None:
-            await self._resolve_reset()
+            try:
+                await self._resolve_reset()
+            except FerryError as exc:   # namesrv unreachable: asked again before a queue starts
+                log.warning("cannot read group %s's config yet: %s", self.group, exc)
         self._started = True
         await self._heartbeat_and_rebalance(heartbeat=True)
         loop = asyncio.get_running_loop()
@@ -375,6 +378,8 @@ class Consumer:
 
     async def _reset_offset(self, tq: TopicQueue) -> int:
         """Where `tq` starts when the group has no committed offset on it."""
+        if self.auto_offset_reset is None:
+            await self._resolve_reset()
         if self.auto_offset_reset == "timestamp":
             return (await self.offsets_for_times({tq: self._reset_ts_ms}))[tq]
         low, high = await self._min_max(tq)
