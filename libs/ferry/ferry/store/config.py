@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,8 +36,11 @@ class StoreConfig:
     commitlog_segment_bytes: int = GIB
     cq_entries_per_segment: int = 300_000
     # Consume-queue segments mapped at once over all queues; each mapping holds a
-    # file descriptor, so this bounds the store's descriptors however many queues exist.
-    cq_max_mapped_segments: int = 256
+    # file descriptor, so this bounds the store's descriptors however many queues
+    # exist. None: a quarter of the process's RLIMIT_NOFILE soft limit when the
+    # store opens, within [64, 8192] (256 at the common limit of 1024). More active
+    # queues than this cost a remap per dispatch: raise the limit, not just this.
+    cq_max_mapped_segments: int | None = None
     index_max_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     flush_mode: FlushMode = FlushMode.ASYNC
@@ -69,7 +73,7 @@ class StoreConfig:
             raise StoreError("warm_ahead_bytes must be >= 0")
         if self.cq_entries_per_segment <= 0:
             raise StoreError("cq_entries_per_segment must be > 0")
-        if self.cq_max_mapped_segments < 2:
+        if self.cq_max_mapped_segments is not None and self.cq_max_mapped_segments < 2:
             raise StoreError("cq_max_mapped_segments must be >= 2")
         if len(self.store_host.encode()) > MAX_HOST_BYTES:
             raise StoreError("store_host is too long")
@@ -84,6 +88,16 @@ class StoreConfig:
         """The largest record a valid message can encode to."""
         return (HEADER_SIZE + MAX_TOPIC_BYTES + 2 * MAX_HOST_BYTES + MAX_TAGS_BYTES + MAX_KEYS_BYTES
                 + self.max_properties_bytes + self.max_message_bytes)
+
+    @property
+    def mapped_segments_budget(self) -> int:
+        """`cq_max_mapped_segments`, or the budget derived from RLIMIT_NOFILE."""
+        if self.cq_max_mapped_segments is not None:
+            return self.cq_max_mapped_segments
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return 8192
+        return max(64, min(8192, soft // 4))
 
     @property
     def retention_ms(self) -> int:

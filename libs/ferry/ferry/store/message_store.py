@@ -63,7 +63,7 @@ class MessageStore:
         try:
             self._cl = CommitLog(root, config.commitlog_segment_bytes)
             self._cqs = ConsumeQueues(root, config.cq_entries_per_segment,
-                                      config.cq_max_mapped_segments)
+                                      config.mapped_segments_budget)
             self._index = IndexService(root, config.index_max_slots, config.index_max_entries)
             self.recovery: RecoveryReport = recover(root, self._cl, self._cqs, self._index)
         except BaseException:
