@@ -119,8 +119,12 @@ def test_a_dead_flush_thread_fails_the_store_for_appends_only(tmp_path: Path) ->
         with pytest.raises(StoreError):
             put()
     assert _bodies(s.get_messages("t", 0, 0).records) == [b"before", b"unflushed"]
+    with pytest.raises(StoreError, match="close could not flush"):
+        s.close()  # the disk still fails: the files are closed all the same
     del s._cl.flush  # type: ignore[method-assign]
-    s.close()
+    with MessageStore(_config(tmp_path)) as again:
+        assert not again.recovery.clean
+        assert _bodies(again.get_messages("t", 0, 0).records) == [b"before", b"unflushed"]
 
 
 class _StuckLog:

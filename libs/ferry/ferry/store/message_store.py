@@ -401,12 +401,15 @@ class MessageStore:
                     self._appender.dispatch()  # those records are fully written: apply them
                 except Exception as exc:
                     self._dispatch_failed(exc)
-                self._cqs.flush()
-                self._index.flush()
-                self._cl.flush()
-                write_checkpoint(self.config.root_dir, Checkpoint(
-                    self._cl.flushed_offset, self._appender.dispatched_offset,
-                    self._failed is None))
+                try:
+                    self._cqs.flush()
+                    self._index.flush()
+                    self._cl.flush()
+                    write_checkpoint(self.config.root_dir, Checkpoint(
+                        self._cl.flushed_offset, self._appender.dispatched_offset,
+                        self._failed is None))
+                except OSError as exc:  # the last checkpoint stays (unclean): reopen recovers
+                    raise StoreError(f"close could not flush the store: {exc}") from exc
         finally:
             with self._lock:
                 self._cqs.close()
