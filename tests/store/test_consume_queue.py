@@ -320,3 +320,17 @@ def test_mapping_lru_bounds_mapped_segments_and_keeps_dirty(tmp_path: Path) -> N
         [(100 + q, 10, 0)] for q in range(10)]
     assert len(cqs.lru) == 4
     cqs.close()
+
+
+def test_segments_after_a_missing_one_are_dropped_on_load(tmp_path: Path) -> None:
+    cq = ConsumeQueue(str(tmp_path), "t", 0, entries_per_segment=4)
+    cq.append(0, b"".join(CQ_ENTRY.pack(100 * i, 10, 0) for i in range(1, 11)))  # 3 segments
+    cq.close()
+    qdir = tmp_path / "consumequeue" / "t" / "0"
+    os.remove(qdir / segment_name(4))  # its directory entry was lost
+    again = ConsumeQueue(str(tmp_path), "t", 0, entries_per_segment=4)
+    assert (again.min_offset, again.max_offset) == (0, 4)
+    assert sorted(os.listdir(qdir)) == [segment_name(0)]
+    again.append(4, CQ_ENTRY.pack(500, 10, 0))  # recovery re-dispatches from there
+    assert again.get(3, 2) == [(400, 10, 0), (500, 10, 0)]
+    again.close()

@@ -16,6 +16,7 @@ them. See docs/store-format.md for the byte layout.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from bisect import bisect_right
@@ -36,6 +37,8 @@ from .cq_segment import (
     last_used,
     segment_name,
 )
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CQ_ENTRY", "ConsumeQueue", "ConsumeQueues", "segment_name"]
 
@@ -100,6 +103,7 @@ class ConsumeQueue:
                 raise StoreError(f"consume queue segment {path} has a bad size {size}")
             self._segments.append(Segment(path, int(name), size // ENTRY_SIZE, self._lru))
         self._bases = [s.base for s in self._segments]
+        self._drop_after_gap()
         # Drop trailing segments with no entry: created by a roll just before a crash.
         while len(self._segments) > 1 and self._used_in_last() == 0:
             self._drop_last_segment()
@@ -111,6 +115,23 @@ class ConsumeQueue:
             self._min = min(first.base + first_used(self._map(first), first.capacity), self._max)
         else:
             self._min = self._max
+
+    def _drop_after_gap(self) -> None:
+        """Drop the segments after a missing one (its name was lost in a power cut).
+
+        Segments are created in order and their directory is fsynced at the next
+        checkpoint, so a lost one and those after it were created after the last
+        checkpoint: they hold only entries that recovery re-dispatches.
+        """
+        for i in range(1, len(self._segments)):
+            prev = self._segments[i - 1]
+            if self._segments[i].base != prev.end:
+                log.warning("consume queue %s/%d: no segment at queue offset %d; dropping "
+                            "the %d segment(s) after it (recovery rebuilds them)",
+                            self.topic, self.queue_id, prev.end, len(self._segments) - i)
+                while len(self._segments) > i:
+                    self._drop_last_segment()
+                return
 
     def _used_in_last(self) -> int:
         last = self._segments[-1]

@@ -404,6 +404,8 @@ class MessageStore:
                 try:
                     self._cqs.flush()
                     self._index.flush()
+                    sync_files(sorted(self._cqs.take_new_dirs() | self._index.take_new_dirs()),
+                               data_only=False)
                     self._cl.flush()
                     write_checkpoint(self.config.root_dir, Checkpoint(
                         self._cl.flushed_offset, self._appender.dispatched_offset,
