@@ -245,3 +245,26 @@ def test_chain_walk_is_capped_and_stops_before_the_window(
     monkeypatch.setattr(index_file, "MAX_CHAIN_STEPS", 7)
     assert len(svc.query(b"k", 0, 2**62, 1000)) == 7
     svc.close()
+
+
+def test_a_put_failing_part_way_applies_exactly_the_rest_on_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = IndexService(str(tmp_path), max_slots=16, max_entries=4)
+    items = [(key_hash(k), phy, T0) for k, phy in
+             [(b"a", 10), (b"b", 20), (b"c", 30), (b"d1", 40), (b"d2", 40), (b"e", 50)]]
+    real_roll = IndexService._roll
+    calls = []
+
+    def failing_roll(self: IndexService, ts_ms: int) -> object:
+        calls.append(ts_ms)
+        if len(calls) == 2:  # the roll after the first file filled up
+            raise OSError(28, "No space left on device")
+        return real_roll(self, ts_ms)
+    monkeypatch.setattr(IndexService, "_roll", failing_roll)
+    with pytest.raises(OSError):
+        svc.put_hashed(items)
+    assert [phy for _, phy, _ in items] == [40, 50]  # what is left to apply
+    svc.put_hashed(items)
+    for key, phy in [(b"a", 10), (b"d1", 40), (b"d2", 40), (b"e", 50)]:
+        assert svc.query(key, 0, 2**62, 10) == [phy]
+    svc.close()

@@ -237,6 +237,9 @@ class IndexService:
         self._new_dirs: set[str] = set()  # fsynced by the next checkpoint
         self._load()
         self._last_phy = self._find_last_phy()
+        # After a put that failed part way: the floor for the next put_hashed, so the
+        # remaining keys of the last record indexed are not taken as already indexed.
+        self._resume_floor: int | None = None
 
     def _load(self) -> None:
         names = sorted(n for n in os.listdir(self._dir) if len(n) == NAME_DIGITS and n.isdigit())
@@ -290,21 +293,32 @@ class IndexService:
         The appender hashes keys as it encodes, continuing the CRC of a constant
         prefix (`crc32c(msg_id, crc32c(b"I"))` equals `key_hash(b"I" + msg_id)`), so
         no key bytes are built per message.
+        On failure (an I/O error rolling to a new file) the items applied are removed
+        from `items`, so calling again with the same list applies exactly the rest.
         """
-        self._put(items, self._last_phy)
+        floor = self._last_phy if self._resume_floor is None else self._resume_floor
+        self._put(items, floor)
 
     def _put(self, items: list[tuple[int, int, int]], floor_phy: int) -> None:
         i, total = 0, len(items)
-        while i < total:
-            f = self._files[-1] if self._files else None
-            if f is None or f.full:
-                f = self._roll(items[i][2])
-            j = f.add_many(items, i, floor_phy)
-            if f.count:
-                self._last_phy = f.end_phy
-            if j < total and not f.full:
-                self._roll(items[j][2])  # the timestamp does not fit this file's delta range
-            i = j
+        try:
+            while i < total:
+                f = self._files[-1] if self._files else None
+                if f is None or f.full:
+                    f = self._roll(items[i][2])
+                j = f.add_many(items, i, floor_phy)
+                if f.count:
+                    self._last_phy = f.end_phy
+                i = j
+                if j < total and not f.full:
+                    self._roll(items[j][2])  # the timestamp does not fit this file's delta range
+        except BaseException:
+            if i:
+                last = items[i - 1][1]
+                self._resume_floor = floor_phy if last <= floor_phy else last - 1
+                del items[:i]
+            raise
+        self._resume_floor = None
 
     def query(self, key: bytes, begin_ms: int, end_ms: int, max_count: int) -> list[int]:
         """Candidate phy offsets for `key` stored in [begin_ms, end_ms], newest first.
