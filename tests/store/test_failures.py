@@ -168,3 +168,16 @@ def test_reads_of_a_closed_store_raise_store_error(tmp_path: Path) -> None:
                  lambda: s.topic_queues(), lambda: s.run_retention()):
         with pytest.raises(StoreError, match="closed"):
             read()
+
+
+def test_an_io_error_in_a_read_is_a_store_error(store: MessageStore,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store.put(MessageIn("t", 0, b"x"))
+
+    def no_fds(self: object, *args: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(ConsumeQueues, "find", no_fds)
+    with pytest.raises(StoreError, match="get_messages failed"):
+        store.get_messages("t", 0, 0)
+    monkeypatch.undo()
+    assert store.get_messages("t", 0, 0).status is GetStatus.FOUND

@@ -27,6 +27,7 @@ from .config import StoreConfig
 from .consume_queue import ConsumeQueues
 from .flush import FlushService
 from .index_file import IndexService
+from .io_errors import os_errors_as_store_errors
 from .reader import read_entries
 from .record import (
     HEADER_SIZE,
@@ -191,6 +192,7 @@ class MessageStore:
 
     # -- read --------------------------------------------------------------------------
 
+    @os_errors_as_store_errors
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None
                      ) -> GetResult:
@@ -217,12 +219,14 @@ class MessageStore:
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
 
+    @os_errors_as_store_errors
     def get_message(self, phy_offset: int) -> StoredMessage | None:
         """The record at a commit-log offset, or None when no valid record starts there."""
         with self._lock:
             self._check_readable()
             return self._read_message(phy_offset)
 
+    @os_errors_as_store_errors
     def read_raw(self, phy_offset: int) -> bytes | None:
         """The record bytes at a commit-log offset, checked (CRC, lengths, its own offset).
 
@@ -263,6 +267,7 @@ class MessageStore:
             return None
         return msg if msg.phy_offset == phy_offset else None
 
+    @os_errors_as_store_errors
     def min_offset(self, topic: str, queue_id: int) -> int:
         with self._lock:
             self._check_readable()
@@ -270,6 +275,7 @@ class MessageStore:
             cq = self._cqs.find(topic, queue_id)
             return cq.min_offset if cq is not None else 0
 
+    @os_errors_as_store_errors
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
         with self._lock:
@@ -278,6 +284,7 @@ class MessageStore:
             cq = self._cqs.find(topic, queue_id)
             return cq.max_offset if cq is not None else 0
 
+    @os_errors_as_store_errors
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset stored at or after ts_ms (max_offset when none is)."""
         with self._lock:
@@ -297,6 +304,7 @@ class MessageStore:
                     hi = mid
             return lo
 
+    @os_errors_as_store_errors
     def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
                      max_count: int = 64) -> list[StoredMessage]:
         """Messages of `topic` carrying `key`, stored in [begin_ms, end_ms], newest first."""
@@ -318,6 +326,7 @@ class MessageStore:
                         break
             return out
 
+    @os_errors_as_store_errors
     def query_by_id(self, msg_id: bytes) -> StoredMessage | None:
         """The message with this 16-byte id, or None."""
         if len(msg_id) != MSG_ID_BYTES:
@@ -331,6 +340,7 @@ class MessageStore:
                     return msg
             return None
 
+    @os_errors_as_store_errors
     def topic_queues(self) -> dict[str, list[int]]:
         """Every topic the store holds, with its queue ids."""
         with self._lock:
@@ -355,6 +365,7 @@ class MessageStore:
 
     # -- maintenance ---------------------------------------------------------------------
 
+    @os_errors_as_store_errors
     def run_retention(self, now_ms: int | None = None) -> RetentionReport:
         """Delete expired commit-log segments (or the oldest, over the disk high-water mark)."""
         with self._lock:
