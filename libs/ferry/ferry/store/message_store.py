@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
-from ferry.errors import CorruptRecordError, StoreError
+from ferry.errors import StoreError
 from ferry.names import validate_topic
 
 from .appender import Appender, Staged
@@ -28,14 +28,12 @@ from .consume_queue import ConsumeQueues
 from .flush import FlushService
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
-from .reader import read_entries
+from .reader import read_checked, read_entries, read_message
 from .record import (
     HEADER_SIZE,
     MSG_ID_BYTES,
     MessageIn,
     StoredMessage,
-    check_record,
-    decode_record,
 )
 from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, GetStatus, PutResult
@@ -44,11 +42,8 @@ from .warmer import PageWarmer
 
 log = logging.getLogger(__name__)
 
-_RECORD_CHECK = struct.Struct("<III")  # total_size, magic, crc
 _STORE_TS = struct.Struct("<q")
 _STORE_TS_AT = 44
-_PHY = struct.Struct("<q")
-_PHY_AT = 28
 
 
 class MessageStore:
@@ -224,7 +219,7 @@ class MessageStore:
         """The record at a commit-log offset, or None when no valid record starts there."""
         with self._lock:
             self._check_readable()
-            return self._read_message(phy_offset)
+            return read_message(self._cl, phy_offset)
 
     @os_errors_as_store_errors
     def read_raw(self, phy_offset: int) -> bytes | None:
@@ -236,36 +231,8 @@ class MessageStore:
         """
         with self._lock:
             self._check_readable()
-            raw = self._checked_raw(phy_offset)
+            raw = read_checked(self._cl, phy_offset)
             return None if raw is None else bytes(raw)
-
-    def _checked_raw(self, phy_offset: int) -> memoryview | None:
-        if phy_offset < 0:
-            return None
-        head = self._cl.read(phy_offset, HEADER_SIZE)
-        if head is None:
-            return None
-        raw = self._cl.read(phy_offset, _RECORD_CHECK.unpack_from(head)[0])
-        if raw is None:
-            return None
-        try:
-            check_record(raw)
-        except CorruptRecordError:
-            return None
-        return raw if _PHY.unpack_from(raw, _PHY_AT)[0] == phy_offset else None
-
-    def _read_message(self, phy_offset: int) -> StoredMessage | None:
-        head = self._cl.read(phy_offset, HEADER_SIZE)
-        if head is None:
-            return None
-        raw = self._cl.read(phy_offset, _RECORD_CHECK.unpack_from(head)[0])
-        if raw is None:
-            return None
-        try:
-            msg = decode_record(raw)
-        except CorruptRecordError:
-            return None
-        return msg if msg.phy_offset == phy_offset else None
 
     @os_errors_as_store_errors
     def min_offset(self, topic: str, queue_id: int) -> int:
@@ -318,7 +285,7 @@ class MessageStore:
                                      max_count + 16)  # spare room for hash collisions
             out: list[StoredMessage] = []
             for phy in phys:
-                msg = self._read_message(phy)
+                msg = read_message(self._cl, phy)
                 if (msg is not None and msg.topic == topic and key in msg.keys.split(" ")
                         and begin_ms <= msg.store_ts_ms <= end_ms):
                     out.append(msg)
@@ -335,7 +302,7 @@ class MessageStore:
             self._check_readable()
             self._dispatch()
             for phy in self._index.query(b"I" + bytes(msg_id), 0, 2**62, 8):
-                msg = self._read_message(phy)
+                msg = read_message(self._cl, phy)
                 if msg is not None and msg.msg_id == msg_id:
                     return msg
             return None

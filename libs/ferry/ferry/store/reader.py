@@ -12,9 +12,11 @@ import struct
 
 from crc32c import crc32c
 
+from ferry.errors import CorruptRecordError
+
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueue
-from .record import CRC_START, RECORD_MAGIC
+from .record import CRC_START, HEADER_SIZE, RECORD_MAGIC, StoredMessage, check_record, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
 _unpack_check = struct.Struct("<III").unpack_from  # total_size, magic, crc
+_unpack_phy = struct.Struct("<q").unpack_from
+_PHY_AT = 28  # the record header's phy_offset field
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
@@ -76,3 +80,37 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
         if len(records) >= max_count:
             return nxt, True
     return nxt, False
+
+
+def _raw_at(cl: CommitLog, phy_offset: int) -> memoryview | None:
+    """The bytes its header claims for a record at `phy_offset` (unchecked), if stored."""
+    if phy_offset < 0:
+        return None
+    head = cl.read(phy_offset, HEADER_SIZE)
+    return None if head is None else cl.read(phy_offset, _unpack_check(head)[0])
+
+
+def read_checked(cl: CommitLog, phy_offset: int) -> memoryview | None:
+    """The record at `phy_offset` if one starts there and passes check_record (and
+    names that offset as its own); None otherwise."""
+    raw = _raw_at(cl, phy_offset)
+    if raw is None:
+        return None
+    try:
+        check_record(raw)
+    except CorruptRecordError:
+        return None
+    return raw if _unpack_phy(raw, _PHY_AT)[0] == phy_offset else None
+
+
+def read_message(cl: CommitLog, phy_offset: int) -> StoredMessage | None:
+    """The decoded (so verified) record at `phy_offset`, or None when no valid record
+    starts there."""
+    raw = _raw_at(cl, phy_offset)
+    if raw is None:
+        return None
+    try:
+        msg = decode_record(raw)
+    except CorruptRecordError:
+        return None
+    return msg if msg.phy_offset == phy_offset else None
