@@ -181,3 +181,19 @@ def test_an_io_error_in_a_read_is_a_store_error(store: MessageStore,
         store.get_messages("t", 0, 0)
     monkeypatch.undo()
     assert store.get_messages("t", 0, 0).status is GetStatus.FOUND
+
+
+def test_a_checkpoint_out_of_descriptors_is_retried_not_fatal(
+        store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.put(MessageIn("t", 0, b"x"))
+    synced: list[str] = []
+
+    def no_fds(paths: list[str], *, data_only: bool = True) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+    monkeypatch.setattr(message_store_mod, "sync_files", no_fds)
+    store._checkpoint()
+    assert store.failure is None
+    monkeypatch.setattr(message_store_mod, "sync_files",
+                        lambda paths, data_only=True: synced.extend(paths))
+    store._checkpoint()  # the files the skipped checkpoint took are synced now
+    assert any("consumequeue" in p for p in synced) and any("index" in p for p in synced)

@@ -8,6 +8,7 @@ for the API and docs/store-format.md for the files.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -73,6 +74,9 @@ class MessageStore:
                                   config.store_host, self._warmer, self._dispatch_failed)
         self._last_store_ts = self.recovery.last_store_ts_ms
         self._failed: BaseException | None = None
+        # Files (and directories) a checkpoint could not sync yet; the next one does.
+        self._unsynced: list[str] = []
+        self._unsynced_dirs: set[str] = set()
         write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
         self._flush = FlushService(
             self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
@@ -352,11 +356,20 @@ class MessageStore:
                 return
             self._dispatch()
             dispatched = self._appender.dispatched_offset
-            paths = self._cqs.take_dirty()
-            paths += self._index.take_dirty()
-            dirs = self._cqs.take_new_dirs() | self._index.take_new_dirs()
-        sync_files(paths)
-        sync_files(sorted(dirs), data_only=False)
+            paths = self._unsynced + self._cqs.take_dirty() + self._index.take_dirty()
+            dirs = self._unsynced_dirs | self._cqs.take_new_dirs() | self._index.take_new_dirs()
+            self._unsynced, self._unsynced_dirs = [], set()
+        try:
+            sync_files(paths)
+            sync_files(sorted(dirs), data_only=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            # Out of descriptors for a moment: not a dead disk. Keep the files for the
+            # next checkpoint and skip this one (the last checkpoint stays valid).
+            self._unsynced, self._unsynced_dirs = paths, dirs
+            log.warning("checkpoint skipped: no file descriptor to sync with (%s)", exc)
+            return
         flushed = self._cl.flush(dispatched)
         write_checkpoint(self.config.root_dir, Checkpoint(flushed, dispatched, False))
 
