@@ -20,3 +20,22 @@ def test_bad_values_exit_with_usage(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SystemExit) as exc:
         parse_args([])
     assert exc.value.code == 2
+
+
+def test_the_broker_raises_its_open_files_limit_to_the_hard_limit() -> None:
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import resource; from ferry_broker.__main__ import raise_fd_limit; "
+            "raise_fd_limit(); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(256, hard)
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+
+    out = subprocess.run([sys.executable, "-c", code], preexec_fn=lower,
+                         capture_output=True, text=True, check=True).stdout
+    expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    assert int(out) == expected

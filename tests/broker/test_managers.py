@@ -153,3 +153,35 @@ def test_flush_watchdog_marks_a_stalled_store_and_clears_when_it_flushes(
     now[0] = 32.0
     dog.check()
     assert health.healthy
+
+
+def test_flush_watchdog_reports_a_store_failure_before_any_send(tmp_path: Path) -> None:
+    import errno
+    import time
+
+    from ferry.store import MessageIn, MessageStore, StoreConfig
+    from ferry_broker.health import StoreHealth
+    from ferry_broker.housekeeping import FlushWatchdog
+
+    health = StoreHealth()
+    withdrawn: list[bool] = []
+    health.add_listener(lambda: withdrawn.append(True))
+    store = MessageStore(StoreConfig(root_dir=str(tmp_path), commitlog_segment_bytes=8 << 20,
+                                     flush_interval_ms=10))
+    dog = FlushWatchdog(store, health)
+    dog.check()
+    assert health.healthy
+
+    def broken_flush(target: int | None = None) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    store._cl.flush = broken_flush  # type: ignore[method-assign]
+    store.put(MessageIn(topic="wd", queue_id=0, body=b"x"))
+    deadline = time.monotonic() + 5
+    while store.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dog.check()
+    assert health.failure is not None and "Input/output error" in health.failure
+    assert withdrawn == [True]  # readiness left and the etcd key withdrawn, once
+    del store._cl.flush  # type: ignore[method-assign]
+    store.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -73,9 +74,27 @@ def _run(coro: Coroutine[Any, Any, None]) -> None:
     uvloop.run(coro)
 
 
+def raise_fd_limit() -> int:
+    """Raise the soft open-files limit to the hard one; the new soft limit.
+
+    The store sizes its budget of mapped consume-queue segments from this
+    limit, and each client connection takes a descriptor too.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     setup_logging(config.log_level)
+    logging.getLogger("ferry_broker").info("open-files limit %d", raise_fd_limit())
     from ferry_broker.app import BrokerApp  # after logging is set up
 
     try:

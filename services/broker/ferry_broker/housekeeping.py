@@ -41,6 +41,9 @@ class FlushPositions(Protocol):
     @property
     def commit_log_max_offset(self) -> int: ...
 
+    @property
+    def failure(self) -> BaseException | None: ...
+
 
 class FlushWatchdog:
     """Marks the store stalled while its flushed offset lags and does not move."""
@@ -56,6 +59,11 @@ class FlushWatchdog:
         self._since = clock()
 
     def check(self) -> None:
+        failure = self._store.failure
+        if failure is not None and self._health.failure is None:
+            # A failure the store saw on its own (the flush thread died, a dispatch
+            # failed) leaves readiness now, not at the next refused SEND.
+            self._health.unavailable(failure)
         flushed, written = self._store.flushed_offset, self._store.commit_log_max_offset
         now = self._clock()
         if flushed >= written or flushed != self._last_flushed:

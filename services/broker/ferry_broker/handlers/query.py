@@ -36,15 +36,18 @@ def parse_msg_id(value: object) -> bytes:
                                 f"{2 * MSG_ID_BYTES} hex characters, not {value!r}")
 
 
-def raw_record(store: MessageStore, msg: StoredMessage) -> bytes | memoryview | None:
-    """The stored bytes of `msg`, read back through its queue entry."""
-    got = store.get_messages(msg.topic, msg.queue_id, msg.queue_offset, 1, 1 << 30, None)
-    return got.records[0] if got.records else None
+def raw_record(store: MessageStore, msg: StoredMessage) -> bytes | None:
+    """The stored bytes of `msg`, straight from the commit log (CRC-checked).
+
+    Not through its queue entry: retention may have moved the queue's minimum
+    past a record the commit log still holds.
+    """
+    return store.read_raw(msg.phy_offset)
 
 
 def _records_response(req: Frame, store: MessageStore, msgs: list[StoredMessage]) -> Frame:
     """The records of `msgs` (in order) up to MAX_QUERY_BYTES; `count` says how many fit."""
-    raws: list[bytes | memoryview] = []
+    raws: list[bytes] = []
     total = 0
     for msg in msgs:
         if raws and total + msg.size > MAX_QUERY_BYTES:
