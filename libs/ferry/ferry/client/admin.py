@@ -8,7 +8,7 @@ from typing import Any
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
-from ferry.client.offsets import broker_addr
+from ferry.client.offsets import broker_addr, queue_bounds
 from ferry.client.producer import default_namesrv
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_group, validate_topic
@@ -136,10 +136,7 @@ class Admin:
 
     # -- wire calls --------------------------------------------------------------------------
     async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:
-        addr = await broker_addr(self._routes, tq)
-        resp = await self._pool.request(addr, RequestCode.GET_MIN_MAX,
-                                        {"topic": tq.topic, "queue_id": tq.queue_id})
-        return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
+        return await queue_bounds(self._pool, self._routes, tq)
 
     async def _committed(self, group: str, tq: TopicQueue) -> int:
         addr = await broker_addr(self._routes, tq)

@@ -30,7 +30,13 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
-from ferry.client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore, broker_addr
+from ferry.client.offsets import (
+    LocalOffsetStore,
+    OffsetStore,
+    RemoteOffsetStore,
+    broker_addr,
+    queue_bounds,
+)
 from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment
 from ferry.errors import FerryError, GroupNotFoundError
@@ -297,10 +303,7 @@ class Consumer:
         return out
 
     async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:
-        addr = await broker_addr(self._routes, tq)
-        resp = await self._pool.request(addr, RequestCode.GET_MIN_MAX,
-                                        {"topic": tq.topic, "queue_id": tq.queue_id})
-        return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
+        return await queue_bounds(self._pool, self._routes, tq)
 
     # -- membership and rebalance -----------------------------------------------------------
     async def _coordinate(self) -> None:

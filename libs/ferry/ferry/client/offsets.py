@@ -37,6 +37,15 @@ async def broker_addr(routes: RouteCache, tq: TopicQueue) -> str:
     return addr
 
 
+async def queue_bounds(pool: ConnectionPool, routes: RouteCache,
+                       tq: TopicQueue) -> tuple[int, int]:
+    """The (min, max) offsets of `tq` as its broker reports them now."""
+    addr = await broker_addr(routes, tq)
+    resp = await pool.request(addr, RequestCode.GET_MIN_MAX,
+                              {"topic": tq.topic, "queue_id": tq.queue_id})
+    return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
+
+
 class RemoteOffsetStore:
     """Group offsets stored at each queue's broker."""
 
