@@ -34,6 +34,7 @@ def _status(url: str) -> int:
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[BrokerApp]:
     config = BrokerConfig(data_dir=str(tmp_path / "data"), etcd="", port=free_port(),
+                          segment_bytes=64 << 20,
                           http_port=free_port())
     broker = BrokerApp(config)
     await broker.start()
@@ -92,7 +93,7 @@ async def test_stop_saves_offsets_and_closes_the_store_when_a_step_fails(
     data = Path(app.config.data_dir)
     saved = json.loads((data / OFFSETS_FILE).read_text())
     assert saved["offsets"]["g1"]["stop-safe"]["0"] == 1
-    with MessageStore(StoreConfig(root_dir=str(data))) as store:
+    with MessageStore(StoreConfig(root_dir=str(data), commitlog_segment_bytes=64 << 20)) as store:
         assert store.recovery.clean
 
 

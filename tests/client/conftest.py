@@ -97,6 +97,9 @@ class Mesh:
                "FERRY_BROKER_DATA_DIR": str(data_dir), "FERRY_BROKER_ETCD": self.etcd.endpoint,
                "FERRY_BROKER_ETCD_PREFIX": self.prefix, "FERRY_BROKER_FLUSH_MODE": "async",
                "FERRY_BROKER_AUTO_CREATE_TOPICS": "true", "FERRY_BROKER_DEFAULT_QUEUES": "4",
+               # Segments are preallocated: the 1 GiB default would take a GiB of disk
+               # per broker per test.
+               "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20),
                **self.broker_env}
         proc = spawn(name, [sys.executable, "-m", "ferry_broker"], self.workdir / name, env)
         _wait_http(proc, f"http://127.0.0.1:{http_port}/readyz")

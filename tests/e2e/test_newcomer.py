@@ -27,7 +27,9 @@ pytestmark = pytest.mark.integration
 def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
              "BROKER_B", "BROKER_B_HTTP"]
-    env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var")}
+    # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
+    env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
+           "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
     env.update({f"FERRY_MESH_{n}_PORT": str(free_port()) for n in names})
     log = open(tmp_path / "mesh.out", "wb")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, str(ROOT / "deploy" / "local_mesh.py"), "up"],
