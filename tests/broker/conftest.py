@@ -5,7 +5,6 @@ import itertools
 import json
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.broker.wire_client import WireClient
-from tests.support.procs import Etcd, Proc, free_port, spawn
+from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 
 _prefixes = itertools.count(1)
 
@@ -67,19 +66,7 @@ def start_broker(workdir: Path, etcd: Etcd | None, data_dir: Path | None = None,
 
 
 def wait_ready(broker: Broker, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not broker.proc.alive():
-            raise RuntimeError(f"broker exited:\n{broker.proc.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(broker.http + "/readyz", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)
-    broker.proc.stop()
-    raise RuntimeError(f"broker not ready after {timeout_s}s:\n{broker.proc.log()[-3000:]}")
+    wait_until_ready(broker.proc, broker.http + "/readyz", timeout_s)
 
 
 @pytest.fixture(scope="module")

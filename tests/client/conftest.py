@@ -20,29 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import Etcd, Proc, free_port, spawn
+from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 
 READY_TIMEOUT_S = 30.0
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _wait_http(proc: Proc, url: str, timeout_s: float = READY_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not proc.alive():
-            raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
-        if _http_ok(url):
-            return
-        time.sleep(0.1)
-    proc.stop()
-    raise RuntimeError(f"{proc.name} not ready at {url}:\n{proc.log()[-3000:]}")
 
 
 @dataclass
@@ -83,7 +63,8 @@ class Mesh:
                "FERRY_NAMESRV_AUTO_CREATE_TOPICS": "true", "FERRY_NAMESRV_DEFAULT_QUEUES": "4"}
         self.namesrv_proc = spawn("namesrv", [sys.executable, "-m", "ferry_namesrv"],
                                   self.workdir / "namesrv", env)
-        _wait_http(self.namesrv_proc, f"http://{self.namesrv}/readyz")
+        wait_until_ready(self.namesrv_proc, f"http://{self.namesrv}/readyz",
+                         READY_TIMEOUT_S)
 
     def start_broker(self, name: str, *, port: int | None = None) -> BrokerProc:
         """Start (or restart, on its old port and data) broker `name`; waits until routed."""
@@ -102,7 +83,8 @@ class Mesh:
                "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20),
                **self.broker_env}
         proc = spawn(name, [sys.executable, "-m", "ferry_broker"], self.workdir / name, env)
-        _wait_http(proc, f"http://127.0.0.1:{http_port}/readyz")
+        wait_until_ready(proc, f"http://127.0.0.1:{http_port}/readyz",
+                         READY_TIMEOUT_S)
         broker = BrokerProc(name, proc, port, http_port, data_dir)
         self.brokers[name] = broker
         self.wait_brokers_listed()

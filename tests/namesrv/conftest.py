@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +11,7 @@ from uuid import uuid4
 import aiohttp
 import pytest
 
-from tests.support.procs import Etcd, Proc, free_port, spawn
+from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 
 
 @dataclass
@@ -29,19 +26,7 @@ class Namesrv:
 
 def wait_ready(ns: Namesrv, timeout_s: float = 20.0) -> None:
     """Block until /readyz answers 200 (the cache is loaded) or fail with the log."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not ns.proc.alive():
-            raise RuntimeError(f"namesrv exited:\n{ns.proc.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(ns.url + "/readyz", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)
-    ns.proc.stop()
-    raise RuntimeError(f"namesrv not ready after {timeout_s}s:\n{ns.proc.log()[-3000:]}")
+    wait_until_ready(ns.proc, ns.url + "/readyz", timeout_s)
 
 
 NamesrvFactory = Callable[..., Namesrv]

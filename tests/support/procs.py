@@ -49,6 +49,23 @@ def wait_for_http(url: str, expect: bytes, timeout_s: float = 15.0) -> None:
     raise TimeoutError(f"{url} did not answer with {expect!r} after {timeout_s}s")
 
 
+def wait_until_ready(proc: Proc, url: str, timeout_s: float = 20.0) -> None:
+    """Wait until GET `url` answers 200 while `proc` lives; else stop it and fail with its log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited:\n{proc.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    proc.stop()
+    raise RuntimeError(f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.log()[-3000:]}")
+
+
 @dataclass
 class Proc:
     """A child process with its log file; `stop()` is idempotent."""
