@@ -138,6 +138,18 @@ class StoreUnavailableError(FerryError):
     retriable = True
 
 
+class InvalidDelayError(FerryError, ValueError):
+    """A delay or delivery time out of range (negative, or beyond the broker's maximum)."""
+
+    code = 20
+
+
+class AlreadyDeliveredError(FerryError):
+    """Cancelling a delayed message that was already delivered to its topic."""
+
+    code = 21
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -2,8 +2,8 @@
 
 A leaf module (it imports only `ferry.errors`). User names match
 `[A-Za-z0-9_-]{1,127}`. `%` is reserved for internal topics, which are built
-only by Ferry itself: `%RETRY%<group>`, `%DLQ%<group>` and the `%SYS%...`
-topics of the scheduler and the transaction service.
+only by Ferry itself: `%RETRY%<group>`, `%DLQ%<group>`, `%SCHEDULE%` (delayed
+messages), `%HALF%` and `%OP%` (transactions) and the `%SYS%...` topics.
 """
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from ferry.errors import InvalidNameError
 
 MAX_NAME_LENGTH = 127
 _USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
-_INTERNAL_NAME = re.compile(r"%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127}")
+_INTERNAL_NAME = re.compile(r"%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127}|%(SCHEDULE|HALF|OP)%")
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIX = "%SYS%"
+SCHEDULE_TOPIC = "%SCHEDULE%"   # delayed messages and retry back-off, read by the delay scheduler
+HALF_TOPIC = "%HALF%"           # transactional half messages
+OP_TOPIC = "%OP%"               # transaction commit/rollback records
 
 
 def validate_topic(name: object, *, allow_internal: bool = False) -> str:
@@ -52,3 +55,11 @@ def dlq_topic(group: str) -> str:
 
 def is_internal(topic: str) -> bool:
     return topic.startswith("%")
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_PREFIX)

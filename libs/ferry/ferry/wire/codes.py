@@ -40,6 +40,8 @@ class RequestCode(IntEnum):
     HEARTBEAT = 18
     UNREGISTER = 19
     GET_CONSUMERS = 20
+    SEND_BACK = 21      # a consumer's nack: the copy goes to %RETRY%<group> (via %SCHEDULE%) or %DLQ%
+    DELIVER_DUE = 22    # the delay scheduler re-sends due messages to their real topic
 
 
 class Flag(IntFlag):

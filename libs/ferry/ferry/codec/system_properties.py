@@ -1,0 +1,25 @@
+"""Names of the properties Ferry itself sets on a message (user properties never use them).
+
+Values are text, like every property. Where a message is redirected through
+an internal topic (`%SCHEDULE%`, `%RETRY%<group>`, `%DLQ%<group>`) it keeps its
+message id, and these say where it belongs.
+"""
+from __future__ import annotations
+
+#: Epoch milliseconds before which the message is not delivered (with MessageFlag.DELAY).
+DELIVER_AT_MS = "DELIVER_AT_MS"
+#: Milliseconds the message may wait in its topic before it expires (with MessageFlag.TTL).
+TTL_MS = "TTL_MS"
+#: The topic and queue a message stored in `%SCHEDULE%` goes to when due (queue -1: any).
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QUEUE_ID = "REAL_QUEUE_ID"
+#: Where the delay scheduler took a delivered message from: "<broker>/<queue_id>/<queue_offset>"
+#: of its `%SCHEDULE%` record.
+ORIGIN_OFFSET = "ORIGIN_OFFSET"
+#: The topic a consumer first received a retried or dead-lettered message from.
+ORIGIN_TOPIC = "ORIGIN_TOPIC"
+#: The `reconsume_times` a delivered retry copy carries (the scheduler passes it through).
+RECONSUME_TIMES = "RECONSUME_TIMES"
+
+SYSTEM_PROPERTIES = frozenset({DELIVER_AT_MS, TTL_MS, REAL_TOPIC, REAL_QUEUE_ID, ORIGIN_OFFSET,
+                               ORIGIN_TOPIC, RECONSUME_TIMES})
