@@ -1,0 +1,275 @@
+"""SchedulerApp: builds the scheduler's parts, recovers, runs them, stops them cleanly.
+
+Start: load the progress file, open (recover) the local log, open the wheel,
+re-derive wheel entries for local records taken after the last progress save,
+save progress, serve HTTP; then run the election, the pull loops (leader
+only), the delivery loop (every instance: it drains its own wheel), the
+progress saver and maintenance. Stop (SIGTERM or SIGINT): stop pulling, stop
+handing out due messages, wait for frames in flight (their outcome is
+journaled), resign leadership, save progress (fsync), stop HTTP, close the
+local log. Each step runs even if an earlier one failed.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from aiohttp import web
+from ferry.client.connection import ConnectionPool
+from ferry.client.namesrv import NamesrvClient
+from ferry.codec import ORIGIN_OFFSET
+
+from ferry_delay_scheduler import wheel_files
+from ferry_delay_scheduler.api import build_app
+from ferry_delay_scheduler.cancel import Canceller
+from ferry_delay_scheduler.config import SchedulerConfig
+from ferry_delay_scheduler.deliver import Deliverer
+from ferry_delay_scheduler.ingest import Ingestor
+from ferry_delay_scheduler.leader import LeaderElection
+from ferry_delay_scheduler.local_log import LocalLog, parse_origin, record_due
+from ferry_delay_scheduler.progress import Progress, load_progress, save_progress, source_key
+from ferry_delay_scheduler.stats import Stats
+from ferry_delay_scheduler.wheel import TimingWheel, now_ms
+
+log = logging.getLogger("ferry_delay_scheduler")
+
+MAINTENANCE_INTERVAL_S = 60.0
+RETENTION_EVERY_ROUNDS = 60  # the local log's retention runs hourly
+MINUTE_MS = 60_000
+
+
+def _version() -> str:
+    try:
+        return version("ferry-delay-scheduler")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class SchedulerApp:
+    """One scheduler instance: `await start()`, then `await stop()` (or `run()` for both)."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.stats = Stats()
+        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms)
+        self.namesrv = NamesrvClient(config.namesrv)
+        self.election = (LeaderElection(config.etcd, config.etcd_prefix, self.node_id,
+                                        config.http_addr, config.leader_ttl_s)
+                         if config.etcd else None)
+        self.local: LocalLog | None = None
+        self.wheel: TimingWheel | None = None
+        self.progress = Progress()
+        self.ingestor: Ingestor | None = None
+        self.deliverer: Deliverer | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._ready = False
+        self._stopping = False
+        self.port = config.http_port
+
+    # -- roles -----------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.election is None or self.election.is_leader
+
+    def leader_addr(self) -> str:
+        if self.election is None:
+            return self.config.http_addr
+        return self.election.leader_addr
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stopping
+
+    # -- start -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_path.mkdir(parents=True, exist_ok=True)
+        self.progress = load_progress(cfg.data_path) or Progress(
+            closed_below=now_ms() // cfg.bucket_ms)
+        self.local = LocalLog(cfg.data_path / "store", segment_bytes=cfg.segment_bytes,
+                              flush_interval_ms=cfg.flush_interval_ms,
+                              retention_hours=cfg.retention_hours)
+        self.wheel = TimingWheel(cfg.data_path / "wheel", bucket_ms=cfg.bucket_ms,
+                                 window_ms=cfg.window_ms,
+                                 journal_retention_ms=int(cfg.journal_retention_hours * 3_600_000))
+        self.wheel.open(self.progress.closed_below)
+        self.stats.recovered_entries = self._rederive()
+        self.wheel.sync()
+        self.progress.bucketed_through = self.local.next_queue_offset
+        save_progress(cfg.data_path, self.progress)
+        self.ingestor = Ingestor(cfg, self.pool, self.namesrv, self.local, self.wheel,
+                                 self.progress, self.stats, self.is_leader)
+        self.deliverer = Deliverer(cfg, self.wheel, self.local, self.pool, self.namesrv,
+                                   self.stats, lambda: self.ingestor.brokers if self.ingestor
+                                   else {})
+        canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
+                              self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
+        app = build_app(self.stats_document, lambda: self.ready, canceller, _version())
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        if self.election is not None:
+            self._tasks["election"] = loop.create_task(self.election.run())
+        self._tasks["ingest"] = loop.create_task(self.ingestor.run())
+        self._tasks["deliver"] = loop.create_task(self.deliverer.run())
+        self._tasks["progress"] = loop.create_task(self._progress_loop())
+        self._tasks["maintenance"] = loop.create_task(self._maintenance_loop())
+        self._ready = True
+        log.info("delay scheduler serving", extra={
+            "node": self.node_id, "http": f"{cfg.host}:{self.port}", "data_dir": cfg.data_dir,
+            "pending": self.wheel.pending, "recovered_entries": self.stats.recovered_entries,
+            "etcd": cfg.etcd or "-", "namesrv": cfg.namesrv})
+
+    def _rederive(self) -> int:
+        """Wheel entries for local records taken after the last progress save."""
+        assert self.local is not None and self.wheel is not None
+        count = 0
+        for _, rec in self.local.scan(self.progress.bucketed_through):
+            self.wheel.add([(record_due(rec), rec.store_ts_ms, rec.phy_offset)])
+            origin = parse_origin(rec.properties.get(ORIGIN_OFFSET, ""))
+            if origin is not None:
+                key = source_key(origin[0], origin[1])
+                self.progress.sources[key] = max(self.progress.sources.get(key, 0),
+                                                 origin[2] + 1)
+            count += 1
+        return count
+
+    # -- background ------------------------------------------------------------------
+
+    async def _progress_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.progress_interval_ms / 1000)
+            try:
+                await self.save_progress()
+            except OSError:
+                log.exception("could not save progress; will retry")
+
+    async def save_progress(self) -> None:
+        """Close finished buckets, make wheel files durable, then record how far."""
+        assert self.wheel is not None and self.ingestor is not None
+        self.wheel.close_ready(now_ms())
+        snapshot = Progress(self.ingestor.bucketed_through(), self.wheel.closed_below,
+                            dict(self.progress.sources))
+        self.wheel.flush()
+        paths = self.wheel.take_unsynced()
+        directory = str(self.wheel.dir)
+
+        def persist() -> None:
+            wheel_files.sync_paths(paths, directory)
+            save_progress(self.config.data_path, snapshot)
+        await asyncio.to_thread(persist)
+
+    async def _maintenance_loop(self) -> None:
+        rounds = 0
+        while True:
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            rounds += 1
+            try:
+                assert self.wheel is not None and self.local is not None
+                self.wheel.expire_journals(now_ms())
+                if rounds % RETENTION_EVERY_ROUNDS == 0:
+                    await asyncio.to_thread(self.local.store.run_retention)
+            except Exception:
+                log.exception("maintenance failed; will retry")
+
+    # -- statistics ------------------------------------------------------------------
+
+    def stats_document(self) -> dict[str, Any]:
+        wheel, s = self.wheel, self.stats
+        now = now_ms()
+        doc: dict[str, Any] = {
+            "node_id": self.node_id, "role": "leader" if self.is_leader() else "standby",
+            "leader": self.leader_addr(), "taken": s.taken, "delivered": s.delivered,
+            "duplicates_after_crash": s.duplicates_after_crash, "cancelled": s.cancelled,
+            "delivery_errors": s.delivery_errors, "missing_records": s.missing_records,
+            "recovered_entries": s.recovered_entries, "lateness_ms": s.lateness.to_json(),
+            "pulling_queues": self.ingestor.pulling if self.ingestor else 0,
+        }
+        if wheel is not None:
+            doc.update({"pending": wheel.pending, "due_next_minute": wheel.due_within(now, MINUTE_MS),
+                        "loaded": wheel.loaded, "in_flight": wheel.inflight,
+                        "torn_entries": wheel.torn_entries,
+                        "closed_below_ms": wheel.closed_below * wheel.bucket_ms})
+        return doc
+
+    # -- stop ------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop every part; a failing step is logged and the next ones still run."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("delay scheduler stopping")
+        await _step("stop pulling", self._stop_pulling)
+        await _step("stop delivering", self._stop_delivering)
+        if self.election is not None:
+            await _step("resign leadership", self.election.stop)
+        await _step("stop background tasks", self._cancel_tasks)
+        if self.wheel is not None and self.ingestor is not None:
+            await _step("save progress", self.save_progress)
+        if self._runner is not None:
+            await _step("stop the HTTP API", self._runner.cleanup)
+        if self.local is not None:
+            await _step("close the local log", _sync(self.local.close))
+        await _step("close broker connections", self.pool.close)
+        await _step("close the namesrv client", self.namesrv.close)
+        log.info("delay scheduler stopped")
+
+    async def _stop_pulling(self) -> None:
+        await self._cancel("ingest")
+        if self.ingestor is not None:
+            await self.ingestor.stop()
+
+    async def _stop_delivering(self) -> None:
+        await self._cancel("deliver")
+        if self.deliverer is not None:
+            await self.deliverer.drain(self.config.shutdown_timeout_ms / 1000)
+
+    async def _cancel_tasks(self) -> None:
+        for name in list(self._tasks):
+            await self._cancel(name)
+
+    async def _cancel(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            await stop.wait()
+        finally:
+            await self.stop()
+
+
+async def _step(name: str, step: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await step()
+    except Exception:
+        log.exception("stop step %r failed; going on", name)
+
+
+def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    async def run() -> None:
+        fn()
+    return run

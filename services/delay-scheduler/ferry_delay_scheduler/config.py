@@ -1,0 +1,125 @@
+"""The scheduler's configuration: one frozen value built from FERRY_DELAY_SCHEDULER_* variables.
+
+`SchedulerConfig.from_env()` reads the environment; command-line flags (see
+`__main__`) arrive as `overrides` and win. Every limit the scheduler enforces
+is a field here (the table is in docs/delay.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
+# Fields that may be 0 (an int that is "off" or a port chosen by the OS).
+_MAY_BE_ZERO = frozenset({"http_port"})
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Everything the delay scheduler needs to start; defaults run on one machine."""
+
+    host: str = "127.0.0.1"
+    # The host other instances and clients are told to use (leader record, 503 bodies).
+    advertise_host: str = ""
+    http_port: int = 10922
+    data_dir: str = "./var/delay-scheduler"
+    namesrv: str = "127.0.0.1:9876"
+    etcd: str = "127.0.0.1:2379"  # empty = no election: this instance always leads
+    etcd_prefix: str = "/ferry/"
+    instance_id: str = ""  # empty = host name + a random suffix
+    log_level: str = "INFO"
+    # Leadership: the lease TTL bounds how long a dead leader blocks a standby.
+    leader_ttl_s: int = 10
+    # The timing wheel: one bucket file per `bucket_ms` of due time; buckets due
+    # within `window_ms` are held in memory.
+    bucket_ms: int = 60_000
+    window_ms: int = 60_000
+    # The local log store (its own commit log, consume queue and index).
+    segment_bytes: int = 64 << 20
+    # Longer than the longest delay, so that a pending message's record is never
+    # expired by age (and the disk watermark is off: see docs/delay.md).
+    retention_hours: float = 31 * 24.0
+    journal_retention_hours: float = 72.0
+    flush_interval_ms: int = 200
+    progress_interval_ms: int = 1000
+    # Pulling %SCHEDULE% from the brokers.
+    route_poll_ms: int = 2000
+    pull_max_count: int = 2000
+    pull_max_wait_ms: int = 1000
+    # Delivering due messages.
+    deliver_batch_messages: int = 10_000
+    deliver_batch_bytes: int = 1 << 20
+    deliver_inflight_frames: int = 8
+    deliver_timeout_ms: int = 10_000
+    retry_backoff_ms: int = 1000
+    # A cancel that finds nothing waits this long for the pull loop to catch up.
+    cancel_wait_ms: int = 2000
+    shutdown_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float") and f.name not in _MAY_BE_ZERO and value <= 0:
+                raise ValueError(f"{f.name} must be positive, not {value}")
+        if not 0 <= self.http_port < 65536:
+            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        if self.retention_hours * 3_600_000 <= MAX_DELAY_MS:
+            raise ValueError("retention_hours must exceed the 30-day maximum delay "
+                             "(a pending message's record must outlive its delay)")
+        if self.leader_ttl_s < 2:
+            raise ValueError("leader_ttl_s must be at least 2")
+        if self.etcd_prefix and not self.etcd_prefix.endswith("/"):
+            raise ValueError("etcd_prefix must end with '/'")
+        if self.deliver_batch_bytes > 8 << 20:
+            raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
+
+    @property
+    def http_addr(self) -> str:
+        return f"{self.advertise_host or self.host}:{self.http_port}"
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def node_id(self) -> str:
+        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
+        """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and (raw != "" or f.type == "str"):
+                values[f.name] = _parse(f.name, str(f.type), raw)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                values[key] = value
+        if "log_level" in values:
+            values["log_level"] = str(values["log_level"]).upper()
+        return cls(**values)
+
+
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    var = ENV_PREFIX + name.upper()
+    try:
+        if type_name == "int":
+            return int(raw)
+        if type_name == "float":
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{var} must be a number, not {raw!r}") from None
+    return raw

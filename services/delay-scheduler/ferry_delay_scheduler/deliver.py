@@ -1,0 +1,205 @@
+"""Delivering due messages: DELIVER_DUE to the broker they came from, in large batches.
+
+The loop loads the wheel's window, takes every message due now, reads each
+from the local log, groups them by (broker, real topic, real queue) and sends
+each group as DELIVER_DUE frames of up to `deliver_batch_messages` messages
+and `deliver_batch_bytes`, `deliver_inflight_frames` at a time. Each message
+keeps its id, born time, tags, keys and properties (plus ORIGIN_OFFSET and
+RECONSUME_TIMES, added when it was taken over); its flags lose DELAY.
+
+Before a frame leaves, its messages are journaled SENDING; on the broker's
+answer, DELIVERED. A frame that fails goes to another master of the real
+topic's route (queue -1: the broker picks), and failing that is retried with
+back-off: a message is never dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.namesrv import NamesrvClient
+from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag
+from ferry.errors import CorruptRecordError, FerryError, StoreError
+from ferry.store import StoredMessage
+from ferry.wire import RequestCode, WireMessage, encode_messages
+
+from ferry_delay_scheduler.config import SchedulerConfig
+from ferry_delay_scheduler.ingest import fetch_route
+from ferry_delay_scheduler.local_log import LocalLog, parse_origin
+from ferry_delay_scheduler.stats import Stats
+from ferry_delay_scheduler.wheel import Due, TimingWheel, now_ms
+
+log = logging.getLogger(__name__)
+
+IDLE_SLEEP_S = 0.05  # the longest nap while nothing is due (new arrivals may be due sooner)
+MAX_BACKOFF_MS = 60_000
+_NOT_DELAY = ~int(MessageFlag.DELAY) & 0xFFFF_FFFF
+
+Target = tuple[str, str, int]  # (broker name, real topic, real queue id)
+
+
+class Deliverer:
+    """Hands due messages to brokers; runs on every instance (see docs/delay.md, Failover)."""
+
+    def __init__(self, cfg: SchedulerConfig, wheel: TimingWheel, local: LocalLog,
+                 pool: ConnectionPool, namesrv: NamesrvClient, stats: Stats,
+                 brokers: Callable[[], dict[str, str]]) -> None:
+        self.cfg = cfg
+        self.wheel = wheel
+        self.local = local
+        self.pool = pool
+        self.namesrv = namesrv
+        self.stats = stats
+        self.brokers = brokers
+        self._slots = asyncio.Semaphore(cfg.deliver_inflight_frames)
+        self._sends: set[asyncio.Task[None]] = set()
+        self._failures: dict[int, int] = {}  # phy -> failed attempts, for the back-off
+        self.wake = asyncio.Event()
+
+    async def run(self) -> None:
+        limit = self.cfg.deliver_batch_messages * self.cfg.deliver_inflight_frames
+        while True:
+            now = now_ms()
+            self.wheel.advance(now)
+            due = self.wheel.pop_due(now, limit)
+            if due:
+                await self._dispatch(due, now)
+                await asyncio.sleep(0)
+                continue
+            nxt = self.wheel.next_ready_ms()
+            wait_s = IDLE_SLEEP_S if nxt is None else min(IDLE_SLEEP_S, max(0, nxt - now) / 1000)
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), wait_s)
+            except TimeoutError:
+                pass
+
+    async def _dispatch(self, due: list[Due], now: int) -> None:
+        groups: dict[Target, list[tuple[Due, WireMessage]]] = defaultdict(list)
+        for item in due:
+            rec = self._read(item)
+            if rec is None:
+                continue
+            props = rec.properties
+            origin = parse_origin(props.get(ORIGIN_OFFSET, ""))
+            topic = props.get(REAL_TOPIC, "")
+            try:
+                qid = int(props.get(REAL_QUEUE_ID, "-1"))
+            except ValueError:
+                qid = -1
+            msg = WireMessage(rec.body, rec.msg_id, rec.born_ts_ms, rec.flags & _NOT_DELAY,
+                              rec.tags, rec.keys, rec.properties_raw)
+            groups[(origin[0] if origin else "", topic, qid)].append((item, msg))
+        for target, entries in groups.items():
+            for chunk in self._chunks(entries):
+                await self._slots.acquire()
+                task = asyncio.create_task(self._send(target, chunk))
+                self._sends.add(task)
+                task.add_done_callback(self._sends.discard)
+
+    def _read(self, item: Due) -> StoredMessage | None:
+        try:
+            rec = self.local.read(item.phy_offset)
+        except (StoreError, CorruptRecordError) as exc:
+            rec, why = None, str(exc)
+        else:
+            why = "no record at that offset"
+        if rec is None:
+            # Only a damaged or deleted local log gets here: say so loudly, count it,
+            # and settle the entry so that it does not block its bucket forever.
+            log.error("message at local offset %d cannot be read (%s); it is lost",
+                      item.phy_offset, why)
+            self.stats.missing_records += 1
+            self.wheel.mark_delivered([item], now_ms())
+        return rec
+
+    def _chunks(self, entries: list[tuple[Due, WireMessage]]
+                ) -> list[list[tuple[Due, WireMessage]]]:
+        out: list[list[tuple[Due, WireMessage]]] = []
+        cur: list[tuple[Due, WireMessage]] = []
+        size = 0
+        for entry in entries:
+            msg = entry[1]
+            n = 44 + len(msg.body) + len(msg.properties) + len(msg.tags) + len(msg.keys)
+            if cur and (len(cur) >= self.cfg.deliver_batch_messages
+                        or size + n > self.cfg.deliver_batch_bytes):
+                out.append(cur)
+                cur, size = [], 0
+            cur.append(entry)
+            size += n
+        if cur:
+            out.append(cur)
+        return out
+
+    async def _send(self, target: Target, chunk: list[tuple[Due, WireMessage]]) -> None:
+        items = [item for item, _ in chunk]
+        try:
+            self.wheel.mark_sending(items, now_ms())
+            body = encode_messages([msg for _, msg in chunk])
+            flags = 0
+            for _, msg in chunk:
+                flags |= msg.flags
+            try:
+                await self._deliver(target, body, flags)
+            except (FerryError, OSError) as exc:
+                self._failed(target, items, exc)
+                return
+            acked = now_ms()
+            dups = self.wheel.mark_delivered(items, acked)
+            self.stats.delivered += len(items)
+            self.stats.duplicates_after_crash += dups
+            for item in items:
+                self.stats.lateness.add(acked - item.due_ms)
+                self._failures.pop(item.phy_offset, None)
+        except Exception as exc:  # a bug must not strand these messages in flight
+            log.exception("delivery to %s failed unexpectedly", target)
+            self._failed(target, items, exc)
+        finally:
+            self._slots.release()
+
+    async def _deliver(self, target: Target, body: bytes, flags: int) -> None:
+        broker, topic, qid = target
+        fields = {"topic": topic, "queue_id": qid, "flags": flags or None}
+        addr = self.brokers().get(broker)
+        first_error: Exception | None = None
+        if addr:
+            try:
+                await self.pool.request(addr, RequestCode.DELIVER_DUE, fields, body,
+                                        timeout_ms=self.cfg.deliver_timeout_ms)
+                return
+            except FerryError as exc:
+                if not getattr(exc, "retriable", False):
+                    raise
+                first_error = exc
+        # The broker it came from is gone or refuses: any master of the real topic.
+        route = await fetch_route(self.namesrv, topic)
+        masters = [b.master for b in route.brokers if b.master and b.writable] if route else []
+        for other in masters:
+            if other == addr:
+                continue
+            try:
+                await self.pool.request(other, RequestCode.DELIVER_DUE,
+                                        {**fields, "queue_id": -1}, body,
+                                        timeout_ms=self.cfg.deliver_timeout_ms)
+                return
+            except FerryError as exc:
+                first_error = first_error or exc
+        raise first_error or FerryError(f"no broker to deliver {topic!r} to")
+
+    def _failed(self, target: Target, items: list[Due], exc: BaseException) -> None:
+        self.stats.delivery_errors += 1
+        attempts = max(self._failures.get(item.phy_offset, 0) for item in items) + 1
+        for item in items:
+            self._failures[item.phy_offset] = attempts
+        backoff_ms = min(self.cfg.retry_backoff_ms * 2 ** min(attempts - 1, 16), MAX_BACKOFF_MS)
+        log.warning("delivery of %d messages to %s failed (%s); retrying in %d ms",
+                    len(items), target, exc, backoff_ms)
+        self.wheel.retry(items, now_ms() + backoff_ms)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for the frames in flight (their outcome is journaled) up to `timeout_s`."""
+        if self._sends:
+            await asyncio.wait(set(self._sends), timeout=timeout_s)

@@ -1,0 +1,72 @@
+"""The progress file: how far recovery may trust the wheel's files, and what was taken.
+
+`<data_dir>/progress.json`, replaced atomically (write a temporary file,
+fdatasync, rename, fsync the directory) about once a second:
+
+- `bucketed_through`: local queue offset; every local record below it has its
+  bucket entry durable, so recovery re-derives entries only from here on;
+- `closed_below`: the first wheel bucket not closed;
+- `sources`: per "<broker>/<queue_id>" of %SCHEDULE%, the next broker queue
+  offset to take (taken = durable in the local log). Pulling resumes from the
+  larger of this and the broker's committed offset, so a commit lost in a
+  crash does not take a record twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROGRESS_FILE = "progress.json"
+PROGRESS_VERSION = 1
+
+
+@dataclass
+class Progress:
+    bucketed_through: int = 0
+    closed_below: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"version": PROGRESS_VERSION, "bucketed_through": self.bucketed_through,
+                           "closed_below": self.closed_below, "sources": self.sources},
+                          sort_keys=True).encode()
+
+
+def source_key(broker: str, queue_id: int) -> str:
+    return f"{broker}/{queue_id}"
+
+
+def load_progress(root: Path) -> Progress | None:
+    """The saved progress, or None for a new data directory."""
+    path = root / PROGRESS_FILE
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); restore it or remove the data "
+                         "directory") from None
+    if data.get("version") != PROGRESS_VERSION:
+        raise ValueError(f"{path} has version {data.get('version')}, expected {PROGRESS_VERSION}")
+    return Progress(int(data["bucketed_through"]), int(data["closed_below"]),
+                    {str(k): int(v) for k, v in data.get("sources", {}).items()})
+
+
+def save_progress(root: Path, progress: Progress) -> None:
+    """Replace the progress file atomically and durably."""
+    path = root / PROGRESS_FILE
+    tmp = root / (PROGRESS_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, progress.to_json())
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
