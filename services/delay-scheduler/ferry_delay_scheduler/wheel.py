@@ -72,7 +72,8 @@ class TimingWheel:
         self._outstanding: dict[int, int] = {}  # loaded bucket -> entries not final
         self._inflight: dict[int, int] = {}  # phy -> bucket, handed out and not settled
         self._cancelled: set[int] = set()  # phys in the heap whose cancel is journaled
-        self._suspects: set[int] = set()  # SENDING journaled before a crash: maybe duplicates
+        self._suspects: set[int] = set()
+        self._retry_due: dict[int, int] = {}  # phy -> its due time, while it waits for a retry  # SENDING journaled before a crash: maybe duplicates
         self._on_disk: set[int] = set()  # unloaded buckets with a bucket file
         self._buffered: dict[int, list[bytes]] = defaultdict(list)  # appends not yet written
         self._unsynced: set[str] = set()
@@ -194,12 +195,13 @@ class TimingWheel:
             due, phy, bucket = heapq.heappop(heap)
             if phy in cancelled:
                 cancelled.discard(phy)
+                self._retry_due.pop(phy, None)
                 self._settle(bucket)
                 continue
             if phy in self._inflight:  # a second copy of one entry (a recovery duplicate)
                 continue
             self._inflight[phy] = bucket
-            out.append(Due(due, phy, bucket))
+            out.append(Due(self._retry_due.pop(phy, due), phy, bucket))
         return out
 
     # -- outcomes --------------------------------------------------------------------
@@ -225,6 +227,7 @@ class TimingWheel:
         """Delivery failed: hand these out again at `ready_ms` (their due time is kept)."""
         for item in items:
             if self._inflight.pop(item.phy_offset, None) is not None:
+                self._retry_due[item.phy_offset] = item.due_ms
                 heapq.heappush(self._heap, (max(ready_ms, item.due_ms), item.phy_offset,
                                             item.bucket))
 
