@@ -23,7 +23,7 @@ from ferry.codec import (
     RECONSUME_TIMES,
     MessageFlag,
 )
-from ferry.errors import MalformedRequestError
+from ferry.errors import InvalidDelayError, MalformedRequestError
 from ferry.names import SCHEDULE_TOPIC, dlq_topic, is_internal, retry_topic
 from ferry.store import MessageIn, decode_properties, encode_properties
 from ferry.wire import Frame, response
@@ -44,7 +44,10 @@ async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
     topic = topic_field(f)
     reconsume = int_field(f, "reconsume_times", 0, MAX_RECONSUME_TIMES)
     max_reconsume = int_field(f, "max_reconsume_times", 0, MAX_RECONSUME_TIMES)
-    delay_ms = int_field(f, "delay_ms", 0, ctx.config.max_delay_ms, 0)
+    delay_ms = int_field(f, "delay_ms", 0, 2**62, 0)
+    if delay_ms > ctx.config.max_delay_ms:
+        raise InvalidDelayError(f"a back-off of {delay_ms} ms exceeds this broker's maximum "
+                                f"delay of {ctx.config.max_delay_ms} ms")
     msgs = decode_batch(ctx, conn, topic, 0, req.body)
     if len(msgs) != 1:
         raise MalformedRequestError(f"SEND_BACK carries one message, not {len(msgs)}")
