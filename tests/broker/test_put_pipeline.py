@@ -153,3 +153,27 @@ async def test_deliver_due_keeps_ids_and_carries_attempts(client: WireClient) ->
     with pytest.raises(MalformedRequestError, match="DELAY"):
         await client.call(RequestCode.DELIVER_DUE, {"topic": "pipe-due", "queue_id": 0},
                           encode_messages([delayed]))
+
+
+async def test_garbage_in_the_new_requests_is_refused_and_the_broker_keeps_serving(
+        client: WireClient) -> None:
+    bad_requests: list[tuple[int, dict[str, Any], bytes]] = [
+        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": 1,
+                                 "max_reconsume_times": 3}, b"\x07" * 50),
+        (RequestCode.SEND_BACK, {"group": "bad group", "topic": "orders", "reconsume_times": 1,
+                                 "max_reconsume_times": 3}, encode_messages([message(b"x")])),
+        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": -1,
+                                 "max_reconsume_times": 3}, encode_messages([message(b"x")])),
+        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": 1,
+                                 "max_reconsume_times": 3, "delay_ms": 10**15},
+         encode_messages([message(b"x")])),
+        (RequestCode.DELIVER_DUE, {"topic": "pipe-due", "queue_id": 99999},
+         encode_messages([message(b"x")])),
+        (RequestCode.DELIVER_DUE, {"topic": "pipe-due", "queue_id": 0}, b""),
+        (RequestCode.SEND, {"topic": "pipe-due", "queue_id": 0, "flags": "x"},
+         encode_messages([message(b"x")])),
+    ]
+    for code, fields, body in bad_requests:
+        resp = await client.request(code, fields, body)
+        assert resp.error in (4, 5, 6, 20), (code, fields, resp.message)
+    assert (await client.send("pipe-due", 0, [message(b"still serving")]))["count"] == 1
