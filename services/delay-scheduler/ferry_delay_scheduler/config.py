@@ -17,6 +17,7 @@ from typing import Any
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
 # Fields that may be 0 (an int that is "off" or a port chosen by the OS).
 _MAY_BE_ZERO = frozenset({"http_port"})
@@ -52,7 +53,7 @@ class SchedulerConfig:
     progress_interval_ms: int = 1000
     # Pulling %SCHEDULE% from the brokers.
     route_poll_ms: int = 2000
-    pull_max_count: int = 2000
+    pull_max_count: int = 1024  # the broker's PULL limit (docs/broker.md)
     pull_max_wait_ms: int = 1000
     # Delivering due messages.
     deliver_batch_messages: int = 10_000
@@ -80,6 +81,8 @@ class SchedulerConfig:
             raise ValueError("leader_ttl_s must be at least 2")
         if self.etcd_prefix and not self.etcd_prefix.endswith("/"):
             raise ValueError("etcd_prefix must end with '/'")
+        if self.pull_max_count > MAX_PULL_COUNT:
+            raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.deliver_batch_bytes > 8 << 20:
             raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
 

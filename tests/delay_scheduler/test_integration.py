@@ -1,0 +1,172 @@
+"""The delay scheduler on a real mesh: etcd, namesrv, broker and scheduler processes.
+
+What a user relies on: a delayed message arrives no earlier than due and
+soon after; a cancelled one never arrives; kill -9 of the scheduler and a
+broker restart lose nothing; two schedulers never both deliver a message.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from ferry.codec import DELIVER_AT_MS
+
+from tests.client.conftest import Mesh, unique
+from tests.delay_scheduler.conftest import (
+    Collector,
+    DelaySender,
+    start_scheduler,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+# The issue's bound on lateness for single delays (ms): arrival within this after due.
+ON_TIME_MS = 500
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_not_early(collector: Collector) -> None:
+    for _, rec in collector.got:
+        due = int(rec.properties[DELIVER_AT_MS])
+        assert rec.store_ts_ms >= due, f"stored {due - rec.store_ts_ms} ms early"
+
+
+async def _delays_arrive_on_time(mesh: Mesh, delays_ms: list[int]) -> None:
+    sched = start_scheduler(mesh, unique("sched"))
+    topic = unique("delayed")
+    collector = Collector(mesh.namesrv, topic)
+    await collector.start()
+    sender = DelaySender(mesh.namesrv)
+    try:
+        wait_for(lambda: sched.stats()["role"] == "leader", what="leadership")
+        now = _now_ms()
+        ids = await sender.send(topic, [(f"d{d}".encode(), now + d) for d in delays_ms])
+        await collector.wait_count(len(ids), max(delays_ms) / 1000 + 15)
+        _check_not_early(collector)
+        for received_ms, rec in collector.got:
+            due = int(rec.properties[DELIVER_AT_MS])
+            assert received_ms >= due
+            assert received_ms - due <= ON_TIME_MS, f"{received_ms - due} ms late"
+        assert sorted(r.msg_id for _, r in collector.got) == sorted(ids)
+    finally:
+        await sender.close()
+        await collector.stop()
+        sched.proc.stop()
+
+
+async def test_short_delays_arrive_when_due(delay_mesh: Mesh) -> None:
+    await _delays_arrive_on_time(delay_mesh, [200, 3000])
+
+
+@pytest.mark.slow
+async def test_a_70_second_delay_arrives_when_due(delay_mesh: Mesh) -> None:
+    await _delays_arrive_on_time(delay_mesh, [70_000])
+
+
+async def test_cancel_before_and_after_delivery(delay_mesh: Mesh) -> None:
+    sched = start_scheduler(delay_mesh, unique("sched"))
+    topic = unique("cancel")
+    collector = Collector(delay_mesh.namesrv, topic)
+    await collector.start()
+    sender = DelaySender(delay_mesh.namesrv)
+    try:
+        wait_for(lambda: sched.stats()["role"] == "leader", what="leadership")
+        now = _now_ms()
+        keep, drop = await sender.send(topic, [(b"keep", now + 500), (b"drop", now + 1500)])
+        status, body = sched.post(f"/v1/delayed/{drop.hex()}/cancel")  # right after the send
+        assert (status, body["cancelled"]) == (200, True)
+        await collector.wait_count(1, 15)
+        time.sleep(2.0)  # past the cancelled one's due time
+        assert [r.body for _, r in collector.got] == [b"keep"]
+        status, body = sched.post(f"/v1/delayed/{keep.hex()}/cancel")
+        assert status == 409
+        assert (body["error"]["code"], body["error"]["type"]) == (21, "AlreadyDeliveredError")
+        assert sched.stats()["cancelled"] == 1
+    finally:
+        await sender.close()
+        await collector.stop()
+        sched.proc.stop()
+
+
+async def test_kill9_with_10000_pending_loses_none_and_none_is_early(delay_mesh: Mesh) -> None:
+    name = unique("sched")
+    sched = start_scheduler(delay_mesh, name)
+    topic = unique("crash")
+    collector = Collector(delay_mesh.namesrv, topic)
+    await collector.start()
+    sender = DelaySender(delay_mesh.namesrv)
+    n = 10_000
+    try:
+        wait_for(lambda: sched.stats()["role"] == "leader", what="leadership")
+        now = _now_ms()
+        # Due over 4..9 s from now: some are delivered before the kill, most are pending.
+        ids = await sender.send(topic, [(b"m%d" % i, now + 4000 + i % 5000) for i in range(n)])
+        wait_for(lambda: sched.stats()["taken"] >= n // 2, what="half taken over")
+        sched.proc.kill9()
+        sched = start_scheduler(delay_mesh, name, http_port=sched.http_port)
+        await collector.wait_count(n, 60)
+        assert {r.msg_id for _, r in collector.got} == set(ids)
+        _check_not_early(collector)
+        dups = len(collector.got) - n
+        assert dups <= sched.stats()["duplicates_after_crash"] + n  # allowed; counted in stats
+    finally:
+        await sender.close()
+        await collector.stop()
+        sched.proc.stop()
+
+
+async def test_broker_restart_with_pending_delays_loses_none(fresh_delay_mesh: Mesh) -> None:
+    mesh = fresh_delay_mesh
+    name = unique("sched")
+    sched = start_scheduler(mesh, name)
+    topic = unique("brestart")
+    collector = Collector(mesh.namesrv, topic)
+    await collector.start()
+    sender = DelaySender(mesh.namesrv)
+    try:
+        wait_for(lambda: sched.stats()["role"] == "leader", what="leadership")
+        now = _now_ms()
+        taken = await sender.send(topic, [(b"a%d" % i, now + 6000) for i in range(100)])
+        wait_for(lambda: sched.stats()["taken"] >= 100, what="taken over")
+        sched.proc.stop()  # these next ones wait in the broker's %SCHEDULE%
+        waiting = await sender.send(topic, [(b"b%d" % i, _now_ms() + 3000) for i in range(100)])
+        mesh.brokers["broker-a"].proc.stop()
+        mesh.start_broker("broker-a")
+        sched = start_scheduler(mesh, name, http_port=sched.http_port)
+        await collector.wait_count(200, 60)
+        assert {r.msg_id for _, r in collector.got} == set(taken) | set(waiting)
+        _check_not_early(collector)
+    finally:
+        await sender.close()
+        await collector.stop()
+        sched.proc.stop()
+
+
+async def test_two_schedulers_deliver_each_message_once(delay_mesh: Mesh) -> None:
+    first = start_scheduler(delay_mesh, unique("sched"))
+    second = start_scheduler(delay_mesh, unique("sched"))
+    topic = unique("pair")
+    collector = Collector(delay_mesh.namesrv, topic)
+    await collector.start()
+    sender = DelaySender(delay_mesh.namesrv)
+    try:
+        wait_for(lambda: {first.stats()["role"], second.stats()["role"]}
+                 == {"leader", "standby"}, what="one leader, one standby")
+        now = _now_ms()
+        ids = await sender.send(topic, [(b"p%d" % i, now + 500 + i) for i in range(500)])
+        await collector.wait_count(len(ids), 30)
+        time.sleep(1.0)  # room for a duplicate to show up
+        got = [r.msg_id for _, r in collector.got]
+        assert sorted(got) == sorted(ids)  # each exactly once
+        standby = first if first.stats()["role"] == "standby" else second
+        status, body = standby.post(f"/v1/delayed/{'ab' * 16}/cancel")
+        assert status == 503 and body["error"]["leader"]
+    finally:
+        await sender.close()
+        await collector.stop()
+        first.proc.stop()
+        second.proc.stop()
