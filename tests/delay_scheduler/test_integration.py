@@ -111,8 +111,9 @@ async def test_kill9_with_10000_pending_loses_none_and_none_is_early(delay_mesh:
         await collector.wait_count(n, 60)
         assert {r.msg_id for _, r in collector.got} == set(ids)
         _check_not_early(collector)
+        # A duplicate after the crash is allowed, but never an uncounted one.
         dups = len(collector.got) - n
-        assert dups <= sched.stats()["duplicates_after_crash"] + n  # allowed; counted in stats
+        assert dups <= sched.stats()["duplicates_after_crash"]
     finally:
         await sender.close()
         await collector.stop()

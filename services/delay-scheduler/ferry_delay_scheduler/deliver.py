@@ -60,7 +60,8 @@ class Deliverer:
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
-        limit = self.cfg.deliver_batch_messages * self.cfg.deliver_inflight_frames
+        # One frame's worth per turn: the first frame leaves before the rest is read.
+        limit = self.cfg.deliver_batch_messages
         while True:
             now = now_ms()
             self.wheel.advance(now)

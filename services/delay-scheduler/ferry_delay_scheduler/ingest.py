@@ -137,7 +137,7 @@ class Ingestor:
         fields = {"group": GROUP, "topic": SCHEDULE_TOPIC, "queue_id": qid,
                   "max_count": self.cfg.pull_max_count, "max_wait_ms": self.cfg.pull_max_wait_ms,
                   "tags": None, "sql": None}
-        while True:
+        while self.is_leader():  # a deposed leader stops at once, not at the next reconcile
             try:
                 if offset is None:
                     offset = await self._start_offset(broker, addr, qid)
