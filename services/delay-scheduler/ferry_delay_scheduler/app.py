@@ -163,12 +163,12 @@ class SchedulerApp:
         self.wheel.close_ready(now_ms())
         snapshot = Progress(self.ingestor.bucketed_through(), self.wheel.closed_below,
                             dict(self.progress.sources))
-        self.wheel.flush()
-        paths = self.wheel.take_unsynced()
-        directory = str(self.wheel.dir)
+        wheel = self.wheel
+        wheel.stage_writes()
+        journals = wheel.take_unsynced()
 
         def persist() -> None:
-            wheel_files.sync_paths(paths, directory)
+            wheel_files.sync_paths(journals + wheel.write_staged(), str(wheel.dir))
             save_progress(self.config.data_path, snapshot)
         await asyncio.to_thread(persist)
 

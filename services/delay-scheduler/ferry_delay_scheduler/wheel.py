@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -76,6 +77,10 @@ class TimingWheel:
         self._retry_due: dict[int, int] = {}  # phy -> its due time, while it waits for a retry  # SENDING journaled before a crash: maybe duplicates
         self._on_disk: set[int] = set()  # unloaded buckets with a bucket file
         self._buffered: dict[int, list[bytes]] = defaultdict(list)  # appends not yet written
+        # Appends handed to a writer thread (`write_staged`); the lock also covers each
+        # file write, so that `_load` never reads a bucket file half written.
+        self._staged: dict[int, list[bytes]] = {}
+        self._write_lock = threading.Lock()
         self._unsynced: set[str] = set()
 
     # -- opening ---------------------------------------------------------------------
@@ -120,10 +125,32 @@ class TimingWheel:
         self.pending += len(entries)
 
     def flush(self) -> None:
-        """Write buffered bucket entries (one append per bucket); no fsync (see `sync`)."""
+        """Write buffered bucket entries now (one append per bucket); no fsync (see `sync`)."""
+        self.stage_writes()
+        self._unsynced.update(self.write_staged())
+
+    def stage_writes(self) -> None:
+        """Hand the buffered entries to `write_staged` (which may run in another thread)."""
         buffered, self._buffered = self._buffered, defaultdict(list)
-        for bucket, parts in buffered.items():
-            self._append(bucket, wf.BUCKET_SUFFIX, wf.KIND_BUCKET, b"".join(parts))
+        with self._write_lock:
+            for bucket, parts in buffered.items():
+                self._staged.setdefault(bucket, []).extend(parts)
+
+    def write_staged(self) -> list[str]:
+        """Append every staged entry to its bucket file; the paths written (thread-safe).
+
+        Entries of a month of buckets touch thousands of files per second: the
+        app runs this off the event loop so that deliveries never wait on it.
+        """
+        paths = []
+        while True:
+            with self._write_lock:
+                if not self._staged:
+                    return paths
+                bucket, parts = self._staged.popitem()
+                path = str(self._path(bucket, wf.BUCKET_SUFFIX))
+                wf.append(path, wf.KIND_BUCKET, bucket * self.bucket_ms, b"".join(parts))
+            paths.append(path)
 
     def take_unsynced(self) -> list[str]:
         """Files written since the last call: what `wheel_files.sync_paths` must make durable."""
@@ -159,9 +186,10 @@ class TimingWheel:
         if bucket not in self._on_disk:
             return 0
         self._on_disk.discard(bucket)
-        parts = self._buffered.pop(bucket, None)
-        if parts:
-            self._append(bucket, wf.BUCKET_SUFFIX, wf.KIND_BUCKET, b"".join(parts))
+        with self._write_lock:  # what waits to be written goes first
+            parts = self._staged.pop(bucket, []) + self._buffered.pop(bucket, [])
+            if parts:
+                self._append(bucket, wf.BUCKET_SUFFIX, wf.KIND_BUCKET, b"".join(parts))
         read = wf.read_entries(str(self._path(bucket, wf.BUCKET_SUFFIX)), wf.KIND_BUCKET)
         journal = wf.read_entries(str(self._path(bucket, wf.JOURNAL_SUFFIX)), wf.KIND_JOURNAL)
         self.torn_entries += read.bad_entries + journal.bad_entries
@@ -274,8 +302,9 @@ class TimingWheel:
                and now >= (self.closed_below + 1) * self.bucket_ms + CLOSE_GRACE_MS):
             bucket = self.closed_below
             self._outstanding.pop(bucket, None)
-            if not self._buffered.get(bucket):
-                self._buffered.pop(bucket, None)
+            with self._write_lock:
+                unwritten = bool(self._buffered.get(bucket) or self._staged.get(bucket))
+            if not unwritten:  # else the file stays; the next open removes it
                 path = self._path(bucket, wf.BUCKET_SUFFIX)
                 if path.exists():
                     path.unlink()
