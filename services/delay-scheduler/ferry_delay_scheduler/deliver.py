@@ -35,6 +35,13 @@ from ferry_delay_scheduler.wheel import Due, TimingWheel, now_ms
 log = logging.getLogger(__name__)
 
 IDLE_SLEEP_S = 0.05  # the longest nap while nothing is due (new arrivals may be due sooner)
+# While nothing is due, messages due within PREPARE_AHEAD_MS are read from the local log and
+# built into SEND entries in advance (at most PREPARE_PER_TURN per turn, MAX_PREPARED held),
+# so that a burst due in one second costs only the sends when it comes: reading and decoding
+# is ~7 us a message, 0.7 s for 100,000 (measured on the 2-core dev machine).
+PREPARE_AHEAD_MS = 2000
+PREPARE_PER_TURN = 5000
+MAX_PREPARED = 200_000
 MAX_BACKOFF_MS = 60_000
 _NOT_DELAY = ~int(MessageFlag.DELAY) & 0xFFFF_FFFF
 
@@ -57,6 +64,7 @@ class Deliverer:
         self._slots = asyncio.Semaphore(cfg.deliver_inflight_frames)
         self._sends: set[asyncio.Task[None]] = set()
         self._failures: dict[int, int] = {}  # phy -> failed attempts, for the back-off
+        self._prepared: dict[int, tuple[Target, WireMessage]] = {}  # phy -> built in advance
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
@@ -70,6 +78,7 @@ class Deliverer:
                 await self._dispatch(due, now)
                 await asyncio.sleep(0)
                 continue
+            self._prepare_ahead(now)
             nxt = self.wheel.next_ready_ms()
             wait_s = IDLE_SLEEP_S if nxt is None else min(IDLE_SLEEP_S, max(0, nxt - now) / 1000)
             self.wake.clear()
@@ -78,22 +87,31 @@ class Deliverer:
             except TimeoutError:
                 pass
 
+    def _prepare_ahead(self, now: int) -> None:
+        if len(self._prepared) >= MAX_PREPARED:
+            self._prepared.clear()  # a cache: entries of cancelled messages would stay forever
+        done = 0
+        for _, phy in self.wheel.upcoming(now + PREPARE_AHEAD_MS):
+            if phy in self._prepared:
+                continue
+            rec = self.local.read(phy)
+            if rec is not None:  # a record that cannot be read is handled when due
+                self._prepared[phy] = _build(rec)
+            done += 1
+            if done >= PREPARE_PER_TURN:
+                return
+
     async def _dispatch(self, due: list[Due], now: int) -> None:
         groups: dict[Target, list[tuple[Due, WireMessage]]] = defaultdict(list)
+        prepared = self._prepared
         for item in due:
-            rec = self._read(item)
-            if rec is None:
-                continue
-            props = rec.properties
-            origin = parse_origin(props.get(ORIGIN_OFFSET, ""))
-            topic = props.get(REAL_TOPIC, "")
-            try:
-                qid = int(props.get(REAL_QUEUE_ID, "-1"))
-            except ValueError:
-                qid = -1
-            msg = WireMessage(rec.body, rec.msg_id, rec.born_ts_ms, rec.flags & _NOT_DELAY,
-                              rec.tags, rec.keys, rec.properties_raw)
-            groups[(origin[0] if origin else "", topic, qid)].append((item, msg))
+            built = prepared.pop(item.phy_offset, None)
+            if built is None:
+                rec = self._read(item)
+                if rec is None:
+                    continue
+                built = _build(rec)
+            groups[built[0]].append((item, built[1]))
         for target, entries in groups.items():
             for chunk in self._chunks(entries):
                 await self._slots.acquire()
@@ -204,3 +222,16 @@ class Deliverer:
         """Wait for the frames in flight (their outcome is journaled) up to `timeout_s`."""
         if self._sends:
             await asyncio.wait(set(self._sends), timeout=timeout_s)
+
+
+def _build(rec: StoredMessage) -> tuple[Target, WireMessage]:
+    """Where a local record goes and the SEND entry that takes it there."""
+    props = rec.properties
+    origin = parse_origin(props.get(ORIGIN_OFFSET, ""))
+    try:
+        qid = int(props.get(REAL_QUEUE_ID, "-1"))
+    except ValueError:
+        qid = -1
+    msg = WireMessage(rec.body, rec.msg_id, rec.born_ts_ms, rec.flags & _NOT_DELAY, rec.tags,
+                      rec.keys, rec.properties_raw)
+    return (origin[0] if origin else "", props.get(REAL_TOPIC, ""), qid), msg

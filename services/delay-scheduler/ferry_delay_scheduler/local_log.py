@@ -108,8 +108,8 @@ class LocalLog:
         await asyncio.wrap_future(self.store.wait_durable(end_offset))
 
     def read(self, phy: int) -> StoredMessage | None:
-        raw = self.store.read_raw(phy)
-        return None if raw is None else decode_record(raw)
+        """The decoded (CRC-checked) local record at `phy`, or None when none valid is there."""
+        return self.store.get_message(phy)
 
     def find(self, msg_id: bytes) -> list[StoredMessage]:
         """The local copies of a message id, newest first (a retried message has several)."""

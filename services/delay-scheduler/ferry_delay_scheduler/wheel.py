@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -214,6 +215,16 @@ class TimingWheel:
     def next_ready_ms(self) -> int | None:
         """When the earliest loaded message is due (None: nothing loaded)."""
         return self._heap[0][0] if self._heap else None
+
+    def upcoming(self, until_ms: int) -> Iterator[tuple[int, int]]:
+        """(due_ms, phy) of loaded messages due by `until_ms`, in no order (for prefetching).
+
+        Walks the heap's list: call it and finish with it within one turn of the loop.
+        """
+        cancelled = self._cancelled
+        for due, phy, _ in self._heap:
+            if due <= until_ms and phy not in cancelled:
+                yield due, phy
 
     def pop_due(self, now: int, limit: int) -> list[Due]:
         """Up to `limit` loaded messages due at or before `now`, earliest first."""
