@@ -17,6 +17,7 @@ from typing import Any
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
 MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
 # Fields that may be 0 (an int that is "off" or a port chosen by the OS).
@@ -83,6 +84,9 @@ class SchedulerConfig:
             raise ValueError("etcd_prefix must end with '/'")
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
+        if self.deliver_batch_messages > MAX_DELIVER_BATCH_MESSAGES:
+            raise ValueError(f"deliver_batch_messages cannot exceed the broker's "
+                             f"{MAX_DELIVER_BATCH_MESSAGES}")
         if self.deliver_batch_bytes > 8 << 20:
             raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
 
