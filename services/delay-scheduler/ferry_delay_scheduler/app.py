@@ -59,9 +59,7 @@ class SchedulerApp:
         self.stats = Stats()
         self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms)
         self.namesrv = NamesrvClient(config.namesrv)
-        self.election = (LeaderElection(config.etcd, config.etcd_prefix, self.node_id,
-                                        config.http_addr, config.leader_ttl_s)
-                         if config.etcd else None)
+        self.election: LeaderElection | None = None  # made once the HTTP port is bound
         self.local: LocalLog | None = None
         self.wheel: TimingWheel | None = None
         self.progress = Progress()
@@ -76,11 +74,13 @@ class SchedulerApp:
     # -- roles -----------------------------------------------------------------------
 
     def is_leader(self) -> bool:
-        return self.election is None or self.election.is_leader
+        if not self.config.etcd:
+            return True  # no etcd: a single instance, always leading
+        return self.election is not None and self.election.is_leader
 
     def leader_addr(self) -> str:
         if self.election is None:
-            return self.config.http_addr
+            return f"{self.config.advertise_host or self.config.host}:{self.port}"
         return self.election.leader_addr
 
     @property
@@ -120,6 +120,10 @@ class SchedulerApp:
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
+        if cfg.etcd:
+            http_addr = f"{cfg.advertise_host or cfg.host}:{self.port}"
+            self.election = LeaderElection(cfg.etcd, cfg.etcd_prefix, self.node_id, http_addr,
+                                           cfg.leader_ttl_s)
         loop = asyncio.get_running_loop()
         if self.election is not None:
             self._tasks["election"] = loop.create_task(self.election.run())

@@ -92,5 +92,6 @@ class Canceller:
             when = f" at {_iso(outcome.time_ms)}" if outcome.time_ms else ""
             raise AlreadyDeliveredError(f"message {msg_id_hex} was already delivered{when} "
                                         f"(due at {_iso(due)})")
-        self.stats.cancelled += 1
+        if outcome.changed:
+            self.stats.cancelled += 1
         return {"msg_id": msg_id_hex.upper(), "cancelled": True, "due_ms": due}

@@ -89,16 +89,16 @@ class Ingestor:
     async def reconcile(self) -> None:
         """Match the pull tasks to the current route and leadership."""
         want: set[tuple[str, str, int]] = set()
-        if self.is_leader():
-            try:
-                route = await fetch_route(self.namesrv, SCHEDULE_TOPIC)
-            except FerryError as exc:
-                log.warning("cannot read the %%SCHEDULE%% route: %s", exc)
-                return
-            if route is not None:
-                self.brokers = {b.name: b.master for b in route.brokers if b.master}
-                want = {(b.name, b.master, q) for b in route.brokers if b.master and b.readable
-                        for q in range(b.queues)}
+        try:  # every instance needs the broker map: it delivers to the brokers by name
+            route = await fetch_route(self.namesrv, SCHEDULE_TOPIC)
+        except FerryError as exc:
+            log.warning("cannot read the %%SCHEDULE%% route: %s", exc)
+            return
+        if route is not None:
+            self.brokers = {b.name: b.master for b in route.brokers if b.master}
+            if self.is_leader():
+                want = {(b.name, b.master, q) for b in route.brokers
+                        if b.master and b.readable for q in range(b.queues)}
         for key in list(self._tasks):
             if key not in want or self._tasks[key].done():
                 await self._cancel(key)

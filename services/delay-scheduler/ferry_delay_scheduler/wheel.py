@@ -55,6 +55,7 @@ class CancelOutcome(NamedTuple):
 
     state: EntryState
     time_ms: int
+    changed: bool = False  # this call cancelled it (a repeated cancel finds it cancelled)
 
 
 class TimingWheel:
@@ -70,6 +71,7 @@ class TimingWheel:
         self.loaded_through = 0  # buckets below this are loaded (or closed)
         self.pending = 0  # messages neither delivered nor cancelled (approximate after a crash)
         self.torn_entries = 0  # entries dropped on load because their CRC failed
+        self.version = 0  # moves whenever entries join the heap (lets a prefetcher skip rescans)
         self._heap: list[tuple[int, int, int]] = []  # (ready_ms, phy, bucket)
         self._outstanding: dict[int, int] = {}  # loaded bucket -> entries not final
         self._inflight: dict[int, int] = {}  # phy -> bucket, handed out and not settled
@@ -119,6 +121,7 @@ class TimingWheel:
             bucket = self.bucket_of(due, stored)
             self._buffered[bucket].append(wf.encode_entry(due, phy, 0))
             if bucket < self.loaded_through:
+                self.version += 1
                 heapq.heappush(self._heap, (due, phy, bucket))
                 self._outstanding[bucket] = self._outstanding.get(bucket, 0) + 1
             else:
@@ -207,6 +210,7 @@ class TimingWheel:
                 self._suspects.add(phy)
             count += 1
         self._outstanding[bucket] += count
+        self.version += 1
         if read.bad_entries:
             log.warning("bucket %d: %d entries failed their CRC and were skipped", bucket,
                         read.bad_entries)
@@ -267,6 +271,7 @@ class TimingWheel:
         for item in items:
             if self._inflight.pop(item.phy_offset, None) is not None:
                 self._retry_due[item.phy_offset] = item.due_ms
+                self.version += 1
                 heapq.heappush(self._heap, (max(ready_ms, item.due_ms), item.phy_offset,
                                             item.bucket))
 
@@ -289,7 +294,8 @@ class TimingWheel:
         if bucket < self.loaded_through:
             self._cancelled.add(phy)  # dropped from the heap when it comes up
         self.pending -= 1
-        return CancelOutcome(EntryState.CANCELLED, at_ms)
+        self.version += 1
+        return CancelOutcome(EntryState.CANCELLED, at_ms, changed=True)
 
     def _settled_state(self, bucket: int, phy: int) -> CancelOutcome | None:
         if phy in self._cancelled:
