@@ -91,10 +91,6 @@ class SchedulerConfig:
             raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
 
     @property
-    def http_addr(self) -> str:
-        return f"{self.advertise_host or self.host}:{self.http_port}"
-
-    @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
 
