@@ -92,7 +92,7 @@ def _log_error(request: web.Request, status: int, err: FerryError, started: floa
 
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
-              canceller: Canceller, version: str) -> web.Application:
+              role: Callable[[], str], canceller: Canceller, version: str) -> web.Application:
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -101,7 +101,7 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     async def readyz(_: web.Request) -> web.Response:
         if not is_ready():
             raise BusyError("not ready: recovering or stopping")
-        return json_response({"status": "ready", "role": stats()["role"]})
+        return json_response({"status": "ready", "role": role()})
 
     async def get_stats(_: web.Request) -> web.Response:
         return json_response(stats())

@@ -78,6 +78,9 @@ class SchedulerApp:
             return True  # no etcd: a single instance, always leading
         return self.election is not None and self.election.is_leader
 
+    def role(self) -> str:
+        return "leader" if self.is_leader() else "standby"
+
     def leader_addr(self) -> str:
         if self.election is None:
             return f"{self.config.advertise_host or self.config.host}:{self.port}"
@@ -112,7 +115,8 @@ class SchedulerApp:
                                    else {})
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
-        app = build_app(self.stats_document, lambda: self.ready, canceller, _version())
+        app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
+                        _version())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
@@ -195,7 +199,7 @@ class SchedulerApp:
         wheel, s = self.wheel, self.stats
         now = now_ms()
         doc: dict[str, Any] = {
-            "node_id": self.node_id, "role": "leader" if self.is_leader() else "standby",
+            "node_id": self.node_id, "role": self.role(),
             "leader": self.leader_addr(), "taken": s.taken, "delivered": s.delivered,
             "duplicates_after_crash": s.duplicates_after_crash, "cancelled": s.cancelled,
             "delivery_errors": s.delivery_errors, "missing_records": s.missing_records,

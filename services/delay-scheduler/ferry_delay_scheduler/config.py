@@ -18,6 +18,7 @@ from typing import Any
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
+MIN_SEGMENT_BYTES = 8 << 20  # the local log's segments must hold one largest record
 MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
 # Fields that may be 0 (an int that is "off" or a port chosen by the OS).
@@ -82,6 +83,9 @@ class SchedulerConfig:
             raise ValueError("leader_ttl_s must be at least 2")
         if self.etcd_prefix and not self.etcd_prefix.endswith("/"):
             raise ValueError("etcd_prefix must end with '/'")
+        if self.segment_bytes < MIN_SEGMENT_BYTES:
+            raise ValueError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES} "
+                             "(a segment holds at least one 4 MiB message)")
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.deliver_batch_messages > MAX_DELIVER_BATCH_MESSAGES:
