@@ -32,6 +32,8 @@ class Message:
 
     `key` is the one key used for ordering (hashing to a queue); `keys` are
     extra index keys. Both are stored space-separated in the record's keys.
+    `delay_ms` / `deliver_at_ms` (epoch ms) and `ttl_ms` are as for
+    `Producer.send`.
     """
 
     body: bytes
@@ -39,6 +41,9 @@ class Message:
     keys: tuple[str, ...] = ()
     tags: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    delay_ms: int | None = None
+    deliver_at_ms: int | None = None
+    ttl_ms: int | None = None
 
     def all_keys(self) -> str:
         """The record's keys field: `key` first, then `keys`, space-separated."""
