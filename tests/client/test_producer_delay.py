@@ -13,7 +13,6 @@ import pytest
 from aiohttp import web
 from ferry.client import Message
 from ferry.client.encoding import DEFAULT_MAX_DELAY_MS, timing
-from ferry.client.producer import Producer
 from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
 from ferry.errors import (
     AlreadyDeliveredError,
