@@ -14,6 +14,16 @@ queue is committed and its fetcher stopped; a gained one starts from the
 group's committed offset, else from `auto_offset_reset` (when not given: the
 group's `consume_from` in its namesrv config, else latest). Broadcasting: every
 queue, positions kept locally (`offset_store_path` to keep them across runs).
+
+Retries (clustering): the consumer also subscribes to its group's retry topic
+`%RETRY%<group>` (whose route appears once a broker stored a retry; until then
+it is looked for again on each rebalance, quietly). Its records are shown with
+the topic they were first consumed from (`record.topic`; `record.stored_topic`
+is the retry topic) and count their redeliveries in `reconsume_times`.
+`nack(record)` sends a record back (see `retry`); `run(handler)` is the push
+style (see `runner`). No position is committed past a record whose nack is
+not yet stored or whose `run` handler has not finished. Broadcasting groups do
+not retry: `nack` logs the failure and drops it (RocketMQ's behaviour).
 """
 from __future__ import annotations
 
@@ -23,7 +33,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ferry.client.connection import ConnectionPool
@@ -39,8 +49,10 @@ from ferry.client.offsets import (
 )
 from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment
+from ferry.client.retry import Nacker, PendingOffsets, SendBack
+from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, Runner
 from ferry.errors import FerryError, GroupNotFoundError
-from ferry.names import validate_group, validate_topic
+from ferry.names import is_retry_topic, retry_topic, validate_group, validate_topic
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
@@ -68,7 +80,9 @@ class Consumer:
                  request_timeout_ms: int = 30_000, heartbeat_interval_ms: int = 5_000,
                  rebalance_interval_ms: int = 5_000, tags: str | Iterable[str] | None = None,
                  offset_store_path: str | os.PathLike[str] | None = None,
-                 client_id: str | None = None, route_refresh_interval_ms: int = 30_000) -> None:
+                 client_id: str | None = None, route_refresh_interval_ms: int = 30_000,
+                 max_reconsume_times: int | None = None,
+                 retry_backoff_ms: Sequence[int] | None = None) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
         if mode not in MODES or (auto_offset_reset is not None
@@ -79,8 +93,13 @@ class Consumer:
         self.topics = [validate_topic(t, allow_internal=True) for t in topics]
         self.group = validate_group(group)
         self.mode = mode
-        # None: the group's consume_from decides, read at start (see _resolve_reset)
+        # What is pulled: the topics, and in clustering mode the group's retry topic.
+        self._subscribed = list(self.topics)
+        if mode == "clustering" and retry_topic(self.group) not in self._subscribed:
+            self._subscribed.append(retry_topic(self.group))
+        # None: the group's consume_from decides, read at start (see _load_group_config)
         self.auto_offset_reset = auto_offset_reset
+        self._reset_given = auto_offset_reset is not None
         self._reset_ts_ms = 0
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
@@ -99,7 +118,7 @@ class Consumer:
             request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
             tags=_normalize_tags(tags))
         self._members = GroupMembership(self._pool, self._routes, client_id=self.client_id,
-                                        group=self.group, topics=self.topics, mode=mode)
+                                        group=self.group, topics=self._subscribed, mode=mode)
         self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
                                       if mode == "clustering" else LocalOffsetStore(offset_store_path))
         self._fetchers: dict[TopicQueue, QueueFetcher] = {}
@@ -110,14 +129,24 @@ class Consumer:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_queue = 0
         self._routes_seen: dict[str, TopicRoute] = {}
+        self._pending = PendingOffsets()
+        self._nacker = Nacker(SendBack(self._pool, self._routes, self.group,
+                                       self._routes_seen.values),
+                              self._pending, max_reconsume_times=max_reconsume_times,
+                              retry_backoff_ms=retry_backoff_ms)
+        self._runners: set[Runner] = set()
         self._started = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         await self._namesrv.start()
-        if self.auto_offset_reset is None:
+        if self.auto_offset_reset is None or self.mode == "clustering":
             try:
-                await self._resolve_reset()
+                await self._load_group_config()
             except FerryError as exc:   # namesrv unreachable: asked again before a queue starts
                 log.warning("cannot read group %s's config yet: %s", self.group, exc)
         self._started = True
@@ -127,17 +156,23 @@ class Consumer:
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit(), name="ferry-autocommit"))
 
-    async def _resolve_reset(self) -> None:
-        """Start new queues where the group's namesrv config says (`consume_from`).
+    async def _load_group_config(self) -> None:
+        """Read the group's namesrv config: its retry policy, and where new queues start.
 
-        A group with no config starts at the latest offset, like the default of
-        `auto_offset_reset`; "timestamp" starts at `consume_timestamp_ms`.
+        New queues start where `consume_from` says unless `auto_offset_reset`
+        was given. A group with no config starts at the latest offset, like the
+        default of `auto_offset_reset`; "timestamp" starts at
+        `consume_timestamp_ms`. The retry policy's defaults are the group
+        config's; the consumer's retry options win over both.
         """
         try:
             config = await self._namesrv.call("GET", f"/v1/groups/{self.group}")
         except GroupNotFoundError:
             config = None
+        self._nacker.configure(config if isinstance(config, dict) else None)
         config = config if isinstance(config, dict) else {}
+        if self._reset_given:
+            return
         start = config.get("consume_from", "latest")
         self.auto_offset_reset = start if start in (*RESETS, "timestamp") else "latest"
         self._reset_ts_ms = int(config.get("consume_timestamp_ms") or 0)
@@ -154,6 +189,9 @@ class Consumer:
             return
         self._started = False
         self._wakeup.set()   # a getmany() waiting in another task returns now
+        for runner in list(self._runners):
+            await runner.wind_down()
+        await self._nacker.close(RUN_STOP_GRACE_MS)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -239,6 +277,51 @@ class Consumer:
         for tq, fetcher in self._fetchers.items():
             self._consumed[tq] = fetcher.delivered
 
+    # -- outcomes ---------------------------------------------------------------------------
+    async def nack(self, record: ConsumerRecord, delay_ms: int | None = None) -> None:
+        """Have `record` delivered again later, through the group's retry topic.
+
+        The broker stores a copy with `reconsume_times` + 1 after `delay_ms`
+        (default: the back-off of that attempt from the group's retry policy),
+        or in `%DLQ%<group>` once past `max_reconsume_times`. Returns when a
+        broker stored it; until then no commit passes the record (a failing
+        send-back is retried, on other brokers too, until the consumer stops).
+        Nack a record before asking for the next ones. Broadcasting mode does
+        not retry: the failure is logged and the message dropped.
+        """
+        if self.mode == "broadcasting":
+            log.warning("%s: nack in broadcasting mode drops %s (%s offset %d): broadcasting "
+                        "groups do not retry", self.client_id, record.msg_id,
+                        record.topic_queue, record.queue_offset)
+            return
+        if not self._nacker.configured and self._started:
+            with contextlib.suppress(FerryError):
+                await self._load_group_config()
+        await self._nacker.nack(record, delay_ms)
+
+    async def run(self, handler: Handler, *, concurrency: int = 1) -> None:
+        """Push style: call `await handler(record)` for each record, up to `concurrency` at once.
+
+        A handler that returns consumed its record; one that raises has it
+        nacked (with the retry policy's back-off). Offsets commit only up to
+        the lowest record still in a handler on each queue. Returns once the
+        consumer stops (see `runner` for what happens to running handlers).
+        """
+        if not self._started:
+            raise RuntimeError("the consumer is not started: call start() or use `async with`")
+        runner = Runner(self, handler, concurrency, self._pending)
+        self._runners.add(runner)
+        try:
+            await runner.run()
+        finally:
+            self._runners.discard(runner)
+
+    async def rewind(self, tq: TopicQueue, offset: int) -> None:
+        """Hand out `tq` again from `offset` if it is earlier than this consumer's position."""
+        fetcher = self._fetchers.get(tq)
+        if self._started and fetcher is not None and offset < fetcher.delivered:
+            await self.seek(tq, offset)
+
     # -- offsets ----------------------------------------------------------------------------
     async def commit(self, offsets: dict[TopicQueue, int] | None = None) -> None:
         """Commit every position handed out so far (or the given next offsets)."""
@@ -250,8 +333,9 @@ class Consumer:
 
     async def _commit_consumed(self, only: Iterable[TopicQueue] | None = None) -> None:
         tqs = list(only) if only is not None else list(self._consumed)
-        todo = {tq: self._consumed[tq] for tq in tqs
-                if tq in self._consumed and self._committed.get(tq) != self._consumed[tq]}
+        clamp = self._pending.clamp   # never past a record whose outcome is not stored
+        todo = {tq: clamp(tq, self._consumed[tq]) for tq in tqs if tq in self._consumed}
+        todo = {tq: o for tq, o in todo.items() if self._committed.get(tq) != o}
         if todo:
             await self._offsets.commit(todo)
             self._committed.update(todo)
@@ -344,7 +428,7 @@ class Consumer:
 
     async def _apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None:
         target: set[TopicQueue] = set()
-        for topic in self.topics:
+        for topic in self._subscribed:
             share = wanted.get(topic)
             if share is None:   # unknown now: keep what we hold
                 target.update(tq for tq in self._fetchers if tq.topic == topic)
@@ -382,10 +466,12 @@ class Consumer:
     async def _reset_offset(self, tq: TopicQueue) -> int:
         """Where `tq` starts when the group has no committed offset on it."""
         if self.auto_offset_reset is None:
-            await self._resolve_reset()
+            await self._load_group_config()
+        low, high = await self._min_max(tq)
+        if is_retry_topic(tq.topic):
+            return low   # every retry stored before this group first read the queue counts
         if self.auto_offset_reset == "timestamp":
             return (await self.offsets_for_times({tq: self._reset_ts_ms}))[tq]
-        low, high = await self._min_max(tq)
         return low if self.auto_offset_reset == "earliest" else high
 
     def describe(self) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import broker_addr
+from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import CorruptRecordError, FerryError
+from ferry.names import RETRY_PREFIX
 from ferry.store.record import CRC_START, HEADER, HEADER_SIZE, RECORD_MAGIC
 from ferry.wire import RequestCode
 
@@ -217,6 +219,9 @@ class QueueFetcher:
             records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
             if c.tags is not None:
                 records = [r for r in records if r.tags in c.tags]
+            if self.tq.topic.startswith(RETRY_PREFIX):
+                records = [r.with_topic(r.properties.get(ORIGIN_TOPIC) or r.topic)
+                           for r in records]
             self._push(records, next_offset)
             self.fetch_offset = max(self.fetch_offset, next_offset)
             return bool(records)
