@@ -134,7 +134,7 @@ async def test_producer_max_delay_option() -> None:
 
 
 async def test_cancel_delayed_maps_answers_and_follows_the_leader() -> None:
-    known = {"A" * 32: 200, "B" * 32: 409, "C" * 32: 404}
+    known = {"A" * 32: 200, "B" * 32: 409, "C" * 32: 404, "D" * 32: 503}
     calls: list[str] = []
 
     async def follower(request: web.Request) -> web.Response:
@@ -145,7 +145,12 @@ async def test_cancel_delayed_maps_answers_and_follows_the_leader() -> None:
 
     async def leader(request: web.Request) -> web.Response:
         calls.append("leader")
-        status = known.get(request.match_info["msg_id"], 404)
+        msg_id = request.match_info["msg_id"]
+        status = known.get(msg_id, 404)
+        if status == 503:   # being delivered right now: busy once, then delivered
+            known[msg_id] = 409
+            return web.json_response({"error": {"code": 2, "type": "BusyError",
+                                                "message": "ask again"}}, status=503)
         if status == 200:
             return web.json_response({"cancelled": True})
         code, kind = (21, "AlreadyDeliveredError") if status == 409 else \
@@ -173,6 +178,8 @@ async def test_cancel_delayed_maps_answers_and_follows_the_leader() -> None:
             await p.cancel_delayed("B" * 32)
         with pytest.raises(MessageNotFoundError):
             await p.cancel_delayed("C" * 32)
+        with pytest.raises(AlreadyDeliveredError):   # busy once (503), asked again: 409
+            await p.cancel_delayed("D" * 32)
         with pytest.raises(MalformedRequestError):
             await p.cancel_delayed("not-an-id")
         await p._scheduler.close()

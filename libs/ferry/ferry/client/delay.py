@@ -4,7 +4,9 @@ The scheduler's API is `POST /v1/delayed/{msg_id}/cancel`: 200 cancelled (the
 message will never be delivered), 409 already delivered
 (AlreadyDeliveredError), 404 unknown id (MessageNotFoundError), 503 this
 instance is not the one holding the message: its error body may name the
-`leader` to ask instead. Error bodies have namesrv's shape
+`leader` to ask instead (without one: busy, e.g. the message is being
+delivered right now, so the same address is asked again shortly, which then
+answers 200 or 409). Error bodies have namesrv's shape
 (`{"error": {"code", "type", "message"}}`) and map to `ferry.errors` classes
 the same way (`namesrv.http_error`).
 
@@ -13,6 +15,7 @@ else 127.0.0.1:10922. Each is tried in turn (a named leader first).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Mapping
@@ -36,6 +39,8 @@ DELAY_SCHEDULER_ENV = "FERRY_DELAY_SCHEDULER"
 CANCEL_TIMEOUT_MS = 5_000
 #: Requests one cancel may make (each address once, plus leaders it is pointed to).
 MAX_CANCEL_ATTEMPTS = 8
+#: Wait before asking a busy scheduler (503 without a leader) again.
+BUSY_RETRY_MS = 200
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}")
 _BY_STATUS: Mapping[int, type[FerryError]] = {
     404: MessageNotFoundError, 409: AlreadyDeliveredError, 503: BusyError}
@@ -70,7 +75,8 @@ class DelaySchedulerClient:
         for _ in range(MAX_CANCEL_ATTEMPTS):
             if not todo:
                 break
-            url = f"{todo.pop(0)}/v1/delayed/{msg_id.upper()}/cancel"
+            base = todo.pop(0)
+            url = f"{base}/v1/delayed/{msg_id.upper()}/cancel"
             try:
                 async with self._session.post(url) as resp:
                     data = await read_json(resp)
@@ -83,6 +89,9 @@ class DelaySchedulerClient:
                     leader = _leader(data)
                     if leader and leader not in todo:
                         todo.insert(0, leader)
+                    elif resp.status == 503 and not leader:
+                        todo.append(base)   # busy: ask again after the others
+                        await asyncio.sleep(BUSY_RETRY_MS / 1000)
             except TimeoutError:
                 last = RequestTimeoutError(f"delay scheduler {url} did not answer in "
                                            f"{self.timeout_ms} ms")
