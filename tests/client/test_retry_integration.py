@@ -127,6 +127,10 @@ async def test_always_failing_goes_to_the_dlq_and_resend_brings_it_back_to_that_
     assert purged.returncode == 0 and "purged 1 message" in purged.stdout
     listed = ferry(mesh, "dlq", "list", group)
     assert listed.returncode == 0 and "total: 0" in listed.stdout
+    missing = ferry(mesh, "dlq", "resend", group, "--id", sent.msg_id)   # purged: not listed
+    assert missing.returncode == 1 and "not found" in missing.stderr
+    never = ferry(mesh, "dlq", "list", unique("never"))   # a group with no DLQ at all
+    assert never.returncode == 0 and "total: 0" in never.stdout, never.stderr
 
 
 async def test_a_ttl_expired_message_is_never_delivered(mesh: Mesh) -> None:
