@@ -12,7 +12,8 @@ the subscribed topics, and every `rebalance_interval_ms` (and at start) the
 member list (GET_CONSUMERS) is allocated averagely (see `rebalance`). A lost
 queue is committed and its fetcher stopped; a gained one starts from the
 group's committed offset, else from `auto_offset_reset` (when not given: the
-group's `consume_from` in its namesrv config, else latest). Broadcasting: every
+group's `consume_from` in its namesrv config, else latest; see
+`group_settings`). Broadcasting: every
 queue, positions kept locally (`offset_store_path` to keep them across runs).
 
 Retries (clustering): the consumer also subscribes to its group's retry topic
@@ -37,7 +38,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import FetchConfig, QueueFetcher
+from ferry.client.fetcher import FetchConfig, QueueFetcher, normalize_tags
+from ferry.client.group_settings import RESETS, GroupSettings
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
 from ferry.client.offsets import (
@@ -48,25 +50,16 @@ from ferry.client.offsets import (
     queue_bounds,
 )
 from ferry.client.producer import default_namesrv
-from ferry.client.rebalance import GroupMembership, broadcasting_assignment
+from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
 from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, Runner
-from ferry.errors import FerryError, GroupNotFoundError
-from ferry.names import is_retry_topic, retry_topic, validate_group, validate_topic
+from ferry.errors import FerryError
+from ferry.names import retry_topic, validate_group, validate_topic
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
 
 MODES = ("clustering", "broadcasting")
-RESETS = ("latest", "earliest")
-
-
-def _normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
-    if tags is None:
-        return None
-    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
-    items = [t for t in items if t]
-    return None if not items or "*" in items else sorted(set(items))
 
 
 class Consumer:
@@ -97,10 +90,6 @@ class Consumer:
         self._subscribed = list(self.topics)
         if mode == "clustering" and retry_topic(self.group) not in self._subscribed:
             self._subscribed.append(retry_topic(self.group))
-        # None: the group's consume_from decides, read at start (see _load_group_config)
-        self.auto_offset_reset = auto_offset_reset
-        self._reset_given = auto_offset_reset is not None
-        self._reset_ts_ms = 0
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.max_poll_records = max_poll_records
@@ -116,7 +105,7 @@ class Consumer:
         self._fetch_config = FetchConfig(
             group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
             request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
-            tags=_normalize_tags(tags))
+            tags=normalize_tags(tags))
         self._members = GroupMembership(self._pool, self._routes, client_id=self.client_id,
                                         group=self.group, topics=self._subscribed, mode=mode)
         self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
@@ -134,6 +123,8 @@ class Consumer:
                                        self._routes_seen.values),
                               self._pending, max_reconsume_times=max_reconsume_times,
                               retry_backoff_ms=retry_backoff_ms)
+        # None: the group's consume_from decides, read at start
+        self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
         self._started = False
 
@@ -141,12 +132,17 @@ class Consumer:
     def started(self) -> bool:
         return self._started
 
+    @property
+    def auto_offset_reset(self) -> str | None:
+        """Where a queue with no committed offset starts (None until the group's config is read)."""
+        return self._settings.auto_offset_reset
+
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         await self._namesrv.start()
-        if self.auto_offset_reset is None or self.mode == "clustering":
+        if self._settings.auto_offset_reset is None or self.mode == "clustering":
             try:
-                await self._load_group_config()
+                await self._settings.load()
             except FerryError as exc:   # namesrv unreachable: asked again before a queue starts
                 log.warning("cannot read group %s's config yet: %s", self.group, exc)
         self._started = True
@@ -155,29 +151,6 @@ class Consumer:
         self._tasks.append(loop.create_task(self._coordinate(), name="ferry-rebalance"))
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit(), name="ferry-autocommit"))
-
-    async def _load_group_config(self) -> None:
-        """Read the group's namesrv config: its retry policy, and where new queues start.
-
-        New queues start where `consume_from` says unless `auto_offset_reset`
-        was given. A group with no config starts at the latest offset, like the
-        default of `auto_offset_reset`; "timestamp" starts at
-        `consume_timestamp_ms`. The retry policy's defaults are the group
-        config's; the consumer's retry options win over both.
-        """
-        try:
-            config = await self._namesrv.call("GET", f"/v1/groups/{self.group}")
-        except GroupNotFoundError:
-            config = None
-        self._nacker.configure(config if isinstance(config, dict) else None)
-        config = config if isinstance(config, dict) else {}
-        if self._reset_given:
-            return
-        start = config.get("consume_from", "latest")
-        self.auto_offset_reset = start if start in (*RESETS, "timestamp") else "latest"
-        self._reset_ts_ms = int(config.get("consume_timestamp_ms") or 0)
-        log.info("%s: group %s starts new queues from %s", self.client_id, self.group,
-                 self.auto_offset_reset)
 
     async def stop(self, *, processed: bool = True) -> None:
         """Leave the group: stop fetching, commit, unregister, close connections.
@@ -294,9 +267,9 @@ class Consumer:
                         "groups do not retry", self.client_id, record.msg_id,
                         record.topic_queue, record.queue_offset)
             return
-        if not self._nacker.configured and self._started:
+        if not self._nacker.configured and self._started:   # namesrv was away at start
             with contextlib.suppress(FerryError):
-                await self._load_group_config()
+                await self._settings.load()
         await self._nacker.nack(record, delay_ms)
 
     async def run(self, handler: Handler, *, concurrency: int = 1) -> None:
@@ -391,26 +364,8 @@ class Consumer:
 
     # -- membership and rebalance -----------------------------------------------------------
     async def _coordinate(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_hb = loop.time() + self.heartbeat_interval_ms / 1000
-        next_rb = loop.time() + self.rebalance_interval_ms / 1000
-        while True:
-            await asyncio.sleep(max(0.0, min(next_hb, next_rb) - loop.time()))
-            now = loop.time()
-            heartbeat, rebalance = now >= next_hb, now >= next_rb
-            if heartbeat:
-                next_hb = now + self.heartbeat_interval_ms / 1000
-            if rebalance:
-                next_rb = now + self.rebalance_interval_ms / 1000
-            try:
-                await self._heartbeat_and_rebalance(heartbeat=heartbeat, rebalance=rebalance)
-            except FerryError as exc:
-                log.warning("rebalance failed: %s", exc)
-            except Exception:
-                # Whatever went wrong, this loop must outlive it: without heartbeats the
-                # broker expires this member while its fetchers keep pulling, and two
-                # members would then consume the same queues.
-                log.exception("rebalance failed unexpectedly; retrying next round")
+        await periodically(self.heartbeat_interval_ms, self.rebalance_interval_ms,
+                           self._heartbeat_and_rebalance)
 
     async def _heartbeat_and_rebalance(self, *, heartbeat: bool, rebalance: bool = True) -> None:
         async with self._rebalance_lock:
@@ -465,14 +420,9 @@ class Consumer:
 
     async def _reset_offset(self, tq: TopicQueue) -> int:
         """Where `tq` starts when the group has no committed offset on it."""
-        if self.auto_offset_reset is None:
-            await self._load_group_config()
-        low, high = await self._min_max(tq)
-        if is_retry_topic(tq.topic):
-            return low   # every retry stored before this group first read the queue counts
-        if self.auto_offset_reset == "timestamp":
-            return (await self.offsets_for_times({tq: self._reset_ts_ms}))[tq]
-        return low if self.auto_offset_reset == "earliest" else high
+        async def for_time(tq: TopicQueue, ts_ms: int) -> int:
+            return (await self.offsets_for_times({tq: ts_ms}))[tq]
+        return await self._settings.start_offset(tq, self._min_max, for_time)
 
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""

@@ -15,6 +15,7 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_S = 1.0
 _EMPTY_FAST_S = 0.05   # an empty answer faster than this is not a long poll: pause a little
+
+
+def normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
+    """A tag filter as a sorted list ("a||b" or a list); None (every tag) for None or "*"."""
+    if tags is None:
+        return None
+    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
+    items = [t for t in items if t]
+    return None if not items or "*" in items else sorted(set(items))
 
 
 @dataclass(slots=True)
