@@ -24,6 +24,22 @@ def test_group_round_trip() -> None:
     cfg = GroupConfig("g1", retry_max=3, broadcast_allowed=False, consume_from="timestamp",
                       consume_timestamp_ms=1_700_000_000_000)
     assert GroupConfig.from_json(cfg.to_json()) == cfg
+    cfg = GroupConfig("g1", retry_backoff_ms=(0, 100))
+    assert GroupConfig.from_json(cfg.to_json()) == cfg
+
+
+def test_group_retry_defaults_alias_and_backoff_by_attempt() -> None:
+    cfg = GroupConfig.from_dict({"name": "g"})
+    # RocketMQ's delay levels from its third on: 10s 30s 1m 2m ... 20m 30m 1h 2h
+    assert cfg.retry_max == 16 and len(cfg.retry_backoff_ms) == 16
+    assert cfg.retry_backoff_ms[:4] == (10_000, 30_000, 60_000, 120_000)
+    assert cfg.retry_backoff_ms[-1] == 7_200_000
+    assert [cfg.backoff_ms(n) for n in (1, 2, 16, 17, 40)] == \
+        [10_000, 30_000, 7_200_000, 7_200_000, 7_200_000]
+    alias = GroupConfig.from_dict({"name": "g", "max_reconsume_times": 2}, strict=True)
+    assert alias.retry_max == 2 and alias.to_dict()["retry_max"] == 2
+    with pytest.raises(InvalidConfigError, match="not both"):
+        GroupConfig.from_dict({"name": "g", "retry_max": 1, "max_reconsume_times": 2})
 
 
 @pytest.mark.parametrize("bad", ["", "a b", "a/b", "x" * 128, "%FOO%x", 7, None])
@@ -66,7 +82,10 @@ def test_malformed_json(raw: bytes) -> None:
 
 @pytest.mark.parametrize("fields", [
     {"retry_max": -1}, {"retry_max": 65}, {"broadcast_allowed": 1},
-    {"consume_from": "now"}, {"consume_timestamp_ms": -5},
+    {"consume_from": "now"}, {"consume_timestamp_ms": -5}, {"max_reconsume_times": 65},
+    {"retry_backoff_ms": []}, {"retry_backoff_ms": 10}, {"retry_backoff_ms": [-1]},
+    {"retry_backoff_ms": [True]}, {"retry_backoff_ms": [0] * 65},
+    {"retry_backoff_ms": [30 * 24 * 3600 * 1000 + 1]},
 ])
 def test_invalid_group_fields(fields: dict[str, object]) -> None:
     with pytest.raises(InvalidConfigError):

@@ -18,8 +18,10 @@ from ferry.client import (
     TopicQueue,
 )
 from ferry.errors import (
+    AlreadyDeliveredError,
     ConnectionLostError,
     FerryError,
+    InvalidDelayError,
     MessageTooLargeError,
     RequestTimeoutError,
     TopicNotFoundError,
@@ -48,5 +50,7 @@ __all__ = [
     "RequestTimeoutError",
     "TopicNotFoundError",
     "MessageTooLargeError",
+    "InvalidDelayError",
+    "AlreadyDeliveredError",
     "error_for_code",
 ]

@@ -4,7 +4,15 @@ from __future__ import annotations
 from typing import Any
 
 from ferry.routing import MAX_QUEUES, MIN_QUEUES
-from ferry.routing.models import CONSUME_FROM, MAX_RETRY, TOPIC_PERMS, TOPIC_TYPES
+from ferry.routing.models import (
+    CONSUME_FROM,
+    DEFAULT_RETRY_BACKOFF_MS,
+    MAX_RETRY,
+    MAX_RETRY_BACKOFF_MS,
+    MAX_RETRY_BACKOFF_STEPS,
+    TOPIC_PERMS,
+    TOPIC_TYPES,
+)
 
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,127}$"}
 _TOPIC_NAME = {"type": "string", "pattern": "^([A-Za-z0-9_-]{1,127}|%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127})$"}
@@ -45,7 +53,16 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {
             "name": _NAME,
-            "retry_max": {"type": "integer", "minimum": 0, "maximum": MAX_RETRY, "default": 16},
+            "retry_max": {"type": "integer", "minimum": 0, "maximum": MAX_RETRY, "default": 16,
+                          "description": "redeliveries of a nacked message before the "
+                                         "dead-letter topic (max_reconsume_times)"},
+            "max_reconsume_times": {"type": "integer", "minimum": 0, "maximum": MAX_RETRY,
+                                    "description": "alias of retry_max on input (not both)"},
+            "retry_backoff_ms": {
+                "type": "array", "minItems": 1, "maxItems": MAX_RETRY_BACKOFF_STEPS,
+                "items": {"type": "integer", "minimum": 0, "maximum": MAX_RETRY_BACKOFF_MS},
+                "default": list(DEFAULT_RETRY_BACKOFF_MS),
+                "description": "wait before redelivery n (1-based); later ones wait the last"},
             "broadcast_allowed": {"type": "boolean", "default": True},
             "consume_from": {"type": "string", "enum": list(CONSUME_FROM), "default": "latest"},
             "consume_timestamp_ms": {"type": "integer", "minimum": 0, "default": 0}}},

@@ -4,10 +4,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
 from ferry.client import Admin, Consumer, Producer
+from ferry.client.delay import DelaySchedulerClient
+from ferry.codec import ORIGIN_TOPIC
 
 EXIT_TIMEOUT = 3
 
@@ -70,11 +73,55 @@ async def send(args: argparse.Namespace) -> int:
     props = dict(args.prop)
     async with Producer(namesrv=args.namesrv) as producer:
         futs = [await producer.send(args.topic, args.body.encode(), key=args.key, tags=args.tags,
-                                    properties=props, ordered=args.ordered)
+                                    properties=props, ordered=args.ordered,
+                                    delay_ms=args.delay_ms, ttl_ms=args.ttl_ms)
                 for _ in range(args.count)]
         results = await asyncio.gather(*futs)
     for r in results:
-        print(f"sent {r.msg_id} to {r.topic}@{r.broker}#{r.queue_id} offset {r.queue_offset}")
+        where = "delayed" if r.queue_offset < 0 and args.delay_ms else f"offset {r.queue_offset}"
+        print(f"sent {r.msg_id} to {r.topic}@{r.broker}#{r.queue_id} {where}")
+    return 0
+
+
+async def delay_cancel(args: argparse.Namespace) -> int:
+    client = DelaySchedulerClient(args.scheduler)
+    try:
+        await client.cancel(args.id)
+    finally:
+        await client.close()
+    print(f"cancelled {args.id.upper()}: it will not be delivered")
+    return 0
+
+
+async def dlq_list(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        records = await admin.dead_letters(args.group).messages(limit=args.limit)
+    for rec in records:
+        body = rec.body[:200].decode("utf-8", errors="replace")
+        print(f"{rec.msg_id}\ttopic={rec.properties.get(ORIGIN_TOPIC, '')}\t"
+              f"reconsume_times={rec.reconsume_times}\t{rec.broker}#{rec.queue_id} "
+              f"offset={rec.queue_offset}\tkey={rec.key or ''}\ttags={rec.tags or ''}\t{body}")
+    print(f"total: {len(records)}")
+    return 0
+
+
+async def dlq_resend(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        sent = await admin.dead_letters(args.group).resend(None if args.all else args.ids)
+    for msg_id in sent:
+        print(f"resent {msg_id} to group {args.group}")
+    missing = set() if args.all else {i.upper() for i in args.ids} - set(sent)
+    for msg_id in sorted(missing):
+        print(f"not found after the group's DLQ offset: {msg_id}", file=sys.stderr)
+    print(f"total: {len(sent)}")
+    return 1 if missing else 0
+
+
+async def dlq_purge(args: argparse.Namespace) -> int:
+    async with Admin(namesrv=args.namesrv) as admin:
+        skipped = await admin.dead_letters(args.group).purge()
+    print(f"purged {skipped} message(s) from the DLQ of {args.group} "
+          "(the group's DLQ offset moved to the end)")
     return 0
 
 

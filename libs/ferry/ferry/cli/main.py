@@ -1,8 +1,9 @@
-"""The `ferry` command: topics, sending, consuming and group lag from a shell.
+"""The `ferry` command: topics, sending, consuming, group lag, delays and dead letters.
 
-Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`),
-2 bad usage (argparse), 3 `consume` ended by its timeout before --count
-messages arrived, 130 interrupted.
+Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`;
+also `dlq resend --id` when an id was not found), 2 bad usage (argparse),
+3 `consume` ended by its timeout before --count messages arrived, 130
+interrupted.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from ferry.cli import commands
+from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
 from ferry.errors import FerryError
 
@@ -63,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="user property (repeat)")
     send.add_argument("--count", type=int, default=1, help="send N copies (default 1)")
     send.add_argument("--ordered", action="store_true", help="hash --key to one queue")
+    send.add_argument("--delay-ms", type=int, default=None, metavar="N",
+                      help="deliver no earlier than N ms from now (1 ms .. 30 days; "
+                           "cancel with `ferry delay cancel ID`)")
+    send.add_argument("--ttl-ms", type=int, default=None, metavar="N",
+                      help="never deliver once N ms have passed since it was stored in the topic")
     send.set_defaults(func=commands.send)
 
     consume = sub.add_parser("consume", help="consume and print messages with their offsets")
@@ -86,7 +93,45 @@ def build_parser() -> argparse.ArgumentParser:
                      help="topic to check (repeat; default every topic the group committed on)")
     lag.set_defaults(func=commands.group_lag)
     gsub.add_parser("list", help="list group configs").set_defaults(func=commands.group_list)
+    _add_delay(sub)
+    _add_dlq(sub)
     return parser
+
+
+def _add_delay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    delay = sub.add_parser("delay", help="delayed messages")
+    dsub = delay.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cancel = dsub.add_parser("cancel", help="cancel a delayed message before it is due "
+                                            "(an error says so if it was delivered already)")
+    cancel.add_argument("id", help="its message id (32 hex characters, as `send` printed)")
+    cancel.add_argument("--scheduler",
+                        default=os.environ.get(DELAY_SCHEDULER_ENV, DEFAULT_DELAY_SCHEDULER),
+                        help=f"delay scheduler HTTP address(es) h:p[,h:p] (env "
+                             f"{DELAY_SCHEDULER_ENV}; default {DEFAULT_DELAY_SCHEDULER})")
+    cancel.set_defaults(func=commands.delay_cancel)
+
+
+def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dlq = sub.add_parser("dlq", help="a group's dead-letter queue (%%DLQ%%GROUP)")
+    qsub = dlq.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = qsub.add_parser("list", help="messages after the group's DLQ offset (what "
+                                           "purge and resend --all have not passed)")
+    listing.add_argument("group")
+    listing.add_argument("--limit", type=int, default=1000, help="at most N (default 1000)")
+    listing.set_defaults(func=commands.dlq_list)
+    resend = qsub.add_parser("resend", help="send dead letters back to the group only "
+                                            "(through its retry topic, attempts from 0)")
+    resend.add_argument("group")
+    which = resend.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", action="append", dest="ids", metavar="ID",
+                       help="message id to resend (repeat)")
+    which.add_argument("--all", action="store_true",
+                       help="resend every listed message, then move the DLQ offset past them")
+    resend.set_defaults(func=commands.dlq_resend)
+    purge = qsub.add_parser("purge", help="move the group's DLQ offset to the end: nothing is "
+                                          "listed any more (a log cannot delete messages)")
+    purge.add_argument("group")
+    purge.set_defaults(func=commands.dlq_purge)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -54,6 +54,10 @@ class PendingMessage:
     def count(self) -> int:
         return 1
 
+    @property
+    def flags(self) -> int:
+        return self.wire.flags
+
 
 @dataclass(slots=True)
 class PendingGroup:
@@ -71,6 +75,7 @@ class PendingGroup:
     attempts: int = 0
     key: str | None = None
     ordered: bool = False
+    flags: int = 0             # the OR of its messages' flags
 
     @property
     def size_bytes(self) -> int:
@@ -91,6 +96,7 @@ class Batch:
     items: list[Pending] = field(default_factory=list)
     size_bytes: int = 0
     count: int = 0      # messages (a group counts all of its own)
+    flags: int = 0      # the OR of its entries' flags: the SEND's `flags` field
 
 
 SendBatch = Callable[[Batch], Awaitable[None]]
@@ -122,8 +128,12 @@ class QueueBatcher:
     def pending(self) -> int:
         return len(self._open.items) + sum(len(b.items) for b in self._ready)
 
-    def add(self, item: Pending) -> None:
-        """Append to the open batch and arrange for it to be sent per the rules above."""
+    def add(self, item: Pending, flags: int = 0) -> None:
+        """Append to the open batch and arrange for it to be sent per the rules above.
+
+        `flags` are the item's message flags: the caller knows them, so a plain
+        message (0) costs nothing more here.
+        """
         loop = asyncio.get_running_loop()
         size = len(item.encoded)
         count = item.count
@@ -135,6 +145,8 @@ class QueueBatcher:
         batch.items.append(item)
         batch.size_bytes += size
         batch.count += count
+        if flags:
+            batch.flags |= flags
         self._idle.clear()
         if len(batch.items) == 1:
             self._linger_handle = loop.call_later(self.linger_ms / 1000, self._on_linger)
@@ -177,6 +189,7 @@ class QueueBatcher:
                 batch.items.extend(nxt.items)
                 batch.size_bytes += nxt.size_bytes
                 batch.count += nxt.count
+                batch.flags |= nxt.flags
             self._in_flight += 1
             task = loop.create_task(self._run(batch))
             self._tasks.add(task)

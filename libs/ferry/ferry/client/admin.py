@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.client.connection import ConnectionPool
+from ferry.client.dlq import DeadLetterQueue
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.client.offsets import broker_addr, queue_bounds
@@ -133,6 +134,10 @@ class Admin:
                     continue
                 out.append(QueueLag(info.tq, committed, info.max_offset))
         return out
+
+    def dead_letters(self, group: str) -> DeadLetterQueue:
+        """The group's dead-letter queue: list, resend, purge (see `ferry.client.dlq`)."""
+        return DeadLetterQueue(self._pool, self._routes, validate_group(group))
 
     # -- wire calls --------------------------------------------------------------------------
     async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:

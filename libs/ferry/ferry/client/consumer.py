@@ -12,8 +12,19 @@ the subscribed topics, and every `rebalance_interval_ms` (and at start) the
 member list (GET_CONSUMERS) is allocated averagely (see `rebalance`). A lost
 queue is committed and its fetcher stopped; a gained one starts from the
 group's committed offset, else from `auto_offset_reset` (when not given: the
-group's `consume_from` in its namesrv config, else latest). Broadcasting: every
+group's `consume_from` in its namesrv config, else latest; see
+`group_settings`). Broadcasting: every
 queue, positions kept locally (`offset_store_path` to keep them across runs).
+
+Retries (clustering): the consumer also subscribes to its group's retry topic
+`%RETRY%<group>` (whose route appears once a broker stored a retry; until then
+it is looked for again on each rebalance, quietly). Its records are shown with
+the topic they were first consumed from (`record.topic`; `record.stored_topic`
+is the retry topic) and count their redeliveries in `reconsume_times`.
+`nack(record)` sends a record back (see `retry`); `run(handler)` is the push
+style (see `runner`). No position is committed past a record whose nack is
+not yet stored or whose `run` handler has not finished. Broadcasting groups do
+not retry: `nack` logs the failure and drops it (RocketMQ's behaviour).
 """
 from __future__ import annotations
 
@@ -23,11 +34,12 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import FetchConfig, QueueFetcher
+from ferry.client.fetcher import FetchConfig, QueueFetcher, normalize_tags
+from ferry.client.group_settings import RESETS, GroupSettings
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
 from ferry.client.offsets import (
@@ -38,23 +50,16 @@ from ferry.client.offsets import (
     queue_bounds,
 )
 from ferry.client.producer import default_namesrv
-from ferry.client.rebalance import GroupMembership, broadcasting_assignment
-from ferry.errors import FerryError, GroupNotFoundError
-from ferry.names import validate_group, validate_topic
+from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
+from ferry.client.retry import Nacker, PendingOffsets, SendBack
+from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, Runner
+from ferry.errors import FerryError
+from ferry.names import retry_topic, validate_group, validate_topic
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
 
 MODES = ("clustering", "broadcasting")
-RESETS = ("latest", "earliest")
-
-
-def _normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
-    if tags is None:
-        return None
-    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
-    items = [t for t in items if t]
-    return None if not items or "*" in items else sorted(set(items))
 
 
 class Consumer:
@@ -68,7 +73,9 @@ class Consumer:
                  request_timeout_ms: int = 30_000, heartbeat_interval_ms: int = 5_000,
                  rebalance_interval_ms: int = 5_000, tags: str | Iterable[str] | None = None,
                  offset_store_path: str | os.PathLike[str] | None = None,
-                 client_id: str | None = None, route_refresh_interval_ms: int = 30_000) -> None:
+                 client_id: str | None = None, route_refresh_interval_ms: int = 30_000,
+                 max_reconsume_times: int | None = None,
+                 retry_backoff_ms: Sequence[int] | None = None) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
         if mode not in MODES or (auto_offset_reset is not None
@@ -79,9 +86,10 @@ class Consumer:
         self.topics = [validate_topic(t, allow_internal=True) for t in topics]
         self.group = validate_group(group)
         self.mode = mode
-        # None: the group's consume_from decides, read at start (see _resolve_reset)
-        self.auto_offset_reset = auto_offset_reset
-        self._reset_ts_ms = 0
+        # What is pulled: the topics, and in clustering mode the group's retry topic.
+        self._subscribed = list(self.topics)
+        if mode == "clustering" and retry_topic(self.group) not in self._subscribed:
+            self._subscribed.append(retry_topic(self.group))
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.max_poll_records = max_poll_records
@@ -97,9 +105,9 @@ class Consumer:
         self._fetch_config = FetchConfig(
             group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
             request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
-            tags=_normalize_tags(tags))
+            tags=normalize_tags(tags))
         self._members = GroupMembership(self._pool, self._routes, client_id=self.client_id,
-                                        group=self.group, topics=self.topics, mode=mode)
+                                        group=self.group, topics=self._subscribed, mode=mode)
         self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
                                       if mode == "clustering" else LocalOffsetStore(offset_store_path))
         self._fetchers: dict[TopicQueue, QueueFetcher] = {}
@@ -110,14 +118,31 @@ class Consumer:
         self._tasks: list[asyncio.Task[None]] = []
         self._next_queue = 0
         self._routes_seen: dict[str, TopicRoute] = {}
+        self._pending = PendingOffsets()
+        self._nacker = Nacker(SendBack(self._pool, self._routes, self.group,
+                                       self._routes_seen.values),
+                              self._pending, max_reconsume_times=max_reconsume_times,
+                              retry_backoff_ms=retry_backoff_ms)
+        # None: the group's consume_from decides, read at start
+        self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
+        self._runners: set[Runner] = set()
         self._started = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def auto_offset_reset(self) -> str | None:
+        """Where a queue with no committed offset starts (None until the group's config is read)."""
+        return self._settings.auto_offset_reset
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         await self._namesrv.start()
-        if self.auto_offset_reset is None:
+        if self._settings.auto_offset_reset is None or self.mode == "clustering":
             try:
-                await self._resolve_reset()
+                await self._settings.load()
             except FerryError as exc:   # namesrv unreachable: asked again before a queue starts
                 log.warning("cannot read group %s's config yet: %s", self.group, exc)
         self._started = True
@@ -126,23 +151,6 @@ class Consumer:
         self._tasks.append(loop.create_task(self._coordinate(), name="ferry-rebalance"))
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit(), name="ferry-autocommit"))
-
-    async def _resolve_reset(self) -> None:
-        """Start new queues where the group's namesrv config says (`consume_from`).
-
-        A group with no config starts at the latest offset, like the default of
-        `auto_offset_reset`; "timestamp" starts at `consume_timestamp_ms`.
-        """
-        try:
-            config = await self._namesrv.call("GET", f"/v1/groups/{self.group}")
-        except GroupNotFoundError:
-            config = None
-        config = config if isinstance(config, dict) else {}
-        start = config.get("consume_from", "latest")
-        self.auto_offset_reset = start if start in (*RESETS, "timestamp") else "latest"
-        self._reset_ts_ms = int(config.get("consume_timestamp_ms") or 0)
-        log.info("%s: group %s starts new queues from %s", self.client_id, self.group,
-                 self.auto_offset_reset)
 
     async def stop(self, *, processed: bool = True) -> None:
         """Leave the group: stop fetching, commit, unregister, close connections.
@@ -154,6 +162,9 @@ class Consumer:
             return
         self._started = False
         self._wakeup.set()   # a getmany() waiting in another task returns now
+        for runner in list(self._runners):
+            await runner.wind_down()
+        await self._nacker.close(RUN_STOP_GRACE_MS)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -239,6 +250,51 @@ class Consumer:
         for tq, fetcher in self._fetchers.items():
             self._consumed[tq] = fetcher.delivered
 
+    # -- outcomes ---------------------------------------------------------------------------
+    async def nack(self, record: ConsumerRecord, delay_ms: int | None = None) -> None:
+        """Have `record` delivered again later, through the group's retry topic.
+
+        The broker stores a copy with `reconsume_times` + 1 after `delay_ms`
+        (default: the back-off of that attempt from the group's retry policy),
+        or in `%DLQ%<group>` once past `max_reconsume_times`. Returns when a
+        broker stored it; until then no commit passes the record (a failing
+        send-back is retried, on other brokers too, until the consumer stops).
+        Nack a record before asking for the next ones. Broadcasting mode does
+        not retry: the failure is logged and the message dropped.
+        """
+        if self.mode == "broadcasting":
+            log.warning("%s: nack in broadcasting mode drops %s (%s offset %d): broadcasting "
+                        "groups do not retry", self.client_id, record.msg_id,
+                        record.topic_queue, record.queue_offset)
+            return
+        if not self._nacker.configured and self._started:   # namesrv was away at start
+            with contextlib.suppress(FerryError):
+                await self._settings.load()
+        await self._nacker.nack(record, delay_ms)
+
+    async def run(self, handler: Handler, *, concurrency: int = 1) -> None:
+        """Push style: call `await handler(record)` for each record, up to `concurrency` at once.
+
+        A handler that returns consumed its record; one that raises has it
+        nacked (with the retry policy's back-off). Offsets commit only up to
+        the lowest record still in a handler on each queue. Returns once the
+        consumer stops (see `runner` for what happens to running handlers).
+        """
+        if not self._started:
+            raise RuntimeError("the consumer is not started: call start() or use `async with`")
+        runner = Runner(self, handler, concurrency, self._pending)
+        self._runners.add(runner)
+        try:
+            await runner.run()
+        finally:
+            self._runners.discard(runner)
+
+    async def rewind(self, tq: TopicQueue, offset: int) -> None:
+        """Hand out `tq` again from `offset` if it is earlier than this consumer's position."""
+        fetcher = self._fetchers.get(tq)
+        if self._started and fetcher is not None and offset < fetcher.delivered:
+            await self.seek(tq, offset)
+
     # -- offsets ----------------------------------------------------------------------------
     async def commit(self, offsets: dict[TopicQueue, int] | None = None) -> None:
         """Commit every position handed out so far (or the given next offsets)."""
@@ -250,8 +306,9 @@ class Consumer:
 
     async def _commit_consumed(self, only: Iterable[TopicQueue] | None = None) -> None:
         tqs = list(only) if only is not None else list(self._consumed)
-        todo = {tq: self._consumed[tq] for tq in tqs
-                if tq in self._consumed and self._committed.get(tq) != self._consumed[tq]}
+        clamp = self._pending.clamp   # never past a record whose outcome is not stored
+        todo = {tq: clamp(tq, self._consumed[tq]) for tq in tqs if tq in self._consumed}
+        todo = {tq: o for tq, o in todo.items() if self._committed.get(tq) != o}
         if todo:
             await self._offsets.commit(todo)
             self._committed.update(todo)
@@ -307,26 +364,8 @@ class Consumer:
 
     # -- membership and rebalance -----------------------------------------------------------
     async def _coordinate(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_hb = loop.time() + self.heartbeat_interval_ms / 1000
-        next_rb = loop.time() + self.rebalance_interval_ms / 1000
-        while True:
-            await asyncio.sleep(max(0.0, min(next_hb, next_rb) - loop.time()))
-            now = loop.time()
-            heartbeat, rebalance = now >= next_hb, now >= next_rb
-            if heartbeat:
-                next_hb = now + self.heartbeat_interval_ms / 1000
-            if rebalance:
-                next_rb = now + self.rebalance_interval_ms / 1000
-            try:
-                await self._heartbeat_and_rebalance(heartbeat=heartbeat, rebalance=rebalance)
-            except FerryError as exc:
-                log.warning("rebalance failed: %s", exc)
-            except Exception:
-                # Whatever went wrong, this loop must outlive it: without heartbeats the
-                # broker expires this member while its fetchers keep pulling, and two
-                # members would then consume the same queues.
-                log.exception("rebalance failed unexpectedly; retrying next round")
+        await periodically(self.heartbeat_interval_ms, self.rebalance_interval_ms,
+                           self._heartbeat_and_rebalance)
 
     async def _heartbeat_and_rebalance(self, *, heartbeat: bool, rebalance: bool = True) -> None:
         async with self._rebalance_lock:
@@ -344,7 +383,7 @@ class Consumer:
 
     async def _apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None:
         target: set[TopicQueue] = set()
-        for topic in self.topics:
+        for topic in self._subscribed:
             share = wanted.get(topic)
             if share is None:   # unknown now: keep what we hold
                 target.update(tq for tq in self._fetchers if tq.topic == topic)
@@ -381,12 +420,9 @@ class Consumer:
 
     async def _reset_offset(self, tq: TopicQueue) -> int:
         """Where `tq` starts when the group has no committed offset on it."""
-        if self.auto_offset_reset is None:
-            await self._resolve_reset()
-        if self.auto_offset_reset == "timestamp":
-            return (await self.offsets_for_times({tq: self._reset_ts_ms}))[tq]
-        low, high = await self._min_max(tq)
-        return low if self.auto_offset_reset == "earliest" else high
+        async def for_time(tq: TopicQueue, ts_ms: int) -> int:
+            return (await self.offsets_for_times({tq: ts_ms}))[tq]
+        return await self._settings.start_offset(tq, self._min_max, for_time)
 
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 
 from ferry.client.accumulator import Pending, PendingGroup
 from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.errors import MalformedRequestError, MessageTooLargeError
+from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
+from ferry.errors import InvalidDelayError, MalformedRequestError, MessageTooLargeError
 from ferry.store.record import encode_properties, new_msg_id
 from ferry.wire import MAX_BODY_BYTES, MESSAGE_HEAD, Frame, WireMessage, encode_messages
 
@@ -20,6 +21,11 @@ MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 MAX_TAGS_KEYS_BYTES = 0xFFFF
 HEAD_SIZE = MESSAGE_HEAD.size
 pack_head = MESSAGE_HEAD.pack
+#: The longest delay a producer accepts unless configured otherwise (the broker and the
+#: delay scheduler enforce their own maximum too).
+DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
+_DELAY = int(MessageFlag.DELAY)
+_TTL = int(MessageFlag.TTL)
 
 
 def check_body(body: object) -> None:
@@ -30,34 +36,83 @@ def check_body(body: object) -> None:
             f"message body is {len(body)} bytes; the limit is {MAX_MESSAGE_BYTES}")
 
 
-def to_wire(msg: Message) -> WireMessage:
+def _whole_ms(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidDelayError(f"{what} must be an integer number of milliseconds, got {value!r}")
+    return value
+
+
+def timing(delay_ms: int | None, deliver_at_ms: int | None, ttl_ms: int | None,
+           max_delay_ms: int, now_ms: int) -> tuple[dict[str, str], int]:
+    """The system properties and flags for a message's delay and time to live.
+
+    `delay_ms` 0 means no delay (as a `deliver_at_ms` at or before now does:
+    the message is sent as a plain one and delivered now); a negative delay,
+    or one beyond `max_delay_ms`, raises InvalidDelayError. `ttl_ms` 0 (or
+    None) means the message never expires.
+    """
+    props: dict[str, str] = {}
+    flags = 0
+    if delay_ms is not None:
+        if deliver_at_ms is not None:
+            raise ValueError("give delay_ms or deliver_at_ms, not both")
+        if _whole_ms(delay_ms, "delay_ms") < 0:
+            raise InvalidDelayError(f"delay_ms must be >= 0, got {delay_ms}")
+        deliver_at_ms = now_ms + delay_ms if delay_ms else None
+    if deliver_at_ms is not None:
+        if _whole_ms(deliver_at_ms, "deliver_at_ms") < 0:
+            raise InvalidDelayError(f"deliver_at_ms must be epoch ms >= 0, got {deliver_at_ms}")
+        if deliver_at_ms - now_ms > max_delay_ms:
+            raise InvalidDelayError(
+                f"a delay of {deliver_at_ms - now_ms} ms is beyond the maximum of "
+                f"{max_delay_ms} ms ({max_delay_ms / 86_400_000:g} days)")
+        if deliver_at_ms > now_ms:
+            props[DELIVER_AT_MS] = str(deliver_at_ms)
+            flags |= _DELAY
+    if ttl_ms is not None:
+        if _whole_ms(ttl_ms, "ttl_ms") < 0:
+            raise InvalidDelayError(f"ttl_ms must be >= 0, got {ttl_ms}")
+        if ttl_ms:
+            props[TTL_MS] = str(ttl_ms)
+            flags |= _TTL
+    return props, flags
+
+
+def to_wire(msg: Message, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) -> WireMessage:
     """The wire form of a message; bad fields raise here, before they could fail a batch."""
-    return make_wire(msg.body, msg.key, msg.keys, msg.tags, msg.properties)
+    if msg.delay_ms is None and msg.deliver_at_ms is None and msg.ttl_ms is None:
+        return make_wire(msg.body, msg.key, msg.keys, msg.tags, msg.properties)
+    born_ts_ms = int(time.time() * 1000)
+    extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms, born_ts_ms)
+    return make_wire(msg.body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra},
+                     born_ts_ms=born_ts_ms, flags=flags)
 
 
 def make_wire(body: bytes, key: str | None, keys: tuple[str, ...], tags: str | None,
               properties: Mapping[str, str] | None, msg_id: bytes = b"",
-              born_ts_ms: int = 0) -> WireMessage:
+              born_ts_ms: int = 0, flags: int = 0) -> WireMessage:
     props = encode_properties(dict(properties)) if properties else b""
     tags = tags or ""
     all_keys = Message(b"", key, keys).all_keys() if key or keys else ""
     if len(tags.encode()) > MAX_TAGS_KEYS_BYTES or len(all_keys.encode()) > MAX_TAGS_KEYS_BYTES:
         raise MalformedRequestError(f"tags and keys are limited to {MAX_TAGS_KEYS_BYTES} bytes")
     return WireMessage(body=bytes(body), msg_id=msg_id or new_msg_id(),
-                       born_ts_ms=born_ts_ms or int(time.time() * 1000), tags=tags,
-                       keys=all_keys, properties=props)
+                       born_ts_ms=born_ts_ms or int(time.time() * 1000), flags=flags,
+                       tags=tags, keys=all_keys, properties=props)
 
 
-def encode_group(msgs: Sequence[Message]) -> tuple[list[bytes], bytes]:
-    """The ids and the SEND-batch bytes of `msgs`, encoded in one pass.
+def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_MS
+                 ) -> tuple[list[bytes], bytes, int]:
+    """The ids, the SEND-batch bytes and the OR of the flags of `msgs`, encoded in one pass.
 
-    A message with no key, tags or properties (the common case) is packed here
-    directly; others go through the full encoder. Bad input raises before
-    anything is queued.
+    A message with no key, tags, properties, delay or TTL (the common case) is
+    packed here directly; others go through the full encoder. Bad input raises
+    before anything is queued.
     """
     born_ts_ms = int(time.time() * 1000)
     msg_ids: list[bytes] = []
     parts: list[bytes] = []
+    all_flags = 0
     for msg in msgs:
         body = msg.body
         if type(body) is not bytes:
@@ -68,13 +123,21 @@ def encode_group(msgs: Sequence[Message]) -> tuple[list[bytes], bytes]:
             check_body(body)
         msg_id = new_msg_id()
         msg_ids.append(msg_id)
-        if msg.key or msg.keys or msg.tags or msg.properties:
+        if (msg.delay_ms is not None or msg.deliver_at_ms is not None
+                or msg.ttl_ms is not None):
+            extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms,
+                                  born_ts_ms)
+            all_flags |= flags
+            parts.append(encode_messages([make_wire(
+                body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra}, msg_id,
+                born_ts_ms, flags)]))
+        elif msg.key or msg.keys or msg.tags or msg.properties:
             parts.append(encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
                                                     msg.properties, msg_id, born_ts_ms)]))
         else:
             parts.append(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
             parts.append(body)
-    return msg_ids, b"".join(parts)
+    return msg_ids, b"".join(parts), all_flags
 
 
 def group_results(group: PendingGroup, tq: TopicQueue, queue_id: int,
@@ -93,6 +156,10 @@ def complete(tq: TopicQueue, items: list[Pending], resp: Frame) -> None:
     """Resolve each item's future from the SEND answer (first queue offset, then one each)."""
     first = int(resp.fields.get("queue_offset", -1))
     queue_id = int(resp.fields.get("queue_id", tq.queue_id))
+    offsets = resp.fields.get("offsets")
+    if offsets is not None:   # a flagged batch: each entry's own offset, -1 if redirected
+        complete_each(tq, items, queue_id, offsets)
+        return
     offset = first
     for it in items:
         if not it.future.done():
@@ -104,3 +171,27 @@ def complete(tq: TopicQueue, items: list[Pending], resp: Frame) -> None:
                     queue_offset=offset, broker=tq.broker))
         if first >= 0:
             offset += it.count
+
+
+def complete_each(tq: TopicQueue, items: list[Pending], queue_id: int,
+                  offsets: Sequence[int]) -> None:
+    """Resolve futures from a flagged SEND's per-message `offsets` (-1: delayed, not yet stored).
+
+    A delayed message's SendResult names the user's topic and the queue it was
+    sent to; its queue offset is -1 until it is delivered there.
+    """
+    def at(i: int) -> int:
+        return int(offsets[i]) if i < len(offsets) else -1
+
+    i = 0
+    for it in items:
+        if not it.future.done():
+            if isinstance(it, PendingGroup):
+                ids = b"".join(it.msg_ids).hex().upper()
+                it.future.set_result([
+                    SendResult(ids[32 * k:32 * k + 32], tq.topic, queue_id, at(i + k), tq.broker)
+                    for k in range(it.count)])
+            else:
+                it.future.set_result(SendResult(it.wire.msg_id.hex().upper(), tq.topic,
+                                                queue_id, at(i), tq.broker))
+        i += it.count

@@ -15,6 +15,7 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -23,7 +24,9 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import broker_addr
+from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import CorruptRecordError, FerryError
+from ferry.names import RETRY_PREFIX
 from ferry.store.record import CRC_START, HEADER, HEADER_SIZE, RECORD_MAGIC
 from ferry.wire import RequestCode
 
@@ -31,6 +34,15 @@ log = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_S = 1.0
 _EMPTY_FAST_S = 0.05   # an empty answer faster than this is not a long poll: pause a little
+
+
+def normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
+    """A tag filter as a sorted list ("a||b" or a list); None (every tag) for None or "*"."""
+    if tags is None:
+        return None
+    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
+    items = [t for t in items if t]
+    return None if not items or "*" in items else sorted(set(items))
 
 
 @dataclass(slots=True)
@@ -217,6 +229,9 @@ class QueueFetcher:
             records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
             if c.tags is not None:
                 records = [r for r in records if r.tags in c.tags]
+            if self.tq.topic.startswith(RETRY_PREFIX):
+                records = [r.with_topic(r.properties.get(ORIGIN_TOPIC) or r.topic)
+                           for r in records]
             self._push(records, next_offset)
             self.fetch_offset = max(self.fetch_offset, next_offset)
             return bool(records)

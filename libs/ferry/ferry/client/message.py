@@ -32,6 +32,8 @@ class Message:
 
     `key` is the one key used for ordering (hashing to a queue); `keys` are
     extra index keys. Both are stored space-separated in the record's keys.
+    `delay_ms` / `deliver_at_ms` (epoch ms) and `ttl_ms` are as for
+    `Producer.send`.
     """
 
     body: bytes
@@ -39,6 +41,9 @@ class Message:
     keys: tuple[str, ...] = ()
     tags: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    delay_ms: int | None = None
+    deliver_at_ms: int | None = None
+    ttl_ms: int | None = None
 
     def all_keys(self) -> str:
         """The record's keys field: `key` first, then `keys`, space-separated."""
@@ -84,7 +89,9 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
 
     # Tuple slots: 0 body, 1 topic, 2 queue_id, 3 queue_offset, 4 born_ts_ms,
     # 5 store_ts_ms, 6 reconsume_times, 7 broker, 8 the stored header (the
-    # ferry.store.record.HEADER fields), 9 the raw tags | keys | properties bytes.
+    # ferry.store.record.HEADER fields), 9 the raw tags | keys | properties bytes,
+    # and only for a record read from `%RETRY%<group>`: 10 that stored topic
+    # (slot 1 then holds the topic the message was first consumed from).
     if TYPE_CHECKING:
         body: bytes                 # the message body
         topic: str
@@ -156,8 +163,19 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         return value  # type: ignore[no-any-return]
 
     @property
+    def stored_topic(self) -> str:
+        """The topic the record was read from: `%RETRY%<group>` for a retried message
+        (whose `topic` is the one it was first consumed from), else `topic`."""
+        return self[10] if len(self) > 10 else self[1]  # type: ignore[no-any-return]
+
+    @property
     def topic_queue(self) -> TopicQueue:
-        return TopicQueue(self[1], self[7], self[2])
+        """The queue the record was read from (its position is an offset there)."""
+        return TopicQueue(self.stored_topic, self[7], self[2])
+
+    def with_topic(self, topic: str) -> ConsumerRecord:
+        """The same record shown under `topic`, keeping where it was stored."""
+        return _new_tuple(ConsumerRecord, (*self[:1], topic, *self[2:10], self.stored_topic))
 
     @classmethod
     def from_stored(cls, stored: Any, broker: str) -> ConsumerRecord:
@@ -172,7 +190,8 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
 
     def _fields(self) -> tuple[Any, ...]:
         """The public fields, for equality: how a record was built does not matter."""
-        return (*self[:8], self.msg_id, self.keys, self.tags, dict(self.properties))
+        return (*self[:8], self.msg_id, self.keys, self.tags, dict(self.properties),
+                self.stored_topic)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConsumerRecord):
@@ -193,7 +212,8 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         raise AttributeError(f"ConsumerRecord is immutable (cannot delete {name!r})")
 
     def __repr__(self) -> str:
-        return (f"ConsumerRecord(topic={self.topic!r}, broker={self.broker!r}, "
+        stored = f", stored_topic={self[10]!r}" if len(self) > 10 else ""
+        return (f"ConsumerRecord(topic={self.topic!r}{stored}, broker={self.broker!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"msg_id={self.msg_id!r}, key={self.key!r}, tags={self.tags!r}, "
                 f"born_ts_ms={self.born_ts_ms}, store_ts_ms={self.store_ts_ms}, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,13 +150,13 @@ class NamesrvClient:
             url = self.urls[idx] + path
             try:
                 async with self._session.request(method, url, json=json, params=params) as resp:
-                    data = await _read_json(resp)
+                    data = await read_json(resp)
                     if resp.status >= 500:
-                        last = _error_from(resp.status, data, url)
+                        last = http_error(resp.status, data, url)
                         continue
                     self._preferred = idx
                     if resp.status >= 400:
-                        raise _error_from(resp.status, data, url)
+                        raise http_error(resp.status, data, url)
                     return data
             except TimeoutError:
                 last = RequestTimeoutError(f"namesrv {url} did not answer in {self.timeout_ms} ms")
@@ -171,20 +171,31 @@ class NamesrvClient:
         return TopicRoute.from_json(data)
 
 
-async def _read_json(resp: aiohttp.ClientResponse) -> Any:
+async def read_json(resp: aiohttp.ClientResponse) -> Any:
+    """The JSON body of an HTTP answer, or None when it is not JSON."""
     try:
         return await resp.json(content_type=None)
     except ValueError:
         return None
 
 
-def _error_from(status: int, data: Any, url: str) -> FerryError:
+def http_error(status: int, data: Any, url: str,
+               by_status: Mapping[int, type[FerryError]] | None = None) -> FerryError:
+    """The Ferry error of a failed HTTP answer shaped `{"error": {"code", "type", "message"}}`.
+
+    Without a code in the body, `by_status` (404: TopicNotFoundError unless
+    given) names the class; else a plain FerryError.
+    """
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict) and isinstance(err.get("code"), int):
         return error_for_code(err["code"], str(err.get("message", "")))
-    if status == 404:
-        return TopicNotFoundError(f"{url}: not found")
+    cls = (by_status or _NAMESRV_BY_STATUS).get(status)
+    if cls is not None:
+        return cls(f"{url}: HTTP {status}: {data!r}")
     return FerryError(f"{url}: HTTP {status}: {data!r}")
+
+
+_NAMESRV_BY_STATUS: Mapping[int, type[FerryError]] = {404: TopicNotFoundError}
 
 
 class RouteCache:

@@ -14,6 +14,12 @@ queue after `retry_backoff_ms`, holding the queue's only in-flight slot so
 that nothing sent later overtakes them, and fail once `retries` are spent:
 a key is never moved by a failure (RocketMQ's orderly semantics). Delivery is
 at-least-once: a message whose ack was lost may be stored twice.
+
+Delay and time to live (`delay_ms`, `deliver_at_ms`, `ttl_ms`) travel as
+system properties with a message flag (`timing` in `encoding`); a SEND frame
+announces the OR of its entries' flags so that the broker's before-put hooks
+see them, and a plain message takes the same path, at the same cost, as
+before. `cancel_delayed` asks the delay scheduler (see `delay`).
 """
 from __future__ import annotations
 
@@ -34,7 +40,9 @@ from ferry.client.accumulator import (
 )
 from ferry.client.buffer import ByteBudget
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS, ConnectionPool
+from ferry.client.delay import DelaySchedulerClient
 from ferry.client.encoding import (
+    DEFAULT_MAX_DELAY_MS,
     HEAD_SIZE,
     MAX_MESSAGE_BYTES,
     check_body,
@@ -42,6 +50,7 @@ from ferry.client.encoding import (
     encode_group,
     make_wire,
     pack_head,
+    timing,
     to_wire,
 )
 from ferry.client.message import Message, SendResult, TopicQueue
@@ -76,11 +85,16 @@ class Producer:
                  max_in_flight_per_queue: int = 2, broker_backoff_ms: int = 30_000,
                  route_refresh_interval_ms: int = 30_000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60_000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
+                 delay_scheduler: str | None = None) -> None:
         if linger_ms < 0 or max_batch_bytes <= 0 or retries < 0 or max_in_flight_per_queue < 1:
             raise ValueError("linger_ms, retries >= 0; max_batch_bytes, max_in_flight_per_queue > 0")
         if buffer_memory_bytes <= 0 or max_block_ms < 0 or retry_backoff_ms < 0:
             raise ValueError("buffer_memory_bytes > 0; max_block_ms, retry_backoff_ms >= 0")
+        if max_delay_ms < 1:
+            raise ValueError("max_delay_ms must be at least 1")
+        self.max_delay_ms = max_delay_ms
+        self._scheduler = DelaySchedulerClient(delay_scheduler)
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.retries = retries
@@ -120,6 +134,7 @@ class Producer:
         await self.flush()
         await self._pool.close()
         await self._namesrv.close()
+        await self._scheduler.close()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -137,10 +152,17 @@ class Producer:
     async def send(self, topic: str, body: bytes, key: str | None = None,
                    tags: str | None = None, properties: Mapping[str, str] | None = None,
                    ordered: bool = False, queue_selector: QueueSelector | None = None,
-                   keys: Sequence[str] = ()) -> asyncio.Future[SendResult]:
+                   keys: Sequence[str] = (), *, delay_ms: int | None = None,
+                   deliver_at_ms: int | None = None,
+                   ttl_ms: int | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; the returned future resolves to its SendResult.
 
-        Waits while the buffer is full (up to `max_block_ms`, then BusyError).
+        `delay_ms` (from now) or `deliver_at_ms` (epoch ms) hold the message
+        back until then (InvalidDelayError beyond `max_delay_ms`; 0, or a time
+        not in the future, means now); its SendResult then has queue_offset -1.
+        `ttl_ms` > 0: never delivered once that long has passed since it was
+        stored in its topic. Waits while the buffer is full (up to
+        `max_block_ms`, then BusyError).
         """
         # The checks of _check_topic and check_body, inline: they run for every message.
         if not self._started or topic not in self._valid_topics:
@@ -148,7 +170,8 @@ class Producer:
         if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if key is None and not keys and not tags and not properties:
+        if (key is None and not keys and not tags and not properties
+                and delay_ms is None and deliver_at_ms is None and ttl_ms is None):
             # The common plain message: packed here, without the general encoder.
             body = body if type(body) is bytes else bytes(body)
             msg_id = new_msg_id()
@@ -158,8 +181,18 @@ class Producer:
             item = PendingMessage(
                 WireMessage(body, msg_id, born_ts_ms), fut, topic,
                 encoded=pack_head(nbytes, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
+            flags = 0
         else:
-            wire = make_wire(body, key, tuple(keys), tags, properties)
+            flags = 0
+            if delay_ms is not None or deliver_at_ms is not None or ttl_ms is not None:
+                born_ts_ms = int(time.time() * 1000)
+                extra, flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
+                                      born_ts_ms)
+                properties = {**properties, **extra} if properties else extra
+                wire = make_wire(body, key, tuple(keys), tags, properties,
+                                 born_ts_ms=born_ts_ms, flags=flags)
+            else:
+                wire = make_wire(body, key, tuple(keys), tags, properties)
             item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
             nbytes = len(item.encoded)
         if ordered and (key or queue_selector is not None):
@@ -183,14 +216,17 @@ class Producer:
             raise
         if ordered and item.ordered:
             batcher.max_in_flight = 1
-        batcher.add(item)
+        batcher.add(item, flags)
         return fut
 
     async def send_and_wait(self, topic: str, body: bytes, key: str | None = None,
                             tags: str | None = None, properties: Mapping[str, str] | None = None,
                             ordered: bool = False, queue_selector: QueueSelector | None = None,
-                            keys: Sequence[str] = ()) -> SendResult:
-        fut = await self.send(topic, body, key, tags, properties, ordered, queue_selector, keys)
+                            keys: Sequence[str] = (), *, delay_ms: int | None = None,
+                            deliver_at_ms: int | None = None,
+                            ttl_ms: int | None = None) -> SendResult:
+        fut = await self.send(topic, body, key, tags, properties, ordered, queue_selector, keys,
+                              delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, ttl_ms=ttl_ms)
         return await fut
 
     async def send_batch(self, topic: str, messages: Sequence[Message], *,
@@ -205,7 +241,7 @@ class Producer:
         if not messages:
             return []
         self._check_topic(topic)
-        msg_ids, encoded = encode_group(messages)
+        msg_ids, encoded, flags = encode_group(messages, self.max_delay_ms)
         if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
             futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
                                        together=True)
@@ -214,7 +250,7 @@ class Producer:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         group = PendingGroup(msg_ids=msg_ids, encoded=encoded, future=fut, topic=topic,
                              first_body=bytes(first.body), key=first.key,
-                             ordered=pinned(ordered, first.key, queue_selector))
+                             ordered=pinned(ordered, first.key, queue_selector), flags=flags)
         route = await self._routes.route(topic)
         await self._budget.take(group.size_bytes, self.max_block_ms)
         try:
@@ -271,6 +307,14 @@ class Producer:
         finally:
             self._budget.release(size)
 
+    async def cancel_delayed(self, msg_id: str) -> None:
+        """Cancel a delayed message (`msg_id`: its SendResult's) before it is due.
+
+        Raises AlreadyDeliveredError once it was delivered to its topic, and
+        MessageNotFoundError when the delay scheduler knows no such message.
+        """
+        await self._scheduler.cancel(msg_id)
+
     # -- queue choice -----------------------------------------------------------------------
     def _check_started(self) -> None:
         if not self._started:
@@ -293,7 +337,8 @@ class Producer:
         items = []
         for msg in msgs:
             check_body(msg.body)
-            items.append(PendingMessage(wire=to_wire(msg), future=loop.create_future(),
+            items.append(PendingMessage(wire=to_wire(msg, self.max_delay_ms),
+                                        future=loop.create_future(),
                                         topic=topic, key=msg.key,
                                         ordered=pinned(ordered, msg.key, selector)))
         route = await self._routes.route(topic)
@@ -324,7 +369,7 @@ class Producer:
         batcher = self._batcher(tq)
         if item.ordered:
             batcher.max_in_flight = 1
-        batcher.add(item)
+        batcher.add(item, item.flags)
 
     # -- the SEND request and its retries ---------------------------------------------------
     async def _send_batch(self, tq: TopicQueue, batch: Batch) -> None:
@@ -335,7 +380,7 @@ class Producer:
             refresh = False
             while items:
                 try:
-                    resp = await self._request(tq, items, refresh)
+                    resp = await self._request(tq, items, refresh, batch.flags)
                 except FerryError as exc:
                     items, moved_now = self._on_failure(tq, items, exc)
                     moved += moved_now
@@ -352,7 +397,8 @@ class Producer:
         finally:
             self._budget.release(batch.size_bytes - moved)
 
-    async def _request(self, tq: TopicQueue, items: list[Pending], refresh: bool) -> Frame:
+    async def _request(self, tq: TopicQueue, items: list[Pending], refresh: bool,
+                       flags: int) -> Frame:
         if refresh:
             route = await self._routes.route(tq.topic)
         else:
@@ -361,8 +407,10 @@ class Producer:
         if addr is None:
             raise TopicNotFoundError(f"broker {tq.broker} has no live master for {tq.topic}")
         body = items[0].encoded if len(items) == 1 else b"".join([it.encoded for it in items])
-        return await self._pool.request(
-            addr, RequestCode.SEND, {"topic": tq.topic, "queue_id": tq.queue_id}, body)
+        fields = {"topic": tq.topic, "queue_id": tq.queue_id}
+        if flags:   # the broker runs its before-put hooks only for a flagged SEND
+            fields["flags"] = flags
+        return await self._pool.request(addr, RequestCode.SEND, fields, body)
 
     def _on_failure(self, tq: TopicQueue, items: list[Pending],
                     exc: FerryError) -> tuple[list[Pending], int]:

@@ -10,8 +10,9 @@ dropped by the broker, one that stops sends UNREGISTER at once).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 from ferry.client.connection import ConnectionPool
@@ -123,3 +124,30 @@ class GroupMembership:
 def broadcasting_assignment(routes: dict[str, TopicRoute]) -> dict[str, set[TopicQueue] | None]:
     """Every readable queue of every subscribed topic."""
     return {t: {TopicQueue(t, b, q) for b, q in r.readable_queues()} for t, r in routes.items()}
+
+
+async def periodically(heartbeat_interval_ms: int, rebalance_interval_ms: int,
+                       step: Callable[..., Awaitable[None]]) -> None:
+    """Call `step(heartbeat=..., rebalance=...)` on each interval, for as long as it runs.
+
+    Failures are logged and the loop goes on: without heartbeats the broker
+    expires this member while its fetchers keep pulling, and two members would
+    then consume the same queues.
+    """
+    loop = asyncio.get_running_loop()
+    next_hb = loop.time() + heartbeat_interval_ms / 1000
+    next_rb = loop.time() + rebalance_interval_ms / 1000
+    while True:
+        await asyncio.sleep(max(0.0, min(next_hb, next_rb) - loop.time()))
+        now = loop.time()
+        heartbeat, rebalance = now >= next_hb, now >= next_rb
+        if heartbeat:
+            next_hb = now + heartbeat_interval_ms / 1000
+        if rebalance:
+            next_rb = now + rebalance_interval_ms / 1000
+        try:
+            await step(heartbeat=heartbeat, rebalance=rebalance)
+        except FerryError as exc:
+            log.warning("rebalance failed: %s", exc)
+        except Exception:
+            log.exception("rebalance failed unexpectedly; retrying next round")

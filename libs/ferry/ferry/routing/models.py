@@ -22,6 +22,13 @@ MIN_QUEUES = 1
 MAX_QUEUES = 1024
 DEFAULT_QUEUES = 8
 MAX_RETRY = 64
+#: Back-off before each redelivery of a nacked message: RocketMQ's delay levels from its
+#: third on (10s 30s 1m 2m ... 2h). Attempt n (1-based) waits the n-th; later ones the last.
+DEFAULT_RETRY_BACKOFF_MS: tuple[int, ...] = (
+    10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000, 480_000,
+    540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000)
+MAX_RETRY_BACKOFF_STEPS = 64
+MAX_RETRY_BACKOFF_MS = 30 * 24 * 3600 * 1000   # the delay path's own maximum (30 days)
 TOPIC_PERMS = ("rw", "r", "w")
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 CONSUME_FROM = ("latest", "earliest", "timestamp")
@@ -229,9 +236,13 @@ _TOPIC_FIELDS = frozenset({"name", "queues", "perm", "type", "brokers"})
 class GroupConfig:
     """A consumer group's configuration under /ferry/groups/{group}.
 
-    `retry_max` is how often a failed message is redelivered before it goes to
-    the group's dead-letter topic; `consume_from` says where a group with no
-    committed offset starts (at `consume_timestamp_ms` for "timestamp").
+    `retry_max` (RocketMQ's `max_reconsume_times`; the JSON name
+    `max_reconsume_times` is accepted as an alias on input) is how often a
+    failed message is redelivered before it goes to the group's dead-letter
+    topic; `retry_backoff_ms` is the wait before each redelivery (attempt n
+    waits its n-th value, attempts beyond the list its last); `consume_from`
+    says where a group with no committed offset starts (at
+    `consume_timestamp_ms` for "timestamp").
     """
 
     name: str
@@ -239,10 +250,16 @@ class GroupConfig:
     broadcast_allowed: bool = True
     consume_from: str = "latest"
     consume_timestamp_ms: int = 0
+    retry_backoff_ms: tuple[int, ...] = DEFAULT_RETRY_BACKOFF_MS
 
     def __post_init__(self) -> None:
         validate_group(self.name)
         _int_in(self.retry_max, "retry_max", 0, MAX_RETRY)
+        _require(isinstance(self.retry_backoff_ms, tuple)
+                 and 1 <= len(self.retry_backoff_ms) <= MAX_RETRY_BACKOFF_STEPS,
+                 f"retry_backoff_ms must be a list of 1..{MAX_RETRY_BACKOFF_STEPS} integers")
+        for step in self.retry_backoff_ms:
+            _int_in(step, "a retry_backoff_ms value", 0, MAX_RETRY_BACKOFF_MS)
         _require(isinstance(self.broadcast_allowed, bool),
                  f"broadcast_allowed must be true or false, got {self.broadcast_allowed!r}")
         _choice(self.consume_from, "consume_from", CONSUME_FROM)
@@ -251,10 +268,16 @@ class GroupConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "retry_max": self.retry_max,
                 "broadcast_allowed": self.broadcast_allowed, "consume_from": self.consume_from,
-                "consume_timestamp_ms": self.consume_timestamp_ms}
+                "consume_timestamp_ms": self.consume_timestamp_ms,
+                "retry_backoff_ms": list(self.retry_backoff_ms)}
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
+
+    def backoff_ms(self, attempt: int) -> int:
+        """The wait before redelivery `attempt` (1 = the first retry)."""
+        steps = self.retry_backoff_ms
+        return steps[min(max(attempt, 1), len(steps)) - 1]
 
     @classmethod
     def from_dict(cls, data: object, *, strict: bool = False, name: str | None = None
@@ -265,15 +288,21 @@ class GroupConfig:
         _require(body_name is not None, "group field 'name' is required")
         _require(name is None or body_name == name,
                  f"group name in the body {body_name!r} differs from the URL's {name!r}")
-        return cls(name=body_name, retry_max=d.get("retry_max", 16),
+        _require(not ("retry_max" in d and "max_reconsume_times" in d),
+                 "give retry_max or its alias max_reconsume_times, not both")
+        backoff = d.get("retry_backoff_ms", DEFAULT_RETRY_BACKOFF_MS)
+        _require(isinstance(backoff, list | tuple),
+                 f"retry_backoff_ms must be a list of integers, got {backoff!r}")
+        return cls(name=body_name, retry_max=d.get("retry_max", d.get("max_reconsume_times", 16)),
                    broadcast_allowed=d.get("broadcast_allowed", True),
                    consume_from=d.get("consume_from", "latest"),
-                   consume_timestamp_ms=d.get("consume_timestamp_ms", 0))
+                   consume_timestamp_ms=d.get("consume_timestamp_ms", 0),
+                   retry_backoff_ms=tuple(backoff))
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, strict: bool = False) -> GroupConfig:
         return cls.from_dict(_loads(raw, "group"), strict=strict)
 
 
-_GROUP_FIELDS = frozenset({"name", "retry_max", "broadcast_allowed", "consume_from",
-                           "consume_timestamp_ms"})
+_GROUP_FIELDS = frozenset({"name", "retry_max", "max_reconsume_times", "broadcast_allowed",
+                           "consume_from", "consume_timestamp_ms", "retry_backoff_ms"})
