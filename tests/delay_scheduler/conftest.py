@@ -1,14 +1,13 @@
 """Integration fixtures: a real mesh (etcd, namesrv, broker processes) plus scheduler processes.
 
 `start_scheduler` runs `python -m ferry_delay_scheduler` on free ports over a
-`tests.client.conftest.Mesh`; `DelaySender` sends DELAY-flagged messages with
-a raw SEND (the contract of docs/protocol.md, "10 SEND"); `Collector` long-polls
+`tests.client.conftest.Mesh`; `DelaySender` sends delayed messages with the
+Producer (`deliver_at_ms`); `Collector` long-polls
 every queue of a topic and records when each message arrived.
 """
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import sys
 import time
@@ -20,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ferry import Message, Producer
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
-from ferry.codec import DELIVER_AT_MS, MessageFlag
-from ferry.store import StoredMessage, encode_properties, iter_records, new_msg_id
-from ferry.wire import RequestCode, WireMessage, encode_messages
+from ferry.store import StoredMessage, iter_records
+from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, start_mesh
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
@@ -100,34 +99,27 @@ def fresh_delay_mesh(etcd: Etcd, tmp_path: Path) -> Iterator[Mesh]:
 
 
 class DelaySender:
-    """Sends DELAY-flagged messages round robin over a topic's queues (raw SEND)."""
+    """Sends delayed messages through the real Producer (`deliver_at_ms`), in batches."""
 
     def __init__(self, namesrv: str) -> None:
-        self.pool = ConnectionPool()
-        self.namesrv = NamesrvClient(namesrv)
-        self._rr = itertools.count()
+        self.producer = Producer(namesrv=namesrv)
+        self._started = False
 
     async def close(self) -> None:
-        await self.pool.close()
-        await self.namesrv.close()
+        if self._started:
+            await self.producer.stop()
 
     async def send(self, topic: str, items: list[tuple[bytes, int]], batch: int = 500
                    ) -> list[bytes]:
         """Send (body, deliver_at_ms) pairs; their message ids, in order."""
-        route = await self.namesrv.get_route(topic, create=True)
-        queues = [(b.master, q) for b in route.brokers if b.master for q in range(b.queues)]
+        if not self._started:
+            await self.producer.start()
+            self._started = True
         ids: list[bytes] = []
-        now = int(time.time() * 1000)
         for start in range(0, len(items), batch):
-            chunk = items[start:start + batch]
-            msgs = [WireMessage(body, new_msg_id(), now, int(MessageFlag.DELAY),
-                                properties=encode_properties({DELIVER_AT_MS: str(at)}))
-                    for body, at in chunk]
-            addr, qid = queues[next(self._rr) % len(queues)]
-            await self.pool.request(addr, RequestCode.SEND, {
-                "topic": topic, "queue_id": qid, "flags": int(MessageFlag.DELAY)},
-                encode_messages(msgs))
-            ids += [m.msg_id for m in msgs]
+            msgs = [Message(body, deliver_at_ms=at) for body, at in items[start:start + batch]]
+            results = await self.producer.send_batch(topic, msgs)
+            ids += [bytes.fromhex(r.msg_id) for r in results]
         return ids
 
 
