@@ -1,14 +1,14 @@
 """Delayed delivery on a real mesh: `make bench BENCH=delay`.
 
-Processes: etcd, namesrv, one broker and one delay scheduler. Producers send
-DELAY-flagged SENDs (the wire contract of docs/protocol.md, "10 SEND");
-a collector long-polls every queue of the real topic and stamps each arrival.
+Processes: etcd, namesrv, one broker and one delay scheduler. A Producer sends
+batches with `deliver_at_ms`; a collector long-polls every queue of the real topic and stamps each arrival.
 Lateness = receive time - DELIVER_AT_MS. Cases (each one JSON line):
 
 - delay.burst: BURST messages all due within the same second (sent well before).
 - delay.precision: RATE msgs/s for PRECISION_S seconds, delays uniform over 1-10 s.
 - delay.pending: PENDING messages due over 30 days: how fast the scheduler takes
   them over (schedule_msgs_s) and its resident memory once it holds them all.
+- retry.roundtrip: bench_retry's case (nack -> redelivery, 0 back-off) on this mesh.
 
 Sizes come from FERRY_BENCH_DELAY_{BURST,PRECISION_S,PENDING} (a smoke run:
 5000, 3, 5000).
@@ -16,7 +16,6 @@ Sizes come from FERRY_BENCH_DELAY_{BURST,PRECISION_S,PENDING} (a smoke run:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import random
@@ -31,11 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_retry import MESSAGES as RETRY_MESSAGES  # noqa: E402
+from bench_retry import retry_roundtrip  # noqa: E402
+from ferry import Message, Producer  # noqa: E402
 from ferry.client.connection import ConnectionPool  # noqa: E402
 from ferry.client.namesrv import NamesrvClient  # noqa: E402
-from ferry.codec import DELIVER_AT_MS, MessageFlag  # noqa: E402
-from ferry.store import decode_properties, encode_properties, iter_records, new_msg_id  # noqa: E402
-from ferry.wire import RequestCode, WireMessage, encode_messages  # noqa: E402
+from ferry.codec import DELIVER_AT_MS  # noqa: E402
+from ferry.store import decode_properties, iter_records  # noqa: E402
+from ferry.wire import RequestCode  # noqa: E402
 
 from tests.support.procs import (  # noqa: E402
     Proc,
@@ -53,7 +55,6 @@ PENDING = int(os.environ.get("FERRY_BENCH_DELAY_PENDING", "1000000"))
 BODY = os.urandom(100)
 SEND_BATCH = 512
 MONTH_MS = 30 * 86_400_000
-DELAY_FLAG = int(MessageFlag.DELAY)
 
 
 def emit(**fields: object) -> None:
@@ -71,31 +72,27 @@ def percentile(sorted_values: list[int], q: float) -> int:
 
 
 class Sender:
-    """DELAY-flagged SEND batches, round robin over the topic's queues."""
+    """Delayed messages through the real Producer (`deliver_at_ms`), SEND_BATCH per frame."""
 
     def __init__(self, namesrv: str) -> None:
-        self.pool = ConnectionPool()
-        self.namesrv = NamesrvClient(namesrv)
-        self._rr = itertools.count()
-        self._queues: dict[str, list[tuple[str, int]]] = {}
+        self.namesrv = namesrv
+        self.producer = Producer(namesrv=namesrv)
+        self._started = False
 
     async def queues(self, topic: str) -> list[tuple[str, int]]:
-        if topic not in self._queues:
-            route = await self.namesrv.get_route(topic, create=True)
-            self._queues[topic] = [(b.master, q) for b in route.brokers if b.master
-                                   for q in range(b.queues)]
-        return self._queues[topic]
+        """(master address, queue id) of every queue of `topic` (created if need be)."""
+        client = NamesrvClient(self.namesrv)
+        try:
+            route = await client.get_route(topic, create=True)
+        finally:
+            await client.close()
+        return [(b.master, q) for b in route.brokers if b.master for q in range(b.queues)]
 
     async def send(self, topic: str, due_ms: list[int]) -> None:
-        queues = await self.queues(topic)
-        born = now_ms()
-        msgs = [WireMessage(BODY, new_msg_id(), born, DELAY_FLAG,
-                            properties=encode_properties({DELIVER_AT_MS: str(d)}))
-                for d in due_ms]
-        addr, qid = queues[next(self._rr) % len(queues)]
-        await self.pool.request(addr, RequestCode.SEND, {"topic": topic, "queue_id": qid,
-                                                         "flags": DELAY_FLAG},
-                                encode_messages(msgs), timeout_ms=30_000)
+        if not self._started:
+            await self.producer.start()
+            self._started = True
+        await self.producer.send_batch(topic, [Message(BODY, deliver_at_ms=d) for d in due_ms])
 
     async def send_all(self, topic: str, due_ms: list[int], in_flight: int = 8) -> None:
         sem = asyncio.Semaphore(in_flight)
@@ -107,8 +104,8 @@ class Sender:
                                for i in range(0, len(due_ms), SEND_BATCH)))
 
     async def close(self) -> None:
-        await self.pool.close()
-        await self.namesrv.close()
+        if self._started:
+            await self.producer.stop()
 
 
 class Collector:
@@ -275,6 +272,10 @@ def main() -> None:
         asyncio.run(burst(namesrv))
         asyncio.run(precision(namesrv))
         asyncio.run(pending(namesrv, sched_port, procs[-1].popen.pid))
+        # The issue's `make bench BENCH=delay` also reports the retry round trip (nack ->
+        # redelivery with 0 back-off): bench_retry's case, run on this mesh.
+        msgs_s = asyncio.run(retry_roundtrip(namesrv, RETRY_MESSAGES))
+        emit(bench="retry.roundtrip", messages=RETRY_MESSAGES, backoff_ms=0, msgs_s=round(msgs_s))
     finally:
         for p in reversed(procs):
             p.stop()
