@@ -78,6 +78,9 @@ class SchedulerApp:
             return True  # no etcd: a single instance, always leading
         return self.election is not None and self.election.is_leader
 
+    def _brokers(self) -> dict[str, str]:
+        return self.ingestor.brokers if self.ingestor is not None else {}
+
     def role(self) -> str:
         return "leader" if self.is_leader() else "standby"
 
@@ -108,11 +111,11 @@ class SchedulerApp:
         self.wheel.sync()
         self.progress.bucketed_through = self.local.next_queue_offset
         save_progress(cfg.data_path, self.progress)
-        self.ingestor = Ingestor(cfg, self.pool, self.namesrv, self.local, self.wheel,
-                                 self.progress, self.stats, self.is_leader)
         self.deliverer = Deliverer(cfg, self.wheel, self.local, self.pool, self.namesrv,
-                                   self.stats, lambda: self.ingestor.brokers if self.ingestor
-                                   else {})
+                                   self.stats, self._brokers)
+        self.ingestor = Ingestor(cfg, self.pool, self.namesrv, self.local, self.wheel,
+                                 self.progress, self.stats, self.is_leader,
+                                 self.deliverer.wake.set)
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
@@ -162,7 +165,7 @@ class SchedulerApp:
             await asyncio.sleep(self.config.progress_interval_ms / 1000)
             try:
                 await self.save_progress()
-            except OSError:
+            except Exception:  # a full disk, a failed store: keep trying, keep serving
                 log.exception("could not save progress; will retry")
 
     async def save_progress(self) -> None:

@@ -44,6 +44,7 @@ PREPARE_STEP_MS = 100  # rescan the heap only when this much new time entered th
 PREPARE_PER_TURN = 5000
 MAX_PREPARED = 200_000
 MAX_BACKOFF_MS = 60_000
+ERROR_PAUSE_S = 1.0
 _NOT_DELAY = ~int(MessageFlag.DELAY) & 0xFFFF_FFFF
 
 Target = tuple[str, str, int]  # (broker name, real topic, real queue id)
@@ -68,27 +69,37 @@ class Deliverer:
         self._prepared: dict[int, tuple[Target, WireMessage]] = {}  # phy -> built in advance
         self._prepared_until = 0  # the horizon of the last complete prefetch scan
         self._prepared_version = -1  # the wheel's version at that scan
+        #: Set when messages join the wheel, so that one due at once does not wait a nap.
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
-        # One frame's worth per turn: the first frame leaves before the rest is read.
-        limit = self.cfg.deliver_batch_messages
         while True:
-            now = now_ms()
-            self.wheel.advance(now)
-            due = self.wheel.pop_due(now, limit)
-            if due:
-                await self._dispatch(due, now)
-                await asyncio.sleep(0)
-                continue
-            self._prepare_ahead(now)
-            nxt = self.wheel.next_ready_ms()
-            wait_s = IDLE_SLEEP_S if nxt is None else min(IDLE_SLEEP_S, max(0, nxt - now) / 1000)
-            self.wake.clear()
             try:
-                await asyncio.wait_for(self.wake.wait(), wait_s)
-            except TimeoutError:
-                pass
+                await self._turn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive any one failure (a failed local log)
+                log.exception("delivery turn failed; going on")
+                await asyncio.sleep(ERROR_PAUSE_S)
+
+    async def _turn(self) -> None:
+        """Hand out what is due now, or prepare what comes next and nap until it does."""
+        now = now_ms()
+        self.wheel.advance(now)
+        # One frame's worth per turn: the first frame leaves before the rest is read.
+        due = self.wheel.pop_due(now, self.cfg.deliver_batch_messages)
+        if due:
+            await self._dispatch(due)
+            await asyncio.sleep(0)
+            return
+        self._prepare_ahead(now)
+        nxt = self.wheel.next_ready_ms()
+        wait_s = IDLE_SLEEP_S if nxt is None else min(IDLE_SLEEP_S, max(0, nxt - now) / 1000)
+        self.wake.clear()
+        try:
+            await asyncio.wait_for(self.wake.wait(), wait_s)
+        except TimeoutError:
+            pass
 
     def _prepare_ahead(self, now: int) -> None:
         horizon = now + PREPARE_AHEAD_MS
@@ -110,7 +121,7 @@ class Deliverer:
                 return
         self._prepared_until, self._prepared_version = horizon, version
 
-    async def _dispatch(self, due: list[Due], now: int) -> None:
+    async def _dispatch(self, due: list[Due]) -> None:
         groups: dict[Target, list[tuple[Due, WireMessage]]] = defaultdict(list)
         prepared = self._prepared
         for item in due:
@@ -132,14 +143,15 @@ class Deliverer:
         try:
             rec = self.local.read(item.phy_offset)
         except (StoreError, CorruptRecordError) as exc:
-            rec, why = None, str(exc)
-        else:
-            why = "no record at that offset"
+            # The local log failed to answer (an I/O error, closing): not a verdict on
+            # the record. Try again later; never settle a message on a failed read.
+            log.warning("cannot read local offset %d (%s); retrying", item.phy_offset, exc)
+            self.wheel.retry([item], now_ms() + self.cfg.retry_backoff_ms)
+            return None
         if rec is None:
-            # Only a damaged or deleted local log gets here: say so loudly, count it,
-            # and settle the entry so that it does not block its bucket forever.
-            log.error("message at local offset %d cannot be read (%s); it is lost",
-                      item.phy_offset, why)
+            # No valid record there: only a damaged or expired local log gets here. Say
+            # so loudly, count it, and settle the entry so that its bucket can close.
+            log.error("message at local offset %d cannot be read; it is lost", item.phy_offset)
             self.stats.missing_records += 1
             self.wheel.mark_delivered([item], now_ms())
         return rec

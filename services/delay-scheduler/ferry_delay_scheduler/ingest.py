@@ -59,7 +59,7 @@ class Ingestor:
 
     def __init__(self, cfg: SchedulerConfig, pool: ConnectionPool, namesrv: NamesrvClient,
                  local: LocalLog, wheel: TimingWheel, progress: Progress, stats: Stats,
-                 is_leader: Callable[[], bool]) -> None:
+                 is_leader: Callable[[], bool], on_added: Callable[[], None]) -> None:
         self.cfg = cfg
         self.pool = pool
         self.namesrv = namesrv
@@ -68,6 +68,7 @@ class Ingestor:
         self.progress = progress
         self.stats = stats
         self.is_leader = is_leader
+        self.on_added = on_added  # wakes the delivery loop
         #: broker name -> master address, from the last %SCHEDULE% route
         self.brokers: dict[str, str] = {}
         self._tasks: dict[tuple[str, str, int], asyncio.Task[None]] = {}
@@ -83,7 +84,12 @@ class Ingestor:
 
     async def run(self) -> None:
         while True:
-            await self.reconcile()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive any one failure
+                log.exception("reconciling the pull tasks failed; going on")
             await asyncio.sleep(self.cfg.route_poll_ms / 1000)
 
     async def reconcile(self) -> None:
@@ -178,6 +184,7 @@ class Ingestor:
                 except FlushTimeoutError:
                     log.warning("local log not durable yet; waiting on")
             self.wheel.add([(s.due_ms, s.stored_ms, s.phy_offset) for s in stored])
+            self.on_added()
         finally:
             del self._unsettled[token]
         key = source_key(broker, qid)

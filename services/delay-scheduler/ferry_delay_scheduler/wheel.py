@@ -193,7 +193,10 @@ class TimingWheel:
         with self._write_lock:  # what waits to be written goes first
             parts = self._staged.pop(bucket, []) + self._buffered.pop(bucket, [])
             if parts:
-                self._append(bucket, wf.BUCKET_SUFFIX, wf.KIND_BUCKET, b"".join(parts))
+                # Synced at once: a progress file saved meanwhile may count these entries
+                # as on disk, and the writer thread that would have synced them never sees them.
+                self._append(bucket, wf.BUCKET_SUFFIX, wf.KIND_BUCKET, b"".join(parts),
+                             sync=True)
         read = wf.read_entries(str(self._path(bucket, wf.BUCKET_SUFFIX)), wf.KIND_BUCKET)
         journal = wf.read_entries(str(self._path(bucket, wf.JOURNAL_SUFFIX)), wf.KIND_JOURNAL)
         self.torn_entries += read.bad_entries + journal.bad_entries
