@@ -84,6 +84,15 @@ def wait_for(check: Any, timeout_s: float = 30.0, what: str = "condition") -> No
         time.sleep(0.05)
 
 
+async def until(check: Any, timeout_s: float = 30.0, what: str = "condition") -> None:
+    """`wait_for` for checks that need the event loop to run (a Collector fills in)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s}s")
+        await asyncio.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def delay_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     m = start_mesh(etcd, tmp_path_factory.mktemp("delay-mesh"), ("broker-a",))

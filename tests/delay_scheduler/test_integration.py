@@ -6,6 +6,7 @@ broker restart lose nothing; two schedulers never both deliver a message.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from tests.delay_scheduler.conftest import (
     Collector,
     DelaySender,
     start_scheduler,
+    until,
     wait_for,
 )
 
@@ -80,7 +82,7 @@ async def test_cancel_before_and_after_delivery(delay_mesh: Mesh) -> None:
         status, body = sched.post(f"/v1/delayed/{drop.hex()}/cancel")  # right after the send
         assert (status, body["cancelled"]) == (200, True)
         await collector.wait_count(1, 15)
-        time.sleep(2.0)  # past the cancelled one's due time
+        await asyncio.sleep(2.0)  # past the cancelled one's due time, the collector polling
         assert [r.body for _, r in collector.got] == [b"keep"]
         status, body = sched.post(f"/v1/delayed/{keep.hex()}/cancel")
         assert status == 409
@@ -106,7 +108,10 @@ async def test_kill9_with_10000_pending_loses_none_and_none_is_early(delay_mesh:
         # Due over 4..9 s from now: some are delivered before the kill, most are pending.
         ids = await sender.send(topic, [(b"m%d" % i, now + 4000 + i % 5000) for i in range(n)])
         wait_for(lambda: sched.stats()["taken"] >= n // 2, what="half taken over")
-        sched.proc.kill9()
+        sched.proc.kill9()  # while taking over
+        sched = start_scheduler(delay_mesh, name, http_port=sched.http_port)
+        await until(lambda: len(collector.got) >= n // 5, 60, "a fifth delivered")
+        sched.proc.kill9()  # while delivering
         sched = start_scheduler(delay_mesh, name, http_port=sched.http_port)
         await collector.wait_count(n, 60)
         assert {r.msg_id for _, r in collector.got} == set(ids)
@@ -160,7 +165,7 @@ async def test_two_schedulers_deliver_each_message_once(delay_mesh: Mesh) -> Non
         now = _now_ms()
         ids = await sender.send(topic, [(b"p%d" % i, now + 500 + i) for i in range(500)])
         await collector.wait_count(len(ids), 30)
-        time.sleep(1.0)  # room for a duplicate to show up
+        await asyncio.sleep(1.0)  # room for a duplicate to show up
         got = [r.msg_id for _, r in collector.got]
         assert sorted(got) == sorted(ids)  # each exactly once
         standby = first if first.stats()["role"] == "standby" else second
