@@ -40,6 +40,7 @@ log = logging.getLogger("ferry_delay_scheduler")
 
 MAINTENANCE_INTERVAL_S = 60.0
 RETENTION_EVERY_ROUNDS = 60  # the local log's retention runs hourly
+RETENTION_MAX_BEHIND_MS = 3_600_000  # ... and only while the wheel is not behind by more
 MINUTE_MS = 60_000
 
 
@@ -191,10 +192,21 @@ class SchedulerApp:
             try:
                 assert self.wheel is not None and self.local is not None
                 self.wheel.expire_journals(now_ms())
-                if rounds % RETENTION_EVERY_ROUNDS == 0:
+                if rounds % RETENTION_EVERY_ROUNDS == 0 and self._caught_up():
                     await asyncio.to_thread(self.local.store.run_retention)
             except Exception:
                 log.exception("maintenance failed; will retry")
+
+    def _caught_up(self) -> bool:
+        """True when no bucket older than an hour is still open.
+
+        Retention deletes local segments by age (longer than the longest delay); a
+        scheduler that was down for days may still hold messages older than that
+        which are due but not yet delivered, so it deletes nothing until it caught up.
+        """
+        assert self.wheel is not None
+        behind_ms = now_ms() - self.wheel.closed_below * self.wheel.bucket_ms
+        return behind_ms < RETENTION_MAX_BEHIND_MS
 
     # -- statistics ------------------------------------------------------------------
 
