@@ -7,6 +7,7 @@ broker restart lose nothing; two schedulers never both deliver a message.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -176,3 +177,14 @@ async def test_two_schedulers_deliver_each_message_once(delay_mesh: Mesh) -> Non
         await collector.stop()
         first.proc.stop()
         second.proc.stop()
+
+
+def test_sigterm_stops_cleanly_with_json_logs(delay_mesh: Mesh) -> None:
+    sched = start_scheduler(delay_mesh, unique("sched"))
+    wait_for(lambda: sched.stats()["role"] == "leader", what="leadership")
+    sched.proc.stop()  # SIGTERM
+    assert sched.proc.popen.returncode == 0
+    lines = [json.loads(line) for line in sched.proc.log().splitlines() if line.strip()]
+    messages = [entry["msg"] for entry in lines]
+    assert "delay scheduler stopped" in messages
+    assert all({"ts", "level", "logger", "msg"} <= entry.keys() for entry in lines)
