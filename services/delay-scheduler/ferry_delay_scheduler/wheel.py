@@ -76,8 +76,8 @@ class TimingWheel:
         self._outstanding: dict[int, int] = {}  # loaded bucket -> entries not final
         self._inflight: dict[int, int] = {}  # phy -> bucket, handed out and not settled
         self._cancelled: set[int] = set()  # phys in the heap whose cancel is journaled
-        self._suspects: set[int] = set()
-        self._retry_due: dict[int, int] = {}  # phy -> its due time, while it waits for a retry  # SENDING journaled before a crash: maybe duplicates
+        self._suspects: set[int] = set()  # SENDING journaled before a crash: maybe duplicates
+        self._retry_due: dict[int, int] = {}  # phy -> its due time, while it waits for a retry
         self._on_disk: set[int] = set()  # unloaded buckets with a bucket file
         self._buffered: dict[int, list[bytes]] = defaultdict(list)  # appends not yet written
         # Appends handed to a writer thread (`write_staged`); the lock also covers each
@@ -245,6 +245,7 @@ class TimingWheel:
                 self._settle(bucket)
                 continue
             if phy in self._inflight:  # a second copy of one entry (a recovery duplicate)
+                self._settle(bucket)
                 continue
             self._inflight[phy] = bucket
             out.append(Due(self._retry_due.pop(phy, due), phy, bucket))
