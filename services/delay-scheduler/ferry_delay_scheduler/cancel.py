@@ -79,6 +79,9 @@ class Canceller:
                 raise MessageNotFoundError(f"no delayed message with id {msg_id_hex}")
             await asyncio.sleep(POLL_S)
         rec = found[0]
+        # The copy the cancel names must be durable first: one lost in a power cut would
+        # be pulled again from the broker as a new copy that this cancel does not name.
+        await self.local.durable(rec.end_offset)
         due = record_due(rec)
         deadline = loop.time() + self.inflight_wait_ms / 1000
         while True:
