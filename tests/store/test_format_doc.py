@@ -10,8 +10,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from ferry.codec import entry, record
-from ferry.store import checkpoint, consume_queue, index_file
+from ferry.codec import entry, limits, record
+from ferry.store import checkpoint, consume_queue, dispatch, index_file
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "store-format.md"
 _CHARS = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q"}
@@ -94,3 +94,21 @@ def test_constants_and_sizes_stated_in_prose() -> None:
     assert f"bytes `[{record.CRC_START}, total_size)`" in text
     assert f"CRC32C of bytes `[0, {checkpoint.CHECKPOINT.size - 4})`" in text
     assert index_file.INDEX_MAGIC == b"FIDX" and "`b\"FIDX\"`" in text
+
+
+@pytest.mark.parametrize("row", _table("### Limits"), ids=lambda r: r["limit"])
+def test_limits_table(row: dict[str, str]) -> None:
+    """Each documented limit is the value of the codec constant(s) it names."""
+    value = int(re.findall(r"\d+", row["value"])[-1])
+    for const in re.findall(r"`(\w+)`", row["constant"]):
+        assert getattr(limits, const) == value, const
+
+
+def test_every_codec_limit_is_documented() -> None:
+    documented = {c for r in _table("### Limits") for c in re.findall(r"`(\w+)`", r["constant"])}
+    assert documented == {n for n in vars(limits) if n.startswith(("MAX_", "MSG_"))}
+
+
+def test_dispatch_backlog_stated_in_prose() -> None:
+    assert f"at the latest after {dispatch.DISPATCH_BACKLOG} queued keys" in \
+        DOC.read_text(encoding="utf-8")

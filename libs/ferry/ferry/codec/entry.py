@@ -41,19 +41,13 @@ _pack_head = ENTRY_HEAD.pack
 
 def append_entry(parts: list[bytes], msg_id: bytes, born_ts_ms: int, flags: int, tags_b: bytes,
                  keys_b: bytes, props: bytes, body: bytes) -> None:
-    """Append one entry's bytes to `parts`: its head, then its non-empty parts.
+    """Append one entry's bytes to `parts`: its head, then its parts (b"".join them).
 
     The one encoder of the layout. Callers check the limits they report on;
     a field that does not fit its slot raises struct.error.
     """
     tags_len, keys_len, props_len, body_len = len(tags_b), len(keys_b), len(props), len(body)
-    parts.append(_pack_head(ENTRY_HEAD_SIZE + tags_len + keys_len + props_len + body_len,
-                            msg_id or NO_MSG_ID, born_ts_ms, flags,
-                            tags_len, keys_len, props_len, body_len))
-    if tags_len:
-        parts.append(tags_b)
-    if keys_len:
-        parts.append(keys_b)
-    if props_len:
-        parts.append(props)
-    parts.append(body)
+    parts += (_pack_head(ENTRY_HEAD_SIZE + tags_len + keys_len + props_len + body_len,
+                         msg_id or NO_MSG_ID, born_ts_ms, flags,
+                         tags_len, keys_len, props_len, body_len),
+              tags_b, keys_b, props, body)

@@ -113,8 +113,7 @@ class Appender:
         stage_batch_input(self._ctx, st, q, self._ctx.host(born_host), b"".join(parts), ts,
                           NO_LIMIT, reconsume_times, prepared_offset)
         add = results.append
-        for msg_id, entry in zip(ids, q.entries[done:], strict=True):
-            phy, size, _ = _unpack_cq(entry)
+        for msg_id, (phy, size, _) in zip(ids, map(_unpack_cq, q.entries[done:]), strict=True):
             add(_new_tuple(PutResult, (_OK, msg_id, phy, size, qoff, ts)))
             qoff += 1
 

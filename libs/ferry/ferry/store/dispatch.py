@@ -38,7 +38,7 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_KEY_CRC, QueueRun
+from .encode_context import ID_KEY_CRC, QueueEntries, QueueRun
 from .index_file import IndexService
 
 log = logging.getLogger(__name__)
@@ -56,16 +56,6 @@ def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes) -> list[bytes]:
         prefix = b"K" + topic_b + b"\x00"
         out.extend(prefix + k for k in keys_b.split(b" ") if k)
     return out
-
-
-class QueueEntries:
-    """Consume-queue entries of one queue waiting to be applied: consecutive queue offsets."""
-
-    __slots__ = ("first_offset", "entries")
-
-    def __init__(self, first_offset: int, entries: list[bytes]) -> None:
-        self.first_offset = first_offset
-        self.entries = entries  # packed CQ_ENTRY
 
 
 class PendingDispatch:
@@ -99,21 +89,6 @@ class PendingDispatch:
             for k in keys_b.split(b" "):
                 if k:
                     items.append((crc32c(k, prefix), phy, store_ts_ms))
-
-    def add_runs(self, runs: dict[tuple[str, int], QueueRun],
-                 items: list[tuple[int, int, int]]) -> None:
-        """Queue what a staged batch yields (its queues continue the pending ones)."""
-        queues = self.queues
-        for key, q in runs.items():
-            queued = queues.get(key)
-            if queued is None:
-                queues[key] = QueueEntries(q.first_offset, q.entries)
-            else:
-                queued.entries.extend(q.entries)  # consecutive queue offsets: one run
-        if self.index_items:
-            self.index_items.extend(items)
-        else:
-            self.index_items = items
 
     def apply(self, cqs: ConsumeQueues, index: IndexService) -> None:
         queues = self.queues
@@ -153,7 +128,17 @@ class LiveDispatch:
         pending = self._pending
         if not pending.index_items:  # (every record queues its id key: empty = nothing pending)
             self._pending_from = start_offset
-        pending.add_runs(runs, items)
+            pending.index_items = items
+        else:
+            pending.index_items.extend(items)
+        # (PendingDispatch.add_runs, inlined: this runs once per append)
+        queues = pending.queues
+        for key, q in runs.items():
+            queued = queues.get(key)
+            if queued is None:
+                queues[key] = q  # the batch is written: its run is no longer staged into
+            else:
+                queued.entries.extend(q.entries)  # consecutive queue offsets: one run
         if len(pending.index_items) >= DISPATCH_BACKLOG:
             try:
                 self.dispatch()

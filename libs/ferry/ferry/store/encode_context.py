@@ -30,19 +30,30 @@ ID_KEY_CRC = crc32c(b"I")  # index key b"I" + msg_id hashes as crc32c(msg_id, ID
 _MAX_CACHED = 100_000
 
 PackRecord = Callable[..., None]
+_new_tuple = tuple.__new__
 
 
-class QueueRun:
-    """The records one batch adds to one queue: its consume-queue entries, in order."""
+class QueueEntries:
+    """Consume-queue entries of one queue, for consecutive queue offsets."""
 
-    __slots__ = ("queue_id", "next_offset", "first_offset", "entries", "topic_b", "topic_len",
-                 "key_crc")
+    __slots__ = ("first_offset", "entries")
+
+    def __init__(self, first_offset: int, entries: list[bytes]) -> None:
+        self.first_offset = first_offset
+        self.entries = entries  # packed CQ_ENTRY of each record
+
+
+class QueueRun(QueueEntries):
+    """The records one batch adds to one queue (queued for dispatch as they are, once written)."""
+
+    __slots__ = ("queue_id", "next_offset", "topic_b", "topic_len", "key_crc")
 
     def __init__(self, queue_id: int, first_offset: int, topic_b: bytes, key_crc: int) -> None:
+        # (QueueEntries.__init__ inlined: one per batch and queue on the put path)
+        self.first_offset = first_offset
+        self.entries = []
         self.queue_id = queue_id
         self.next_offset = first_offset  # queue offset of the next record staged
-        self.first_offset = first_offset
-        self.entries: list[bytes] = []  # packed CQ_ENTRY of each record
         self.topic_b = topic_b
         self.topic_len = len(topic_b)
         self.key_crc = key_crc  # CRC of the index key prefix b"K" + topic + b"\0"
@@ -69,8 +80,9 @@ class StageState:
         self.queues: dict[tuple[str, int], QueueRun] = {}
 
     def staged(self, results: list[PutResult] | BatchPutResult) -> Staged:
-        return Staged(self.pos, self.seals, self.start_rel, self.rel, self.queues, self.items,
-                      results)
+        """The staged batch, with its results."""
+        return _new_tuple(Staged, (self.pos, self.seals, self.start_rel, self.rel, self.queues,
+                                   self.items, results))
 
 
 class Staged(NamedTuple):

@@ -123,7 +123,7 @@ def _clean_end_ok(cl: CommitLog, offset: int) -> bool:
     if seg is None or seg is not segs[-1]:
         return False
     rel = offset - seg.start_offset
-    return rel + 4 <= seg.size and U32.unpack_from(seg.view, rel)[0] == 0
+    return rel + U32.size <= seg.size and U32.unpack_from(seg.view, rel)[0] == 0
 
 
 def _scan(cl: CommitLog, start: int) -> _Scan:
