@@ -33,7 +33,8 @@ _unpack_cq = CQ_ENTRY.unpack
 _new_tuple = tuple.__new__
 _OK = PutStatus.OK
 _BAD_INPUT = (TypeError, ValueError, AttributeError, OverflowError, struct.error)
-# The fields of a MessageIn that a run of the staging loop shares (besides the queue).
+# What the messages of one run of the staging loop share: topic, queue_id, born_host,
+# reconsume_times, prepared_offset.
 _RunKey = tuple[str, int, str, int, int]
 
 

@@ -91,8 +91,12 @@ class MessageStore:
     def put_batch(self, msgs: Sequence[MessageIn]) -> list[PutResult]:
         """Append messages in one write, dispatch them, return where each went.
 
-        The whole batch is validated first: a bad message raises (InvalidNameError,
-        MessageTooLargeError, MalformedRequestError) and nothing is written.
+        The messages are encoded as the batch input of `put_encoded_batch` and staged
+        by the same loop, a run per consecutive messages with the same topic, queue,
+        born host, reconsume_times and prepared_offset. The whole batch is validated
+        first: a bad message raises (InvalidNameError, MessageTooLargeError,
+        MalformedRequestError) and nothing is written. An empty or all-zero msg_id
+        is assigned by the store.
         """
         with self._lock:
             if self._closed or self._failed is not None:
