@@ -47,7 +47,7 @@ class Appender:
         self._cl = commit_log
         self._dispatcher = dispatcher
         self._warmer = warmer
-        self._ctx = EncodeContext(max_message_bytes, store_host)
+        self._ctx = EncodeContext(max_message_bytes, store_host, commit_log.segment_bytes)
         self.next_queue_offset: dict[tuple[str, int], int] = {
             (cq.topic, cq.queue_id): cq.max_offset for cq in cqs}
 
@@ -67,7 +67,7 @@ class Appender:
             raise MalformedRequestError(f"invalid message: {exc}") from None
 
     def _stage(self, msgs: Sequence[MessageIn], ts: int) -> Staged:
-        st = StageState(self._cl)
+        st = StageState(self._cl, {})
         results: list[PutResult] = []
         run_key: _RunKey | None = None
         parts: list[bytes] = []
@@ -134,8 +134,7 @@ class Appender:
         born = self._ctx.host(born_host)
         if type(data) is not bytes:
             data = bytes(data)
-        st = StageState(self._cl)
-        st.queues[key] = q
+        st = StageState(self._cl, {key: q})
         try:
             count = stage_batch_input(self._ctx, st, q, born, data, ts,
                                       NO_LIMIT if max_messages is None else max_messages,
@@ -156,9 +155,10 @@ class Appender:
         after every byte is written, so readers never see part of a batch.
         """
         cl, mv = self._cl, self._ctx.mv
-        used, seals, rel, end_rel, queues, items, results = staged
+        used, seals, end_rel, queues, items, results = staged
         start = cl.write_offset
         seg = cl.active()
+        rel = start - seg.start_offset  # (where staging started: nothing moved since)
         done = 0
         for at, seal_rel in seals:
             if at > done:

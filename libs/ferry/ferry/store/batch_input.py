@@ -43,15 +43,15 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     The hottest code of the broker: every message passes here once, with all it
     needs bound to locals.
     """
-    store_b, max_body, tag_hashes = ctx.store_b, ctx.max_body, ctx.tag_bytes
-    qid = q.queue_id
-    topic_b, topic_len, key_crc = q.topic_b, q.topic_len, q.key_crc
+    store_b, max_body, tag_hashes, seg_bytes = ctx.store_b, ctx.max_body, ctx.tag_bytes, ctx.seg_bytes
+    qid, topic_b, key_crc = q.queue_id, q.topic_b, q.key_crc
+    topic_len = len(topic_b)
     born_b, born_len = born
     store_len = len(store_b)
     prefix = topic_b + born_b + store_b
     fixed = HEADER_SIZE + len(prefix) - _ENTRY_SIZE  # record size = entry length + fixed
     pack = ctx.prefix_format(len(prefix))
-    seg_start, seg_bytes, rel, pos = st.seg_start, st.seg_bytes, st.rel, st.pos
+    seg_start, rel, pos = st.seg_start, st.rel, st.pos
     limit = seg_bytes - BLANK_SIZE
     buf, mv = ctx.buf, ctx.mv
     cap = len(buf)

@@ -46,7 +46,7 @@ class QueueEntries:
 class QueueRun(QueueEntries):
     """The records one batch adds to one queue (queued for dispatch as they are, once written)."""
 
-    __slots__ = ("queue_id", "next_offset", "topic_b", "topic_len", "key_crc")
+    __slots__ = ("queue_id", "next_offset", "topic_b", "key_crc")
 
     def __init__(self, queue_id: int, first_offset: int, topic_b: bytes, key_crc: int) -> None:
         # (QueueEntries.__init__ inlined: one per batch and queue on the put path)
@@ -55,7 +55,6 @@ class QueueRun(QueueEntries):
         self.queue_id = queue_id
         self.next_offset = first_offset  # queue offset of the next record staged
         self.topic_b = topic_b
-        self.topic_len = len(topic_b)
         self.key_crc = key_crc  # CRC of the index key prefix b"K" + topic + b"\0"
 
 
@@ -66,23 +65,22 @@ class StageState:
     continue one state, so that a whole batch is still one staged write.
     """
 
-    __slots__ = ("pos", "seg_start", "seg_bytes", "rel", "start_rel", "seals", "items", "queues")
+    __slots__ = ("pos", "seg_start", "rel", "seals", "items", "queues")
 
-    def __init__(self, cl: CommitLog) -> None:
-        seg = cl.active()
+    def __init__(self, cl: CommitLog, queues: dict[tuple[str, int], QueueRun]) -> None:
         self.pos = 0  # staging bytes used
-        self.seg_start, self.seg_bytes = seg.start_offset, seg.size
-        self.rel = self.start_rel = cl.write_offset - seg.start_offset
+        self.seg_start = cl.active().start_offset  # the segment the next record goes to
+        self.rel = cl.write_offset - self.seg_start  # and its position in it
         # (staging position of the first record of a new segment, where the segment
         # before it gets its blank marker)
         self.seals: list[tuple[int, int]] = []
         self.items: list[tuple[int, int, int]] = []  # (index key hash, phy, store ts)
-        self.queues: dict[tuple[str, int], QueueRun] = {}
+        self.queues = queues  # the runs of the batch's queues
 
     def staged(self, results: list[PutResult] | BatchPutResult) -> Staged:
         """The staged batch, with its results."""
-        return _new_tuple(Staged, (self.pos, self.seals, self.start_rel, self.rel, self.queues,
-                                   self.items, results))
+        return _new_tuple(Staged, (self.pos, self.seals, self.rel, self.queues, self.items,
+                                   results))
 
 
 class Staged(NamedTuple):
@@ -90,7 +88,6 @@ class Staged(NamedTuple):
 
     used: int  # staging bytes holding records
     seals: list[tuple[int, int]]
-    start_rel: int  # position in the active segment of the first byte
     end_rel: int  # position in the last segment just past the batch
     queues: dict[tuple[str, int], QueueRun]
     items: list[tuple[int, int, int]]  # (index key hash, phy, store ts) in commit-log order
@@ -100,8 +97,9 @@ class Staged(NamedTuple):
 class EncodeContext:
     """Caches and the staging buffer of one store's put path."""
 
-    def __init__(self, max_message_bytes: int, store_host: str) -> None:
+    def __init__(self, max_message_bytes: int, store_host: str, segment_bytes: int) -> None:
         self.max_body = max_message_bytes
+        self.seg_bytes = segment_bytes  # of every commit-log segment
         self.store_b = store_host.encode()
         self.topics: dict[str, tuple[bytes, int]] = {}
         self.hosts: dict[str, tuple[bytes, int]] = {}
