@@ -9,8 +9,14 @@ from pathlib import Path
 
 import aetcd
 import pytest
-from ferry.errors import MalformedRequestError, NoPermissionError, TopicNotFoundError
+from ferry.errors import (
+    InvalidNameError,
+    MalformedRequestError,
+    NoPermissionError,
+    TopicNotFoundError,
+)
 from ferry.routing import EtcdRegistry, TopicConfig
+from ferry.wire import RequestCode, encode_messages
 
 from tests.broker.conftest import start_broker, unique_prefix
 from tests.broker.wire_client import message
@@ -72,8 +78,13 @@ async def test_broker_follows_topic_config(tmp_path: Path, etcd: Etcd) -> None:
         await eventually(unregistered)
         with pytest.raises(NoPermissionError, match="does not serve"):
             await c.send("configured", 0, [message(b"x")])
-        # Internal topics are always accepted: Ferry's own services write them.
-        assert (await c.send("%RETRY%grp", 0, [message(b"retry")]))["count"] == 1
+        # Internal topics are written only by Ferry's own requests (here the scheduler's
+        # DELIVER_DUE), whatever the config says; a client SEND to one is refused.
+        with pytest.raises(InvalidNameError, match="internal"):
+            await c.send("%RETRY%grp", 0, [message(b"retry")])
+        got = await c.call(RequestCode.DELIVER_DUE, {"topic": "%RETRY%grp", "queue_id": 0},
+                           encode_messages([message(b"retry")]))
+        assert got.fields["count"] == 1
     finally:
         await c.close()
         b.proc.stop()

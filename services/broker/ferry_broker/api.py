@@ -67,7 +67,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
                        "id": ctx.config.id, "addr": ctx.config.addr,
                        "flush_mode": ctx.config.flush_mode},
             "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
-            "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held}
+            "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
+            "expired": dict(sorted(ctx.expiry.expired.items()))}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

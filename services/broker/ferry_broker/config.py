@@ -56,6 +56,8 @@ class BrokerConfig:
     max_unwritten_bytes_per_conn: int = 32 << 20
     max_connections: int = 10_000
     shutdown_timeout_ms: int = 10_000
+    # The furthest a delayed message's delivery time may lie ahead (30 days).
+    max_delay_ms: int = 30 * 86_400_000
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:

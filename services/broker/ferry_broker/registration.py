@@ -17,7 +17,7 @@ import logging
 from ferry.routing import BrokerInfo, EtcdRegistry, RouteCache, TopicConfig
 
 from ferry_broker.config import BrokerConfig
-from ferry_broker.topics import TopicManager
+from ferry_broker.topics import TopicManager, internal_queues
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ class Registration:
     async def _create_topic(self, topic: str) -> None:
         assert self.registry is not None
         try:
-            cfg = TopicConfig(name=topic, queues=self._config.default_queues)
+            cfg = TopicConfig(name=topic,
+                              queues=internal_queues(topic, self._config.default_queues))
             await self.registry.put_topic(cfg, create_only=True)
             log.info("created topic %s (%d queues) on first use", topic, cfg.queues)
         except Exception as exc:  # already there (AlreadyExistsError), or etcd is away

@@ -3,8 +3,10 @@
 Topic config lives in etcd (`/ferry/topics/{topic}`) and reaches the broker
 through the routing RouteCache. A topic the cache does not know is created
 here on first SEND when AUTO_CREATE_TOPICS is on (with DEFAULT_QUEUES queues),
-and internal topics (`%RETRY%...`, `%DLQ%...`, `%SYS%...`) always are, since
-only Ferry itself builds their names. The app is told of every change so that
+and internal topics (`%RETRY%...`, `%DLQ%...`, `%SCHEDULE%`, `%SYS%...`) always
+are, since only Ferry itself builds their names: `%SCHEDULE%` with
+SCHEDULE_QUEUES queues, a group's retry and dead-letter topics with one
+(RocketMQ's choice: a group's retries are few next to its topic's traffic). The app is told of every change so that
 it can update the broker's etcd registration and record a created topic.
 """
 from __future__ import annotations
@@ -13,13 +15,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ferry.errors import BusyError, NoPermissionError, TopicNotFoundError
-from ferry.names import is_internal
+from ferry.names import SCHEDULE_TOPIC, is_internal
 
 from ferry_broker.config import BrokerConfig
 
 if TYPE_CHECKING:
     from ferry.routing import RouteCache, TopicConfig
 
+SCHEDULE_QUEUES = 4
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
 
 
@@ -65,7 +68,7 @@ class TopicManager:
             raise BusyError(f"topic config not loaded from etcd yet; cannot place {topic}")
         if not (self._config.auto_create_topics or is_internal(topic)):
             raise TopicNotFoundError(f"topic {topic} does not exist and auto-creation is off")
-        queues = self._local[topic] = self._config.default_queues
+        queues = self._local[topic] = internal_queues(topic, self._config.default_queues)
         self._notify(topic)
         return queues
 
@@ -91,3 +94,12 @@ class TopicManager:
     def _notify(self, created: str | None) -> None:
         for listener in self._listeners:
             listener(created)
+
+
+def internal_queues(topic: str, default_queues: int) -> int:
+    """How many queues a topic gets when this broker creates it."""
+    if topic == SCHEDULE_TOPIC:
+        return SCHEDULE_QUEUES
+    if is_internal(topic):
+        return 1
+    return default_queues

@@ -10,6 +10,7 @@ from ferry_broker.handlers.clients import (
     handle_heartbeat,
     handle_unregister,
 )
+from ferry_broker.handlers.deliver import handle_deliver_due
 from ferry_broker.handlers.offsets import (
     handle_commit_offset,
     handle_get_min_max,
@@ -19,6 +20,7 @@ from ferry_broker.handlers.offsets import (
 from ferry_broker.handlers.pull import handle_pull
 from ferry_broker.handlers.query import handle_query_by_id, handle_query_by_key
 from ferry_broker.handlers.send import handle_send
+from ferry_broker.handlers.send_back import handle_send_back
 
 
 def hide_store_errors(handler: Handler) -> Handler:
@@ -34,10 +36,12 @@ def hide_store_errors(handler: Handler) -> Handler:
     return run
 
 
-# SEND handles store failures itself (StoreUnavailableError); the clients' handlers
-# do not touch the store.
+# SEND, SEND_BACK and DELIVER_DUE handle store failures themselves, in the put
+# pipeline (StoreUnavailableError); the clients' handlers do not touch the store.
 HANDLERS: dict[int, Handler] = {
     RequestCode.SEND: handle_send,
+    RequestCode.SEND_BACK: handle_send_back,
+    RequestCode.DELIVER_DUE: handle_deliver_due,
     RequestCode.PULL: hide_store_errors(handle_pull),
     RequestCode.COMMIT_OFFSET: hide_store_errors(handle_commit_offset),
     RequestCode.QUERY_OFFSET: handle_query_offset,

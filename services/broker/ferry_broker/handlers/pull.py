@@ -8,7 +8,9 @@ can correct its position. When the queue has nothing new (or nothing that
 matches the tags), the pull is parked for up to `max_wait_ms` (capped by the
 broker) and answered as soon as a matching message is stored.
 
-Tag filtering is by tag hash at the broker; like RocketMQ, the client checks
+Records of queues that have held TTL messages are checked for expiry (see
+`hooks/ttl.py`): an expired one is left out, as if filtered. Tag filtering is
+by tag hash at the broker; like RocketMQ, the client checks
 the tag string again, since two tags can share a hash.
 """
 from __future__ import annotations
@@ -72,8 +74,18 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                                     "send 'sql': null and filter by tags")
     ctx.topics.check_readable(topic)
 
+    expiry = ctx.expiry
+    ttl_queue = (topic, queue_id) in expiry.queues if expiry.queues else False
+
     def get(at: int) -> GetResult:
-        return ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes)
+        got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes)
+        if ttl_queue and got.records:
+            live = expiry.live(topic, got.records)
+            if len(live) != len(got.records):
+                status = GetStatus.FOUND if live else GetStatus.NO_MATCHED_MESSAGE
+                got = GetResult(status, live, got.next_queue_offset, got.min_offset,
+                                got.max_offset)
+        return got
 
     got = get(offset)
     if got.status in _WAIT_STATUSES and max_wait_ms > 0 and not ctx.long_poll.closing:

@@ -1,52 +1,69 @@
 """SEND: store a batch of messages in one queue with one write, then acknowledge.
 
-The SEND body goes to the store as it came (`put_encoded_batch`: the store
-validates and encodes each entry straight from the wire bytes, one commit-log
-write, no object per message). In sync flush mode the answer waits until the
-store has fsynced the batch's last byte; after `flush_timeout_ms` it fails with FlushTimeoutError (the messages
-are stored, only their durability is unconfirmed). Long polls parked on the
-queue are woken right after the write. A store that refuses the write (failed or
-closed) is answered with StoreUnavailableError, retriable (see `health.py`).
+A batch whose `flags` field is nil or 0 takes the fast path: the SEND body
+goes to the store as it came (`put_encoded_batch`: the store validates and
+encodes each entry straight from the wire bytes, one commit-log write, no
+object per message). A flagged batch is decoded and passes the before-put
+hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
+entry's queue offset, -1 for a redirected one. Either way the after-put hooks
+wake parked pulls and, in sync flush mode, wait for the fsync (after
+`flush_timeout_ms`: FlushTimeoutError, the messages are stored, only their
+durability is unconfirmed). A store that refuses the write (failed or closed)
+is answered with StoreUnavailableError, retriable (see `health.py`).
+
+Internal topics (`%...%`) are refused: only the broker's hooks and the
+requests made for that purpose (SEND_BACK, DELIVER_DUE) write them.
 """
 from __future__ import annotations
 
-from ferry.errors import FlushTimeoutError, MalformedRequestError, StoreError
-from ferry.store import PutStatus
-from ferry.wire import Frame, response
+from ferry.errors import InvalidNameError, MalformedRequestError
+from ferry.names import is_internal
+from ferry.store import MessageIn
+from ferry.wire import Frame, decode_messages, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
-from ferry_broker.handlers.fields import queue_field, topic_field
+from ferry_broker.handlers.fields import int_field, queue_field, topic_field
+from ferry_broker.put_pipeline import PutBatch
 
 MAX_BATCH_MESSAGES = 10_000
 
 
-async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    topic = topic_field(req.fields)
-    queue_id = queue_field(req.fields)
+def checked_queue(ctx: BrokerContext, topic: str, queue_id: int) -> None:
     queues = ctx.topics.queues_for_send(topic)
     if queue_id >= queues:
         raise MalformedRequestError(f"queue_id {queue_id} is out of range: {topic} has {queues}")
+
+
+def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
+                 body: bytes | memoryview) -> list[MessageIn]:
+    """The entries of a message batch as store input (ids and flags as sent)."""
+    wire = decode_messages(body, ctx.config.max_message_bytes)
+    if not wire:
+        raise MalformedRequestError("the message batch is empty")
+    if len(wire) > MAX_BATCH_MESSAGES:
+        raise MalformedRequestError(f"the batch has more than {MAX_BATCH_MESSAGES} messages")
+    return [MessageIn(topic, queue_id, m.body, m.tags, m.keys, bytes(m.properties), m.msg_id,
+                      m.flags, m.born_ts_ms, conn.peer) for m in wire]
+
+
+async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    topic = topic_field(req.fields)
+    if is_internal(topic):
+        raise InvalidNameError(f"topic {topic} is internal: only the broker writes it")
+    queue_id = queue_field(req.fields)
+    flags = int_field(req.fields, "flags", 0, 0xFFFFFFFF, 0)
+    checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
-    if ctx.health.stalled is not None:  # acknowledging now would promise nothing
-        raise ctx.health.unavailable(StoreError(ctx.health.stalled), sticky=False)
-    try:
-        res = ctx.store.put_encoded_batch(topic, queue_id, req.body, born_host=conn.peer,
-                                          max_messages=MAX_BATCH_MESSAGES)
-    except (StoreError, OSError) as exc:
-        # A failed or closed store: retriable, so the producer sends elsewhere.
-        raise ctx.health.unavailable(exc) from None
-    ctx.long_poll.notify(topic, queue_id)
-    if res.status is not PutStatus.OK:
-        raise ctx.health.unavailable(StoreError(f"store refused the batch: {res.status.name}"))
-    if ctx.config.flush_mode == "sync":
-        try:
-            await ctx.durability.wait(ctx.store.wait_durable(res.end_offset))
-        except FlushTimeoutError:
-            raise FlushTimeoutError(
-                f"stored but not flushed within {ctx.config.flush_timeout_ms} ms"
-            ) from None
-        except StoreError as exc:  # the flush thread failed: stored, never durable here
-            raise ctx.health.unavailable(exc) from None
-    return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
-                          "count": res.message_count, "phy_offset": res.first_phy_offset})
+    if not flags:
+        res = await ctx.pipeline.put_encoded(topic, queue_id, req.body, conn.peer,
+                                             MAX_BATCH_MESSAGES)
+        return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
+                              "count": res.message_count, "phy_offset": res.first_phy_offset})
+    batch = PutBatch(topic, queue_id, decode_batch(ctx, conn, topic, queue_id, req.body))
+    results = await ctx.pipeline.put_messages(batch)
+    offsets = [r.queue_offset if m.topic == topic and m.queue_id == queue_id else -1
+               for m, r in zip(batch.messages, results, strict=True)]
+    first = next((o for o in offsets if o >= 0), -1)
+    return response(req, {"queue_id": queue_id, "queue_offset": first, "count": len(results),
+                          "phy_offset": results[0].phy_offset, "offsets": offsets})

@@ -1,0 +1,1 @@
+"""The put pipeline's hooks (see `put_pipeline`): one module per concern."""

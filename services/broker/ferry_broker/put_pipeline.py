@@ -1,0 +1,150 @@
+"""The put pipeline: every way a message enters the store, and the hooks around it.
+
+SEND → parse → before-put hooks in order → store → after-put hooks in reverse
+→ acknowledge. Before-put hooks are synchronous: per-connection order depends
+on nothing awaiting between a request's arrival and its store write. They may
+redirect a flagged message (delay → `%SCHEDULE%`) or note something about it
+(TTL). After-put hooks wake long polls and wait for durability (later:
+replication, tracing).
+
+Two inputs share the after-put side:
+- `put_encoded`: a SEND batch with no hooked flag, written as it came (the fast
+  path: no object per message; entries that carry a hooked flag anyway are
+  refused by the store, since the frame did not announce them);
+- `put_messages`: decoded messages (a flagged SEND, DELIVER_DUE, SEND_BACK),
+  which pass through the before-put hooks first.
+
+New behaviour on the way into the store is a hook here, not a branch in a handler.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ferry.errors import FlushTimeoutError, StoreError
+from ferry.store import BatchPutResult, MessageIn, PutResult
+
+if TYPE_CHECKING:
+    from ferry_broker.context import BrokerContext
+
+
+@dataclass(slots=True)
+class PutBatch:
+    """Decoded messages of one request on their way into the store.
+
+    `topic`/`queue_id` are where the request asked to write; a hook that
+    redirects message i replaces `messages[i]` (another topic or queue) and the
+    answer then reports -1 as its offset in the asked queue.
+    """
+
+    topic: str
+    queue_id: int
+    messages: list[MessageIn]
+
+
+@dataclass(slots=True)
+class PutDone:
+    """What a put wrote, as the after-put hooks see it."""
+
+    queues: set[tuple[str, int]]   # every (topic, queue) that got a message
+    end_offset: int                # just past the last record written
+    results: list[PutResult] | None = None   # per message (decoded puts only)
+    batch: BatchPutResult | None = None       # the fast path's result
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class PutHook:
+    """A step of the pipeline; the defaults do nothing."""
+
+    def before_put(self, batch: PutBatch) -> None:
+        """Inspect or redirect decoded messages; raise a FerryError to refuse the request."""
+
+    async def after_put(self, done: PutDone) -> None:
+        """Runs once the messages are in the store (in reverse hook order)."""
+
+
+class WakePullsHook(PutHook):
+    """Wakes the long polls parked on every queue that got a message."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._notify = ctx.long_poll.notify
+
+    async def after_put(self, done: PutDone) -> None:
+        for topic, queue_id in done.queues:
+            self._notify(topic, queue_id)
+
+
+class DurabilityHook(PutHook):
+    """Sync-flush brokers answer only once the store has fsynced the last record."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    async def after_put(self, done: PutDone) -> None:
+        ctx = self._ctx
+        if ctx.config.flush_mode != "sync":
+            return
+        try:
+            await ctx.durability.wait(ctx.store.wait_durable(done.end_offset))
+        except FlushTimeoutError:
+            raise FlushTimeoutError(
+                f"stored but not flushed within {ctx.config.flush_timeout_ms} ms") from None
+        except StoreError as exc:  # the flush thread failed: stored, never durable here
+            raise ctx.health.unavailable(exc) from None
+
+
+class PutPipeline:
+    """Runs the hooks around the store's two put calls."""
+
+    def __init__(self, ctx: BrokerContext, hooks: Sequence[PutHook]) -> None:
+        self._ctx = ctx
+        self.hooks = list(hooks)
+        self._after = [h for h in reversed(self.hooks)
+                       if type(h).after_put is not PutHook.after_put]
+        self._before = [h for h in self.hooks if type(h).before_put is not PutHook.before_put]
+
+    def _check_writable(self) -> None:
+        health = self._ctx.health
+        if health.stalled is not None:  # acknowledging now would promise nothing
+            raise health.unavailable(StoreError(health.stalled), sticky=False)
+
+    async def put_encoded(self, topic: str, queue_id: int, body: bytes | memoryview,
+                          born_host: str, max_messages: int) -> BatchPutResult:
+        """Store a SEND body as it came (no hooked flag announced), then the after hooks."""
+        self._check_writable()
+        ctx = self._ctx
+        try:
+            res = ctx.store.put_encoded_batch(topic, queue_id, body, born_host=born_host,
+                                              max_messages=max_messages)
+        except (StoreError, OSError) as exc:
+            # A failed or closed store: retriable, so the producer sends elsewhere.
+            raise ctx.health.unavailable(exc) from None
+        done = PutDone({(topic, queue_id)}, res.end_offset, batch=res)
+        for hook in self._after:
+            await hook.after_put(done)
+        return res
+
+    def prepare(self, batch: PutBatch) -> None:
+        """Run the before-put hooks (synchronously: nothing may await before the store)."""
+        for hook in self._before:
+            hook.before_put(batch)
+
+    async def put_messages(self, batch: PutBatch) -> list[PutResult]:
+        """Run the before hooks, store the (possibly redirected) messages, the after hooks."""
+        self.prepare(batch)
+        return await self.store_prepared(batch.messages)
+
+    async def store_prepared(self, messages: list[MessageIn]) -> list[PutResult]:
+        """Store messages the before hooks have seen, then run the after hooks."""
+        self._check_writable()
+        ctx = self._ctx
+        try:
+            results = ctx.store.put_batch(messages)
+        except (StoreError, OSError) as exc:
+            raise ctx.health.unavailable(exc) from None
+        queues = {(m.topic, m.queue_id) for m in messages}
+        done = PutDone(queues, max(r.end_offset for r in results), results=results)
+        for hook in self._after:
+            await hook.after_put(done)
+        return results
