@@ -110,6 +110,7 @@ H_PROPS_LEN = _index("props_len")
 H_BODY_LEN = _index("body_len")
 # Byte offset of the fields read or written on their own.
 AT_CRC = _offset("crc")
+AT_FLAGS = _offset("flags")
 AT_PHY_OFFSET = _offset("phy_offset")
 AT_STORE_TS_MS = _offset("store_ts_ms")
 AT_MSG_ID = _offset("msg_id")
