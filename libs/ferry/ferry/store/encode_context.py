@@ -87,7 +87,7 @@ class Staged(NamedTuple):
     """A batch encoded in the staging buffer and validated, not yet written."""
 
     used: int  # staging bytes holding records
-    seals: list[tuple[int, int]]
+    seals: list[tuple[int, int]]  # (staging position, blank marker position): see StageState
     end_rel: int  # position in the last segment just past the batch
     queues: dict[tuple[str, int], QueueRun]
     items: list[tuple[int, int, int]]  # (index key hash, phy, store ts) in commit-log order
