@@ -100,6 +100,14 @@ async def test_a_ttl_message_expires_unseen_and_is_counted(client: WireClient,
         await send_flagged(client, "pipe-ttl", 0, [flagged(b"x", TTL, **{TTL_MS: "-1"})])
 
 
+async def test_a_hooked_flag_needs_an_announced_batch(client: WireClient) -> None:
+    sneaky = flagged(b"x", DELAY, **{DELIVER_AT_MS: str(int(time.time() * 1000) + 60_000)})
+    with pytest.raises(MalformedRequestError, match="announce"):
+        await client.send("pipe-unannounced", 0, [sneaky])
+    _, msgs = await client.pull("pipe-unannounced", 0, 0)
+    assert msgs == []
+
+
 async def send_back(client: WireClient, msg: Any, *, reconsume: int, delay_ms: int,
                     max_reconsume: int = 16, topic: str = "orders") -> dict[str, Any]:
     resp = await client.call(RequestCode.SEND_BACK, {

@@ -14,13 +14,13 @@ from aiohttp import web
 from ferry.client import Message
 from ferry.client.encoding import DEFAULT_MAX_DELAY_MS, timing
 from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
+from ferry.codec.properties import decode_properties
 from ferry.errors import (
     AlreadyDeliveredError,
     InvalidDelayError,
     MalformedRequestError,
     MessageNotFoundError,
 )
-from ferry.store.record import decode_properties
 from ferry.wire import decode_messages
 
 from tests.client.test_producer_unit import FakeFrame, _producer

@@ -6,14 +6,9 @@ import pickle
 import pytest
 from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import ConsumerRecord, TopicQueue
+from ferry.codec.properties import encode_properties
+from ferry.codec.record import MessageIn, decode_record, encode_record, iter_records
 from ferry.errors import CorruptRecordError
-from ferry.store.record import (
-    MessageIn,
-    decode_record,
-    encode_properties,
-    encode_record,
-    iter_records,
-)
 
 
 def _record(i: int, *, tags: str = "", keys: str = "", props: dict[str, str] | None = None,

@@ -26,7 +26,7 @@ from ferry.client.runner import Runner
 from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import ConnectionLostError, FerryError, InvalidDelayError
 from ferry.routing.models import GroupConfig
-from ferry.store.record import MessageIn, encode_properties, encode_record
+from ferry.store import MessageIn, encode_properties, encode_record
 from ferry.wire import RequestCode, decode_messages
 
 TQ = TopicQueue("orders", "broker-a", 1)

@@ -1,11 +1,12 @@
 """Appends to a bare CommitLog through the store's real put path (the Appender)."""
 from __future__ import annotations
 
+from ferry.codec.record import HEADER_SIZE, MessageIn
 from ferry.store.appender import Appender
 from ferry.store.commit_log import CommitLog
 from ferry.store.consume_queue import ConsumeQueues
+from ferry.store.dispatch import LiveDispatch
 from ferry.store.index_file import IndexService
-from ferry.store.record import HEADER_SIZE, MessageIn
 
 TS_MS = 1_700_000_000_000
 
@@ -21,7 +22,7 @@ class LogWriter:
     def __init__(self, root: str, cl: CommitLog) -> None:
         self.cqs = ConsumeQueues(root, 1024)
         self.index = IndexService(root, 64, 4096)
-        self.appender = Appender(cl, self.cqs, self.index, 16 * 1024, "")
+        self.appender = Appender(cl, self.cqs, LiveDispatch(cl, self.cqs, self.index), 16 * 1024, "")
 
     def append(self, bodies: list[bytes]) -> list[int]:
         """Write `bodies` in one batch; returns each record's phy offset."""

@@ -1,7 +1,7 @@
-"""put_encoded_batch: the message batch input layout, checked against the wire's SEND body.
+"""put_encoded_batch: the batch input (the wire's SEND body), and put_batch, which stages
+its MessageIn tuples through the same loop.
 
-The store may not import ferry.wire, so it declares the layout itself
-(`ferry.store.batch_input`); this test is where the two are held together.
+The layout is declared once, in `ferry.codec.entry` (tests/codec/test_entry.py).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ferry.codec.message_flags import HOOKED_FLAGS, MessageFlag
 from ferry.errors import InvalidNameError, MalformedRequestError, MessageTooLargeError
 from ferry.store import (
     BatchPutResult,
@@ -23,9 +24,7 @@ from ferry.store import (
     encode_properties,
     new_msg_id,
 )
-from ferry.store.batch_input import BATCH_ENTRY, BATCH_ENTRY_FIELDS
-from ferry.wire import MESSAGE_HEAD, WireMessage, encode_messages
-from ferry.wire.messages import MESSAGE_HEAD_FIELDS
+from ferry.wire import WireMessage, encode_messages
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,12 +62,6 @@ def _wire(i: int, size: int = 100, **kw: object) -> WireMessage:
                                      properties=encode_properties({"n": str(i)}))
     fields.update(kw)
     return WireMessage(**fields)  # type: ignore[arg-type]
-
-
-def test_layout_equals_the_wire_send_body() -> None:
-    assert BATCH_ENTRY.format == MESSAGE_HEAD.format
-    assert BATCH_ENTRY.size == MESSAGE_HEAD.size == 44
-    assert BATCH_ENTRY_FIELDS == MESSAGE_HEAD_FIELDS
 
 
 def test_round_trip_of_an_encode_messages_body(store: MessageStore) -> None:
@@ -160,3 +153,56 @@ def test_any_encodable_batch_reads_back(msgs: list[tuple[bytes, str, str, bytes]
         got = _read(s, "p", 1)
         assert [(m.body, m.tags, m.keys, m.properties_raw) for m in got] == [
             (w.body, w.tags, w.keys, w.properties) for w in wire]
+
+
+def test_refused_flags_write_nothing(store: MessageStore) -> None:
+    plain = encode_messages([_wire(0, flags=0), _wire(1, flags=0)])
+    delayed = encode_messages([_wire(2, flags=int(MessageFlag.DELAY))])
+    with pytest.raises(MalformedRequestError, match="carries flag"):
+        store.put_encoded_batch("f", 0, plain + delayed, refuse_flags=HOOKED_FLAGS)
+    assert _read(store, "f", 0) == []
+    # Flags outside refuse_flags pass, and without refuse_flags every flag is stored as given.
+    store.put_encoded_batch("f", 0, plain, refuse_flags=HOOKED_FLAGS)
+    store.put_encoded_batch("f", 0, delayed)
+    assert [m.flags for m in _read(store, "f", 0)] == [0, 0, int(MessageFlag.DELAY)]
+
+
+def test_put_batch_runs_keep_per_message_fields(store: MessageStore) -> None:
+    """Messages of several queues, born hosts, reconsume times and prepared offsets, in
+    one put_batch: every record carries its own, queue offsets continue per queue."""
+    store.put(MessageIn("a", 0, b"before"))
+    msgs = [
+        MessageIn("a", 0, b"0", born_host="h1", reconsume_times=1),
+        MessageIn("a", 0, b"1", born_host="h1", reconsume_times=1),
+        MessageIn("b", 1, b"2", born_host="h1", prepared_offset=77),
+        MessageIn("a", 0, b"3", born_host="h2", tags="x", keys="k"),
+        MessageIn("a", 0, b"4", born_host="h2", reconsume_times=3, msg_id=new_msg_id()),
+        MessageIn("b", 1, b"5"),
+    ]
+    results = store.put_batch(msgs)
+    assert [r.queue_offset for r in results] == [1, 2, 0, 3, 4, 1]
+    assert all(r.store_ts_ms == results[0].store_ts_ms for r in results)
+    assert results[4].msg_id == msgs[4].msg_id
+    assert [r.phy_offset + r.size for r in results[:-1]] == [r.phy_offset for r in results[1:]]
+    stored = {m.body: m for m in _read(store, "a", 0) + _read(store, "b", 1)}
+    for msg, res in zip(msgs, results, strict=True):
+        got = stored[msg.body]
+        assert (got.topic, got.queue_id, got.born_host, got.reconsume_times,
+                got.prepared_offset, got.tags, got.keys) == (
+            msg.topic, msg.queue_id, msg.born_host, msg.reconsume_times,
+            msg.prepared_offset, msg.tags, msg.keys)
+        assert (got.msg_id, got.phy_offset, got.size, got.queue_offset) == (
+            res.msg_id, res.phy_offset, res.size, res.queue_offset)
+        assert store.query_by_id(res.msg_id).body == msg.body  # type: ignore[union-attr]
+    assert store.query_by_key("a", "k", 0, 2**62)[0].body == b"3"
+
+
+def test_a_bad_message_in_a_later_run_writes_nothing(store: MessageStore) -> None:
+    good = [MessageIn("a", 0, b"0"), MessageIn("b", 0, b"1", born_host="h")]
+    for bad in (MessageIn("a", 0, b"", reconsume_times=1 << 40),
+                MessageIn("a", 0, b"", prepared_offset=1 << 64),
+                MessageIn("a", 2000, b""), MessageIn("a", True, b"")):  # type: ignore[arg-type]
+        with pytest.raises(MalformedRequestError):
+            store.put_batch([*good, bad])
+    assert _read(store, "a", 0) == [] and _read(store, "b", 0) == []
+    assert [r.queue_offset for r in store.put_batch(good)] == [0, 0]

@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ferry.codec.record import BLANK, BLANK_MAGIC, HEADER_SIZE, decode_record
 from ferry.errors import StoreError
 from ferry.store.commit_log import CommitLog
-from ferry.store.record import BLANK, BLANK_MAGIC, HEADER_SIZE, decode_record
 
 from tests.store.log_writer import LogWriter
 

@@ -1,7 +1,7 @@
 """docs/store-format.md against the code: every byte table is checked against its struct.
 
 The page is written for people; this test parses its tables so that the
-document and `ferry.store` cannot drift apart.
+document and `ferry.store` / `ferry.codec` cannot drift apart.
 """
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from ferry.store import batch_input, checkpoint, consume_queue, index_file, record
+from ferry.codec import entry, limits, record
+from ferry.store import checkpoint, consume_queue, dispatch, index_file
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "store-format.md"
 _CHARS = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "i32": "i", "i64": "q"}
@@ -24,7 +25,7 @@ TABLES: dict[str, tuple[struct.Struct, tuple[str, ...] | None]] = {
     "### INDEX_HEADER": (index_file.INDEX_HEADER, None),
     "### INDEX_SLOT": (index_file.INDEX_SLOT, None),
     "### INDEX_ENTRY": (index_file.INDEX_ENTRY, None),
-    "### Message batch input entry": (batch_input.BATCH_ENTRY, batch_input.BATCH_ENTRY_FIELDS),
+    "### Message batch input entry": (entry.ENTRY_HEAD, entry.ENTRY_HEAD_FIELDS),
 }
 
 
@@ -78,8 +79,8 @@ def test_variable_parts_in_order() -> None:
             break
         parts.append([c.strip() for c in line.strip().strip("|").split("|")])
     assert tuple(p[0] for p in parts) == record.VARIABLE_PARTS
-    assert [p[1] for p in parts] == list(record.HEADER_FIELDS[13:16]) + list(
-        record.HEADER_FIELDS[17:])
+    assert tuple(p[1] for p in parts) == record.PART_LENGTH_FIELDS
+    assert set(record.PART_LENGTH_FIELDS) <= set(record.HEADER_FIELDS)
 
 
 def test_constants_and_sizes_stated_in_prose() -> None:
@@ -93,3 +94,21 @@ def test_constants_and_sizes_stated_in_prose() -> None:
     assert f"bytes `[{record.CRC_START}, total_size)`" in text
     assert f"CRC32C of bytes `[0, {checkpoint.CHECKPOINT.size - 4})`" in text
     assert index_file.INDEX_MAGIC == b"FIDX" and "`b\"FIDX\"`" in text
+
+
+@pytest.mark.parametrize("row", _table("### Limits"), ids=lambda r: r["limit"])
+def test_limits_table(row: dict[str, str]) -> None:
+    """Each documented limit is the value of the codec constant(s) it names."""
+    value = int(re.findall(r"\d+", row["value"])[-1])
+    for const in re.findall(r"`(\w+)`", row["constant"]):
+        assert getattr(limits, const) == value, const
+
+
+def test_every_codec_limit_is_documented() -> None:
+    documented = {c for r in _table("### Limits") for c in re.findall(r"`(\w+)`", r["constant"])}
+    assert documented == {n for n in vars(limits) if n.startswith(("MAX_", "MSG_"))}
+
+
+def test_dispatch_backlog_stated_in_prose() -> None:
+    assert f"at the latest after {dispatch.DISPATCH_BACKLOG} queued keys" in \
+        DOC.read_text(encoding="utf-8")

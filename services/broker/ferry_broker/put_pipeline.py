@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ferry.codec import HOOKED_FLAGS
 from ferry.errors import FlushTimeoutError, StoreError
 from ferry.store import BatchPutResult, MessageIn, PutResult
 
@@ -116,7 +117,8 @@ class PutPipeline:
         ctx = self._ctx
         try:
             res = ctx.store.put_encoded_batch(topic, queue_id, body, born_host=born_host,
-                                              max_messages=max_messages)
+                                              max_messages=max_messages,
+                                              refuse_flags=HOOKED_FLAGS)
         except (StoreError, OSError) as exc:
             # A failed or closed store: retriable, so the producer sends elsewhere.
             raise ctx.health.unavailable(exc) from None

@@ -12,15 +12,16 @@ from collections.abc import Mapping, Sequence
 from ferry.client.accumulator import Pending, PendingGroup
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
+from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
+from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES
+from ferry.codec.msg_id import new_msg_id
+from ferry.codec.properties import encode_properties
 from ferry.errors import InvalidDelayError, MalformedRequestError, MessageTooLargeError
-from ferry.store.record import encode_properties, new_msg_id
-from ferry.wire import MAX_BODY_BYTES, MESSAGE_HEAD, Frame, WireMessage, encode_messages
+from ferry.wire import Frame, WireMessage, encode_messages
 
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES
-# tags and keys have u16 length slots in the SEND batch
-MAX_TAGS_KEYS_BYTES = 0xFFFF
-HEAD_SIZE = MESSAGE_HEAD.size
-pack_head = MESSAGE_HEAD.pack
+HEAD_SIZE = ENTRY_HEAD_SIZE
+pack_head = ENTRY_HEAD.pack
 #: The longest delay a producer accepts unless configured otherwise (the broker and the
 #: delay scheduler enforce their own maximum too).
 DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
@@ -94,8 +95,8 @@ def make_wire(body: bytes, key: str | None, keys: tuple[str, ...], tags: str | N
     props = encode_properties(dict(properties)) if properties else b""
     tags = tags or ""
     all_keys = Message(b"", key, keys).all_keys() if key or keys else ""
-    if len(tags.encode()) > MAX_TAGS_KEYS_BYTES or len(all_keys.encode()) > MAX_TAGS_KEYS_BYTES:
-        raise MalformedRequestError(f"tags and keys are limited to {MAX_TAGS_KEYS_BYTES} bytes")
+    if len(tags.encode()) > MAX_TAGS_BYTES or len(all_keys.encode()) > MAX_KEYS_BYTES:
+        raise MalformedRequestError(f"tags and keys are limited to {MAX_TAGS_BYTES} bytes each")
     return WireMessage(body=bytes(body), msg_id=msg_id or new_msg_id(),
                        born_ts_ms=born_ts_ms or int(time.time() * 1000), flags=flags,
                        tags=tags, keys=all_keys, properties=props)

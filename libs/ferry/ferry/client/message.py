@@ -12,7 +12,25 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ferry.store.record import decode_properties
+from ferry.codec.msg_id import msg_id_hex
+from ferry.codec.properties import decode_properties
+from ferry.codec.record import (
+    H_BODY_LEN,
+    H_BORN_TS_MS,
+    H_FLAGS,
+    H_KEYS_LEN,
+    H_MSG_ID,
+    H_PHY_OFFSET,
+    H_PREPARED_OFFSET,
+    H_PROPS_LEN,
+    H_QUEUE_ID,
+    H_QUEUE_OFFSET,
+    H_RECONSUME_TIMES,
+    H_STORE_TS_MS,
+    H_TAG_HASH,
+    H_TAGS_LEN,
+    HEADER_FIELDS,
+)
 
 
 class TopicQueue(NamedTuple):
@@ -87,11 +105,11 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
     Immutable like a frozen dataclass; read it by attribute, not by index.
     """
 
-    # Tuple slots: 0 body, 1 topic, 2 queue_id, 3 queue_offset, 4 born_ts_ms,
-    # 5 store_ts_ms, 6 reconsume_times, 7 broker, 8 the stored header (the
-    # ferry.store.record.HEADER fields), 9 the raw tags | keys | properties bytes,
-    # and only for a record read from `%RETRY%<group>`: 10 that stored topic
-    # (slot 1 then holds the topic the message was first consumed from).
+    # Tuple slots: the eight public fields in the order of the attributes below,
+    # then the stored header (unpacked with ferry.codec.record.HEADER: read it with the
+    # H_* field indices) and the raw tags | keys | properties bytes; and only for a
+    # record read from `%RETRY%<group>`: that stored topic (the `topic` slot then
+    # holds the topic the message was first consumed from).
     if TYPE_CHECKING:
         body: bytes                 # the message body
         topic: str
@@ -115,8 +133,9 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
     def _make(cls, body: bytes, topic: str, broker: str, header: tuple[Any, ...],
               meta: bytes) -> ConsumerRecord:
         """Build from a decoded stored header and the raw tags | keys | properties bytes."""
-        return _new_tuple(cls, (body, topic, header[4], header[5], header[7], header[8],
-                                header[10], broker, header, meta))
+        return _new_tuple(cls, (body, topic, header[H_QUEUE_ID], header[H_QUEUE_OFFSET],
+                                header[H_BORN_TS_MS], header[H_STORE_TS_MS],
+                                header[H_RECONSUME_TIMES], broker, header, meta))
 
     def _cached(self, name: str) -> Any:
         return self.__dict__.get(name, _MISSING)
@@ -126,15 +145,15 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         """The message id as 32 upper-case hex characters."""
         value = self._cached("msg_id")
         if value is _MISSING:
-            value = self.__dict__["msg_id"] = self[8][12].hex().upper()
+            value = self.__dict__["msg_id"] = msg_id_hex(self[_HEADER][H_MSG_ID])
         return value  # type: ignore[no-any-return]
 
     @property
     def tags(self) -> str | None:
         value = self._cached("tags")
         if value is _MISSING:
-            header = self[8]
-            value = self.__dict__["tags"] = self[9][:header[17]].decode() or None
+            value = self.__dict__["tags"] = \
+                self[_META][:self[_HEADER][H_TAGS_LEN]].decode() or None
         return value  # type: ignore[no-any-return]
 
     @property
@@ -142,8 +161,9 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         """Every key of the record (space-separated in the store)."""
         value = self._cached("keys")
         if value is _MISSING:
-            header = self[8]
-            raw = self[9][header[17]:header[17] + header[18]].decode()
+            header = self[_HEADER]
+            tags_end = header[H_TAGS_LEN]
+            raw = self[_META][tags_end:tags_end + header[H_KEYS_LEN]].decode()
             value = self.__dict__["keys"] = tuple(k for k in raw.split(" ") if k)
         return value  # type: ignore[no-any-return]
 
@@ -157,16 +177,16 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
     def properties(self) -> Mapping[str, str]:
         value = self._cached("properties")
         if value is _MISSING:
-            header = self[8]
+            header = self[_HEADER]
             value = self.__dict__["properties"] = decode_properties(
-                self[9][header[17] + header[18]:])
+                self[_META][header[H_TAGS_LEN] + header[H_KEYS_LEN]:])
         return value  # type: ignore[no-any-return]
 
     @property
     def stored_topic(self) -> str:
         """The topic the record was read from: `%RETRY%<group>` for a retried message
         (whose `topic` is the one it was first consumed from), else `topic`."""
-        return self[10] if len(self) > 10 else self[1]  # type: ignore[no-any-return]
+        return self[_STORED_TOPIC] if len(self) > _STORED_TOPIC else self[1]  # type: ignore[no-any-return]
 
     @property
     def topic_queue(self) -> TopicQueue:
@@ -175,22 +195,30 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
 
     def with_topic(self, topic: str) -> ConsumerRecord:
         """The same record shown under `topic`, keeping where it was stored."""
-        return _new_tuple(ConsumerRecord, (*self[:1], topic, *self[2:10], self.stored_topic))
+        return _new_tuple(ConsumerRecord, (*self[:1], topic, *self[2:_STORED_TOPIC], self.stored_topic))
 
     @classmethod
     def from_stored(cls, stored: Any, broker: str) -> ConsumerRecord:
-        """Build from a `ferry.store.StoredMessage` (what decode_record returns)."""
+        """Build from a `ferry.codec.record.StoredMessage` (what decode_record returns)."""
         tags_b, keys_b = stored.tags.encode(), stored.keys.encode()
-        header = (0, 0, 0, stored.flags, stored.queue_id, stored.queue_offset, stored.phy_offset,
-                  stored.born_ts_ms, stored.store_ts_ms, stored.prepared_offset,
-                  stored.reconsume_times, stored.tag_hash, bytes(stored.msg_id), 0, 0, 0, 0,
-                  len(tags_b), len(keys_b), len(stored.properties_raw), len(stored.body))
-        return cls._make(bytes(stored.body), stored.topic, broker, header,
+        header: list[Any] = [0] * len(HEADER_FIELDS)
+        for index, value in ((H_FLAGS, stored.flags), (H_QUEUE_ID, stored.queue_id),
+                             (H_QUEUE_OFFSET, stored.queue_offset),
+                             (H_PHY_OFFSET, stored.phy_offset), (H_BORN_TS_MS, stored.born_ts_ms),
+                             (H_STORE_TS_MS, stored.store_ts_ms),
+                             (H_PREPARED_OFFSET, stored.prepared_offset),
+                             (H_RECONSUME_TIMES, stored.reconsume_times),
+                             (H_TAG_HASH, stored.tag_hash), (H_MSG_ID, bytes(stored.msg_id)),
+                             (H_TAGS_LEN, len(tags_b)), (H_KEYS_LEN, len(keys_b)),
+                             (H_PROPS_LEN, len(stored.properties_raw)),
+                             (H_BODY_LEN, len(stored.body))):
+            header[index] = value
+        return cls._make(bytes(stored.body), stored.topic, broker, tuple(header),
                          tags_b + keys_b + bytes(stored.properties_raw))
 
     def _fields(self) -> tuple[Any, ...]:
         """The public fields, for equality: how a record was built does not matter."""
-        return (*self[:8], self.msg_id, self.keys, self.tags, dict(self.properties),
+        return (*self[:_HEADER], self.msg_id, self.keys, self.tags, dict(self.properties),
                 self.stored_topic)
 
     def __eq__(self, other: object) -> bool:
@@ -203,7 +231,7 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        return hash((*self[:8], self.msg_id))
+        return hash((*self[:_HEADER], self.msg_id))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"ConsumerRecord is immutable (cannot set {name!r})")
@@ -212,7 +240,7 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         raise AttributeError(f"ConsumerRecord is immutable (cannot delete {name!r})")
 
     def __repr__(self) -> str:
-        stored = f", stored_topic={self[10]!r}" if len(self) > 10 else ""
+        stored = f", stored_topic={self[_STORED_TOPIC]!r}" if len(self) > _STORED_TOPIC else ""
         return (f"ConsumerRecord(topic={self.topic!r}{stored}, broker={self.broker!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"msg_id={self.msg_id!r}, key={self.key!r}, tags={self.tags!r}, "
@@ -225,3 +253,7 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
 
 
 _MISSING = object()
+# Tuple slots after the eight public fields.
+_HEADER = 8
+_META = 9
+_STORED_TOPIC = 10   # only in a record read from %RETRY%<group>

@@ -56,9 +56,9 @@ from ferry.client.encoding import (
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache
 from ferry.client.queues import QueueChooser, QueueSelector, pinned
+from ferry.codec.msg_id import new_msg_id
 from ferry.errors import FerryError, SystemError_, TopicNotFoundError
 from ferry.names import validate_topic
-from ferry.store.record import new_msg_id
 from ferry.wire import Frame, RequestCode, WireMessage, encode_messages
 
 __all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector", "default_namesrv"]

@@ -23,8 +23,8 @@ from typing import Any
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache, TopicRoute
+from ferry.codec.properties import encode_properties
 from ferry.errors import FerryError, InvalidDelayError
-from ferry.store.record import encode_properties
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ferry.codec.limits import MAX_QUEUES
 from ferry.errors import MalformedRequestError
 from ferry.names import validate_group, validate_topic
 
 MIN_QUEUES = 1
-MAX_QUEUES = 1024
 DEFAULT_QUEUES = 8
 MAX_RETRY = 64
 #: Back-off before each redelivery of a nacked message: RocketMQ's delay levels from its

@@ -1,91 +1,68 @@
-"""The message batch input: many messages of one queue, as the producer encoded them.
+"""The put path's staging loop over the batch input: SEND entries back to back.
 
-(And the put path's loop over it, `stage_batch_input`.)
-
-`MessageStore.put_encoded_batch` takes a batch in this layout so that the broker
-can hand a SEND body to the store without building an object per message. The
-store owns this declaration (it may not import `ferry.wire`); it is the same
-layout as the wire's SEND body, which `tests/store/test_batch_input.py` checks,
-and `docs/store-format.md` documents it byte by byte.
-
-One entry, little-endian, entries back to back with no padding::
-
-    off  size  field        type
-      0     4  length       u32   whole entry, this field included
-      4    16  msg_id       16s   all zero: the store assigns one
-     20     8  born_ts_ms   i64
-     28     4  flags        u32
-     32     2  tags_len     u16
-     34     2  keys_len     u16
-     36     4  props_len    u32
-     40     4  body_len     u32
-     44        tags | keys | properties | body
-
-`length` repeats the sum of the lengths on purpose: the two must agree, which
-catches misframed input before anything is trusted.
+`MessageStore.put_encoded_batch` takes a batch in the SEND-entry layout
+(`ferry.codec.entry`, the wire's SEND body) so that the broker can hand a SEND
+body to the store without building an object per message; `put_batch` encodes
+its `MessageIn` tuples into the same layout and stages them here too, so there
+is one record encoder. `docs/store-format.md` documents the layout byte by byte.
 """
 from __future__ import annotations
 
-import struct
-
 from crc32c import crc32c
 
+from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
+from ferry.codec.limits import MAX_PROPERTIES_BYTES
+from ferry.codec.msg_id import NO_MSG_ID, new_msg_id
+from ferry.codec.record import AT_CRC, BLANK_SIZE, CRC_START, HEADER_SIZE, RECORD_MAGIC, U32
 from ferry.errors import MalformedRequestError
 
-from .commit_log import CommitLog
-from .config import MAX_PROPERTIES_BYTES
 from .consume_queue import CQ_ENTRY
-from .encode_context import ID_KEY_CRC, EncodeContext, QueueRun, Staged
-from .record import BLANK_SIZE, CRC_START, HEADER_SIZE, RECORD_MAGIC, new_msg_id
-from .results import BatchPutResult, PutStatus
+from .encode_context import ID_KEY_CRC, EncodeContext, QueueRun, StageState
 
-BATCH_ENTRY = struct.Struct("<I16sqIHHII")
-BATCH_ENTRY_FIELDS = (
-    "length", "msg_id", "born_ts_ms", "flags", "tags_len", "keys_len", "props_len", "body_len",
-)
-BATCH_ENTRY_SIZE = BATCH_ENTRY.size  # 44
-NO_MSG_ID = bytes(16)  # an all-zero msg_id: the store assigns one
-_ENTRY_SIZE = BATCH_ENTRY_SIZE
-_unpack_cq = CQ_ENTRY.unpack
-_unpack_entry = BATCH_ENTRY.unpack_from
-_pack_crc = struct.Struct("<I").pack_into
-_pack_entry = CQ_ENTRY.pack
-_new_tuple = tuple.__new__
-_OK = PutStatus.OK
-_NO_LIMIT = 1 << 62
+_ENTRY_SIZE = ENTRY_HEAD_SIZE
+_unpack_entry = ENTRY_HEAD.unpack_from
+_pack_crc = U32.pack_into
+_pack_cq = CQ_ENTRY.pack
+NO_LIMIT = 1 << 62
 
 
-def stage_batch_input(ctx: EncodeContext, cl: CommitLog, key: tuple[str, int], q: QueueRun,
-                      born: tuple[bytes, int], data: bytes, ts: int,
-                      max_messages: int | None) -> Staged:
-    """Validate and encode every entry of `data` as records of queue `key` (see appender.py).
+def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tuple[bytes, int],
+                      data: bytes, ts: int, max_count: int = NO_LIMIT, reconsume_times: int = 0,
+                      prepared_offset: int = 0, refuse_flags: int = 0) -> int:
+    """Validate and encode every entry of `data` as records of the queue `q`; the count.
 
-    `q` is the queue's run as `EncodeContext.queue` starts it, `born` the UTF-8 born
-    host and its length. Raises MalformedRequestError, MessageTooLargeError or
-    UnicodeDecodeError (tags or keys) before anything is written.
+    Continues `st` (staging position, log position, index items) and `q` (queue
+    offsets, consume-queue entries). `born` is the UTF-8 born host and its length;
+    `reconsume_times` and `prepared_offset` go to every record's header. Raises
+    MalformedRequestError (an entry with a flag in `refuse_flags` among others),
+    MessageTooLargeError, UnicodeDecodeError (tags or keys) or struct.error
+    (`reconsume_times`, `prepared_offset` out of range) before anything is written.
+
+    The hottest code of the broker: every message passes here once, with all it
+    needs bound to locals (about 2 µs a message with the write and dispatch, 64-message
+    batches of 100-byte bodies, on the 2-core development machine).
     """
-    qid, store_b, max_body, tag_hashes = key[1], ctx.store_b, ctx.max_body, ctx.tag_bytes
-    max_count = _NO_LIMIT if max_messages is None else max_messages
-    first_qoff, run, topic_b, topic_len, key_crc = q
+    store_b, max_body, tag_hashes, seg_bytes = ctx.store_b, ctx.max_body, ctx.tag_bytes, ctx.seg_bytes
+    qid, topic_b, key_crc = q.queue_id, q.topic_b, q.key_crc
+    topic_len = len(topic_b)
     born_b, born_len = born
     store_len = len(store_b)
     prefix = topic_b + born_b + store_b
     fixed = HEADER_SIZE + len(prefix) - _ENTRY_SIZE  # record size = entry length + fixed
     pack = ctx.prefix_format(len(prefix))
-    seg = cl.active()
-    seg_start, seg_bytes = seg.start_offset, seg.size
-    rel = start_rel = cl.write_offset - seg_start
+    seg_start, rel, pos = st.seg_start, st.rel, st.pos
     limit = seg_bytes - BLANK_SIZE
     buf, mv = ctx.buf, ctx.mv
-    cap, pos = len(buf), 0
-    seals: list[tuple[int, int]] = []
-    items: list[tuple[int, int, int]] = []
-    add_entry, add_item = run.append, items.append
-    qoff, src, at, stop = first_qoff, memoryview(data), 0, len(data)
+    cap = len(buf)
+    seals = st.seals
+    add_entry, add_item = q.entries.append, st.items.append
+    first_qoff = qoff = q.next_offset
+    src, at, stop = memoryview(data), 0, len(data)
     while at < stop:
         if stop - at < _ENTRY_SIZE:
             raise MalformedRequestError(f"message batch truncated: {stop - at} bytes left at "
                                         f"{at}, an entry head is {_ENTRY_SIZE}")
+        # The head's fields in ENTRY_HEAD_FIELDS order.
         length, msg_id, born_ts, flags, tags_len, keys_len, props_len, body_len = \
             _unpack_entry(data, at)
         if body_len > max_body or props_len > MAX_PROPERTIES_BYTES:
@@ -93,6 +70,9 @@ def stage_batch_input(ctx: EncodeContext, cl: CommitLog, key: tuple[str, int], q
         if length != _ENTRY_SIZE + tags_len + keys_len + props_len + body_len \
                 or length > stop - at:
             raise _bad_entry(at, length, stop)
+        if flags & refuse_flags:
+            raise MalformedRequestError(f"message at {at} carries flag(s) {flags & refuse_flags} "
+                                        "that the SEND does not announce")
         if qoff - first_qoff >= max_count:
             raise MalformedRequestError(f"the batch has more than {max_count} messages")
         p = at + _ENTRY_SIZE
@@ -113,14 +93,15 @@ def stage_batch_input(ctx: EncodeContext, cl: CommitLog, key: tuple[str, int], q
             seg_start += seg_bytes
             rel = 0
         phy = seg_start + rel
-        pack(buf, pos, size, RECORD_MAGIC, 0, flags, qid, qoff, phy, born_ts, ts, 0, 0, th,
-             msg_id, topic_len, born_len, store_len, 0, tags_len, keys_len, props_len, body_len,
-             prefix)
+        # The header in HEADER_LAYOUT order (crc 0 until computed), then topic|born|store.
+        pack(buf, pos, size, RECORD_MAGIC, 0, flags, qid, qoff, phy, born_ts, ts,
+             prepared_offset, reconsume_times, th, msg_id, topic_len, born_len, store_len, 0,
+             tags_len, keys_len, props_len, body_len, prefix)
         buf[end - length + _ENTRY_SIZE:end] = src[p:at + length]  # tags|keys|props|body as given
-        _pack_crc(buf, pos + 8, crc32c(mv[pos + CRC_START:end]))
+        _pack_crc(buf, pos + AT_CRC, crc32c(mv[pos + CRC_START:end]))
         pos = end
         rel += size
-        add_entry(_pack_entry(phy, size, th))
+        add_entry(_pack_cq(phy, size, th))
         add_item((crc32c(msg_id, ID_KEY_CRC), phy, ts))
         if keys_len:
             keys_b = data[p + tags_len:p + tags_len + keys_len]
@@ -133,10 +114,9 @@ def stage_batch_input(ctx: EncodeContext, cl: CommitLog, key: tuple[str, int], q
         at += length
     if qoff == first_qoff:
         raise MalformedRequestError("the message batch is empty")
-    q[0] = qoff
-    result = _new_tuple(BatchPutResult, (_OK, qoff - first_qoff, first_qoff,
-                                         _unpack_cq(run[1])[0], seg_start + rel, ts))
-    return _new_tuple(Staged, (pos, seals, start_rel, rel, {key: q}, items, result))
+    q.next_offset = qoff
+    st.seg_start, st.rel, st.pos = seg_start, rel, pos
+    return qoff - first_qoff
 
 
 def _bad_entry(at: int, length: int, stop: int) -> MalformedRequestError:

@@ -19,10 +19,10 @@ import os
 import threading
 from collections.abc import Sequence
 
+from ferry.codec.record import BLANK, BLANK_MAGIC
 from ferry.errors import StoreError
 
 from .mapped_file import MappedFile, segment_name
-from .record import BLANK, BLANK_MAGIC
 
 log = logging.getLogger(__name__)
 

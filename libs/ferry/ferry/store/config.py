@@ -6,12 +6,18 @@ import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ferry.codec.limits import (
+    MAX_BODY_BYTES,
+    MAX_HOST_BYTES,
+    MAX_KEYS_BYTES,
+    MAX_PROPERTIES_BYTES,
+    MAX_TAGS_BYTES,
+    MAX_TOPIC_BYTES,
+)
+from ferry.codec.record import HEADER_SIZE
 from ferry.errors import StoreError
 
-from .record import HEADER_SIZE, MAX_HOST_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES, MAX_TOPIC_BYTES
-
 GIB = 1 << 30
-MAX_PROPERTIES_BYTES = 0xFFFF
 MIB = 1 << 20
 
 
@@ -53,7 +59,7 @@ class StoreConfig:
     disk_high_water_ratio: float = 0.75
     # Returns the used fraction (0..1) of the disk holding root_dir; tests inject one.
     disk_usage_fn: Callable[[str], float] | None = None
-    max_message_bytes: int = 4 * MIB
+    max_message_bytes: int = MAX_BODY_BYTES
     store_host: str = "127.0.0.1:10911"
     # How far ahead of the writer a background thread pulls the active commit-log
     # segment into the page cache (see warmer.py); 0 turns warming off.

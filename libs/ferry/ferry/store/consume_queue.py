@@ -160,7 +160,9 @@ class ConsumeQueue:
 
     def _phy_at(self, queue_offset: int) -> int:
         seg = self._segment_for(queue_offset)
-        return CQ_ENTRY.unpack_from(self._map(seg), (queue_offset - seg.base) * ENTRY_SIZE)[0]
+        phy, _size, _tag_hash = CQ_ENTRY.unpack_from(self._map(seg),
+                                                     (queue_offset - seg.base) * ENTRY_SIZE)
+        return int(phy)
 
     def _first_with_phy_at_least(self, lo: int, hi: int, phy_offset: int) -> int:
         """Smallest queue offset in [lo, hi) whose phy is >= phy_offset (hi if none)."""
@@ -264,8 +266,9 @@ class ConsumeQueue:
         seg = self._segments[-1]
         if self._max <= seg.base:
             seg = self._segment_for(self._max - 1)
-        got = CQ_ENTRY.unpack_from(self._map(seg), (self._max - 1 - seg.base) * ENTRY_SIZE)
-        return (got[0], got[1], got[2])
+        phy, size, tag_hash = CQ_ENTRY.unpack_from(self._map(seg),
+                                                   (self._max - 1 - seg.base) * ENTRY_SIZE)
+        return (phy, size, tag_hash)
 
     # -- recovery and retention --------------------------------------------------------
 
@@ -386,8 +389,9 @@ class ConsumeQueues:
         best = -1
         for cq in self._queues.values():
             last = cq.last_entry()
-            if last is not None and last[0] > best:
-                best = last[0]
+            if last is not None:
+                phy, _size, _tag_hash = last
+                best = max(best, phy)
         return best
 
     def flush(self) -> None:

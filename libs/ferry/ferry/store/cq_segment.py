@@ -152,7 +152,7 @@ def last_used(mm: mmap.mmap, capacity: int, scan_end: int | None = None) -> int:
             # Walk back from the entry holding the last non-zero byte to one with a size:
             # a torn tail can leave stray bytes in an entry whose size never landed.
             i = (start + used - 1) // ENTRY_SIZE
-            while i >= 0 and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
+            while i >= 0 and _entry_size(mm, i) == 0:
                 i -= 1
             return i + 1
         end = start
@@ -168,8 +168,14 @@ def first_used(mm: mmap.mmap, capacity: int) -> int:
         skipped = len(chunk) - len(chunk.lstrip(b"\0"))
         if skipped < len(chunk):
             i = (start + skipped) // ENTRY_SIZE
-            while i < capacity and CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)[1] == 0:
+            while i < capacity and _entry_size(mm, i) == 0:
                 i += 1
             return i
         start += len(chunk)
     return capacity
+
+
+def _entry_size(mm: mmap.mmap, i: int) -> int:
+    """The `size` field of entry `i` (0: the entry is empty)."""
+    _phy, size, _tag_hash = CQ_ENTRY.unpack_from(mm, i * ENTRY_SIZE)
+    return int(size)

@@ -2,28 +2,49 @@
 
 Every record becomes one CQ_ENTRY in the consume queue of its (topic, queue_id)
 and index keys: `b"I" + msg_id` for its unique id and `b"K" + topic + b"\\x00" + key`
-for each space-separated key. The put path dispatches each batch right after
-writing it; recovery re-dispatches from the commit log with `redispatch`.
+for each space-separated key. `LiveDispatch` queues what each written batch
+yields and applies it in one consume-queue write per queue and one index call;
+recovery re-dispatches from the commit log with `redispatch`.
 """
 from __future__ import annotations
 
 import logging
-import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from crc32c import crc32c
 
+from ferry.codec.record import (
+    AT_PHY_OFFSET,
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    H_BORN_HOST_LEN,
+    H_KEYS_LEN,
+    H_MSG_ID,
+    H_QUEUE_ID,
+    H_QUEUE_OFFSET,
+    H_STORE_HOST_LEN,
+    H_STORE_TS_MS,
+    H_TAG_HASH,
+    H_TAGS_LEN,
+    H_TOPIC_LEN,
+    HEADER,
+    HEADER_SIZE,
+    I64,
+    SIZE_MAGIC,
+    check_record,
+)
 from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_KEY_CRC
+from .encode_context import ID_KEY_CRC, QueueEntries, QueueRun
 from .index_file import IndexService
-from .record import BLANK_MAGIC, BLANK_SIZE, HEADER, HEADER_SIZE, check_record
 
 log = logging.getLogger(__name__)
 
-_SIZE_MAGIC = struct.Struct("<II")
+# Queued index items beyond which an append applies the dispatch itself.
+DISPATCH_BACKLOG = 512
 _pack_entry = CQ_ENTRY.pack
 _REDISPATCH_CHUNK = 4096
 
@@ -37,23 +58,27 @@ def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes) -> list[bytes]:
     return out
 
 
-class DispatchBatch:
-    """Consume-queue entries and index items of a run of records, applied in one call each."""
+class PendingDispatch:
+    """Consume-queue entries and index items not yet applied, applied in one call each.
+
+    Work is dropped only once applied: when a step raises (an I/O error, no file
+    descriptor left), the rest stays for the next `apply` (re-applying is idempotent).
+    """
 
     __slots__ = ("queues", "index_items")
 
     def __init__(self) -> None:
-        # (topic, queue_id) -> [first queue offset, packed entries...]
-        self.queues: dict[tuple[str, int], list] = {}
+        self.queues: dict[tuple[str, int], QueueEntries] = {}
         self.index_items: list[tuple[int, int, int]] = []  # (key hash, phy, store ts)
 
     def add_entry(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int,
                   th: int) -> None:
         run = self.queues.get((topic, queue_id))
         if run is None:
-            self.queues[(topic, queue_id)] = [queue_offset, _pack_entry(phy, size, th)]
+            self.queues[(topic, queue_id)] = QueueEntries(queue_offset,
+                                                          [_pack_entry(phy, size, th)])
         else:
-            run.append(_pack_entry(phy, size, th))
+            run.entries.append(_pack_entry(phy, size, th))
 
     def add_keys(self, topic_b: bytes, keys_b: bytes, msg_id: bytes, phy: int,
                  store_ts_ms: int) -> None:
@@ -66,12 +91,75 @@ class DispatchBatch:
                     items.append((crc32c(k, prefix), phy, store_ts_ms))
 
     def apply(self, cqs: ConsumeQueues, index: IndexService) -> None:
-        for (topic, queue_id), run in self.queues.items():
-            cqs.get_or_create(topic, queue_id).append(run[0], b"".join(run[1:]))
+        queues = self.queues
+        for key, run in list(queues.items()):
+            cqs.get_or_create(key[0], key[1]).append(run.first_offset, b"".join(run.entries))
+            del queues[key]
         if self.index_items:
             index.put_hashed(self.index_items)
-        self.queues = {}
-        self.index_items = []
+            self.index_items = []
+
+
+class LiveDispatch:
+    """The dispatch of the batches the appender writes: queued, applied in commit-log order.
+
+    Deferred so that many small appends (sync mode: one message per producer
+    request) share one consume-queue write per queue and one index call; every
+    read of the store calls `dispatch` first, so readers never see a lag.
+    """
+
+    def __init__(self, cl: CommitLog, cqs: ConsumeQueues, index: IndexService,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        self._cl = cl
+        self._cqs = cqs
+        self._index = index
+        self._on_error = on_error
+        self._pending = PendingDispatch()
+        # Commit-log offset at or below the first record whose dispatch is pending.
+        self._pending_from = cl.write_offset
+
+    def add(self, start_offset: int, runs: dict[tuple[str, int], QueueRun],
+            items: list[tuple[int, int, int]]) -> None:
+        """Queue a written batch that starts at `start_offset`; apply once the queue is long.
+
+        A failure to apply here is reported to `on_error` (the batch is written:
+        the append does not fail) and stays queued.
+        """
+        pending = self._pending
+        if not pending.index_items:  # (every record queues its id key: empty = nothing pending)
+            self._pending_from = start_offset
+            pending.index_items = items
+        else:
+            pending.index_items.extend(items)
+        # (PendingDispatch.add_runs, inlined: this runs once per append)
+        queues = pending.queues
+        for key, q in runs.items():
+            queued = queues.get(key)
+            if queued is None:
+                queues[key] = q  # the batch is written: its run is no longer staged into
+            else:
+                queued.entries.extend(q.entries)  # consecutive queue offsets: one run
+        if len(pending.index_items) >= DISPATCH_BACKLOG:
+            try:
+                self.dispatch()
+            except Exception as exc:
+                if self._on_error is None:
+                    raise
+                self._on_error(exc)
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Every record below this commit-log offset has its queue entry and index keys applied."""
+        return self._pending_from if self._pending.index_items else self._cl.write_offset
+
+    def dispatch(self) -> None:
+        """Apply the queued consume-queue entries and index keys (in commit-log order).
+
+        When a step raises, the rest stays queued for the next call and
+        `dispatched_offset` stays where it was.
+        """
+        if self._pending.index_items:
+            self._pending.apply(self._cqs, self._index)
 
 
 class RedispatchResult(NamedTuple):
@@ -94,7 +182,7 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
     stops the re-dispatch there (bit rot below the checkpoint: the caller cuts the
     log at it, like a torn tail).
     """
-    batch = DispatchBatch()
+    batch = PendingDispatch()
     pos = start
     count = pending = 0
     problem: str | None = None
@@ -108,19 +196,20 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
             problem = _check_at(view, rel, seg.size, pos)
             if problem is not None:
                 break
-        size, magic = _SIZE_MAGIC.unpack_from(view, rel)
+        size, magic = SIZE_MAGIC.unpack_from(view, rel)
         if magic == BLANK_MAGIC:
             pos = seg.end_offset
             continue
         h = HEADER.unpack_from(view, rel)
-        queue_id, queue_offset, store_ts, th, msg_id = h[4], h[5], h[8], h[11], h[12]
         p = rel + HEADER_SIZE
-        topic_b = bytes(view[p:p + h[13]])
+        topic_b = bytes(view[p:p + h[H_TOPIC_LEN]])
         if pos >= cq_from:
-            batch.add_entry(topic_b.decode(), queue_id, queue_offset, pos, size, th)
+            batch.add_entry(topic_b.decode(), h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, size,
+                            h[H_TAG_HASH])
         if pos >= index_from:
-            k = p + h[13] + h[14] + h[15] + h[17]
-            batch.add_keys(topic_b, bytes(view[k:k + h[18]]), msg_id, pos, store_ts)
+            k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
+            batch.add_keys(topic_b, bytes(view[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
+                           h[H_STORE_TS_MS])
         pos += size
         count += 1
         pending += 1
@@ -135,13 +224,13 @@ def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None
     """Why the record (or end-of-segment marker) at `rel` is not valid, or None if it is."""
     if rel + BLANK_SIZE > seg_size:
         return f"no room for a record at {pos}"
-    size, magic = _SIZE_MAGIC.unpack_from(view, rel)
+    size, magic = SIZE_MAGIC.unpack_from(view, rel)
     if magic == BLANK_MAGIC:
         return None if rel + size == seg_size else f"bad end-of-segment marker at {pos}"
     try:
         check_record(view, rel, seg_size - BLANK_SIZE)
     except CorruptRecordError as exc:
         return str(exc)
-    if HEADER.unpack_from(view, rel)[6] != pos:
+    if I64.unpack_from(view, rel + AT_PHY_OFFSET)[0] != pos:
         return f"the record at {pos} claims another phy offset"
     return None

@@ -1,9 +1,8 @@
-"""What the put path's encoding loops share: caches, the staging buffer, the staged batch.
+"""What the put path's staging loop shares: caches, the staging buffer, the batch being staged.
 
-The loops in `appender.py` (MessageIn tuples) and `batch_input.py` (the message
-batch input layout) run once per message, so everything that can be computed
-once per topic, host, tag or record shape is computed here on first use and
-cached (bounded), and records are encoded into one reusable staging buffer.
+The loop in `batch_input.py` runs once per message, so everything that can be
+computed once per topic, host or tag is computed here on first use and cached
+(bounded), and records are encoded into one reusable staging buffer.
 """
 from __future__ import annotations
 
@@ -13,38 +12,82 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from ferry.codec.limits import MAX_HOST_BYTES, MAX_PROPERTIES_BYTES, MAX_QUEUE_ID
+from ferry.codec.record import HEADER
+from ferry.codec.tags import tag_bytes_hash
 from ferry.errors import MalformedRequestError, MessageTooLargeError
 from ferry.names import validate_topic
 
-from .config import MAX_PROPERTIES_BYTES
-from .record import HEADER, HEADER_SIZE, MAX_HOST_BYTES, MAX_TAGS_BYTES, MSG_ID_BYTES
+from .commit_log import CommitLog
 from .results import BatchPutResult, PutResult
 
-MAX_QUEUE_ID = 0xFFFF
 STAGING_BYTES = 1 << 20
 # A staging buffer grown past this by one huge batch is given back after it.
 KEEP_STAGING_BYTES = 8 << 20
-# Record structs cached per part lengths (one pack_into writes a whole record);
-# past this many, records of new shapes take the header + join path.
-MAX_RECORD_FORMATS = 256
+# Header + (topic, born host, store host) structs cached per prefix length.
+MAX_PREFIX_FORMATS = 256
 ID_KEY_CRC = crc32c(b"I")  # index key b"I" + msg_id hashes as crc32c(msg_id, ID_KEY_CRC)
 _MAX_CACHED = 100_000
-_pack_header = HEADER.pack_into
 
 PackRecord = Callable[..., None]
-# Per queue touched by a batch: [next queue offset, [first queue offset, CQ entries...],
-# topic UTF-8, its length, CRC of the index key prefix b"K" + topic + b"\0"]
-QueueRun = list
+_new_tuple = tuple.__new__
+
+
+class QueueEntries:
+    """Consume-queue entries of one queue, for consecutive queue offsets."""
+
+    __slots__ = ("first_offset", "entries")
+
+    def __init__(self, first_offset: int, entries: list[bytes]) -> None:
+        self.first_offset = first_offset
+        self.entries = entries  # packed CQ_ENTRY of each record
+
+
+class QueueRun(QueueEntries):
+    """The records one batch adds to one queue (queued for dispatch as they are, once written)."""
+
+    __slots__ = ("queue_id", "next_offset", "topic_b", "key_crc")
+
+    def __init__(self, queue_id: int, first_offset: int, topic_b: bytes, key_crc: int) -> None:
+        # (QueueEntries.__init__ inlined: one per batch and queue on the put path)
+        self.first_offset = first_offset
+        self.entries = []
+        self.queue_id = queue_id
+        self.next_offset = first_offset  # queue offset of the next record staged
+        self.topic_b = topic_b
+        self.key_crc = key_crc  # CRC of the index key prefix b"K" + topic + b"\0"
+
+
+class StageState:
+    """Where a batch being staged stands: the staging buffer, the log, what it collected.
+
+    Several runs of the loop (one per queue and born host, for `put_batch`)
+    continue one state, so that a whole batch is still one staged write.
+    """
+
+    __slots__ = ("pos", "seg_start", "rel", "seals", "items", "queues")
+
+    def __init__(self, cl: CommitLog, queues: dict[tuple[str, int], QueueRun]) -> None:
+        self.pos = 0  # staging bytes used
+        self.seg_start = cl.active().start_offset  # the segment the next record goes to
+        self.rel = cl.write_offset - self.seg_start  # and its position in it
+        # (staging position of the first record of a new segment, where the segment
+        # before it gets its blank marker)
+        self.seals: list[tuple[int, int]] = []
+        self.items: list[tuple[int, int, int]] = []  # (index key hash, phy, store ts)
+        self.queues = queues  # the runs of the batch's queues
+
+    def staged(self, results: list[PutResult] | BatchPutResult) -> Staged:
+        """The staged batch, with its results."""
+        return _new_tuple(Staged, (self.pos, self.seals, self.rel, self.queues, self.items,
+                                   results))
 
 
 class Staged(NamedTuple):
     """A batch encoded in the staging buffer and validated, not yet written."""
 
     used: int  # staging bytes holding records
-    # (staging position of the first record of a new segment, where the segment
-    # before it gets its blank marker)
-    seals: list[tuple[int, int]]
-    start_rel: int  # position in the active segment of the first byte
+    seals: list[tuple[int, int]]  # (staging position, blank marker position): see StageState
     end_rel: int  # position in the last segment just past the batch
     queues: dict[tuple[str, int], QueueRun]
     items: list[tuple[int, int, int]]  # (index key hash, phy, store ts) in commit-log order
@@ -54,16 +97,13 @@ class Staged(NamedTuple):
 class EncodeContext:
     """Caches and the staging buffer of one store's put path."""
 
-    def __init__(self, max_message_bytes: int, store_host: str) -> None:
+    def __init__(self, max_message_bytes: int, store_host: str, segment_bytes: int) -> None:
         self.max_body = max_message_bytes
+        self.seg_bytes = segment_bytes  # of every commit-log segment
         self.store_b = store_host.encode()
-        self.topics: dict[str, tuple[bytes, int, int]] = {}
-        # (topic, queue_id) checked before -> (topic UTF-8, its length, key prefix CRC)
-        self.queue_info: dict[tuple[str, int], tuple[bytes, int, int]] = {}
+        self.topics: dict[str, tuple[bytes, int]] = {}
         self.hosts: dict[str, tuple[bytes, int]] = {}
-        self.tags: dict[str, tuple[bytes, int, int]] = {}
         self.tag_bytes: dict[bytes, int] = {}
-        self.formats: dict[tuple[int, ...], PackRecord] = {}
         self._prefix_formats: dict[int, PackRecord] = {}
         self.buf = bytearray(STAGING_BYTES)
         self.mv = memoryview(self.buf)
@@ -90,20 +130,17 @@ class EncodeContext:
         topic, qid = key
         if type(qid) is not int or not 0 <= qid <= MAX_QUEUE_ID:
             raise MalformedRequestError(f"queue id {qid!r} is not in 0..{MAX_QUEUE_ID}")
-        topic_b, topic_len, key_crc = self.topic(topic)
-        if len(self.queue_info) >= _MAX_CACHED:
-            self.queue_info.clear()
-        self.queue_info[key] = (topic_b, topic_len, key_crc)
-        return [next_qoff, [next_qoff], topic_b, topic_len, key_crc]
+        topic_b, key_crc = self.topic(topic)
+        return QueueRun(qid, next_qoff, topic_b, key_crc)
 
-    def topic(self, topic: str) -> tuple[bytes, int, int]:
-        """(UTF-8, its length, index key prefix CRC) of a valid topic name."""
+    def topic(self, topic: str) -> tuple[bytes, int]:
+        """(UTF-8, index key prefix CRC) of a valid topic name."""
         got = self.topics.get(topic)
         if got is None:
             topic_b = validate_topic(topic, allow_internal=True).encode()
             if len(self.topics) >= _MAX_CACHED:
                 self.topics.clear()
-            got = self.topics[topic] = (topic_b, len(topic_b), crc32c(b"K" + topic_b + b"\x00"))
+            got = self.topics[topic] = (topic_b, crc32c(b"K" + topic_b + b"\x00"))
         return got
 
     def host(self, host: str) -> tuple[bytes, int]:
@@ -118,42 +155,19 @@ class EncodeContext:
                 self.hosts[host] = got
         return got
 
-    def tag(self, tags: str) -> tuple[bytes, int, int]:
-        """(UTF-8, its length, tag hash) of a message's tags."""
-        tags_b = tags.encode() if tags else b""
-        if len(tags_b) > MAX_TAGS_BYTES:
-            raise MessageTooLargeError(f"tags are longer than {MAX_TAGS_BYTES} bytes")
-        got = (tags_b, len(tags_b), crc32c(tags_b) + 1 if tags_b else 0)
-        if len(self.tags) < _MAX_CACHED:
-            self.tags[tags] = got
-        return got
-
     def tag_bytes_hash(self, tags_b: bytes) -> int:
         """The tag hash of UTF-8 tags taken from a batch input (checked to be UTF-8)."""
         tags_b.decode()  # stored tags are decoded as text: refuse what is not UTF-8
-        th = crc32c(tags_b) + 1
+        th = tag_bytes_hash(tags_b)
         if len(self.tag_bytes) < _MAX_CACHED:
             self.tag_bytes[tags_b] = th
         return th
-
-    def record_format(self, lens: tuple[int, ...]) -> PackRecord:
-        """pack_into of a whole record with these part lengths (header + join once full).
-
-        `lens` is (topic, born host, tags, keys, properties, body) lengths.
-        """
-        if len(self.formats) >= MAX_RECORD_FORMATS:
-            return _pack_joined
-        topic_len, born_len, tags_len, keys_len, props_len, body_len = lens
-        parts = (topic_len, born_len, len(self.store_b), tags_len, keys_len, props_len, body_len)
-        pack = struct.Struct(HEADER.format + "".join(f"{n}s" for n in parts)).pack_into
-        self.formats[lens] = pack
-        return pack
 
     def prefix_format(self, prefix_len: int) -> PackRecord:
         """pack_into of a record header followed by its topic, born host and store host."""
         pack = self._prefix_formats.get(prefix_len)
         if pack is None:
-            if len(self._prefix_formats) >= MAX_RECORD_FORMATS:
+            if len(self._prefix_formats) >= MAX_PREFIX_FORMATS:
                 self._prefix_formats.clear()
             pack = struct.Struct(f"{HEADER.format}{prefix_len}s").pack_into
             self._prefix_formats[prefix_len] = pack
@@ -164,16 +178,3 @@ class EncodeContext:
         if body_len > self.max_body:
             return MessageTooLargeError(f"message body of {body_len} bytes exceeds {self.max_body}")
         return MessageTooLargeError(f"properties of {props_len} bytes exceed {MAX_PROPERTIES_BYTES}")
-
-
-def checked_msg_id(msg_id: object) -> bytes:
-    """A caller's msg_id that is not plain 16 bytes: converted, or refused."""
-    if len(msg_id) != MSG_ID_BYTES:  # type: ignore[arg-type]
-        raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes")
-    return bytes(msg_id)  # type: ignore[call-overload]
-
-
-def _pack_joined(buf: bytearray, pos: int, size: int, *fields: object) -> None:
-    """A record without a cached struct: the header, then the parts joined."""
-    _pack_header(buf, pos, size, *fields[:20])
-    buf[pos + HEADER_SIZE:pos + size] = b"".join(fields[20:])  # type: ignore[arg-type]

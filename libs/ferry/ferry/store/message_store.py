@@ -12,30 +12,27 @@ import errno
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
+from ferry.codec.limits import MSG_ID_BYTES
+from ferry.codec.record import AT_STORE_TS_MS, HEADER_SIZE, I64, MessageIn, StoredMessage
 from ferry.errors import StoreError
 from ferry.names import validate_topic
 
-from .appender import Appender, Staged
+from .appender import Appender
 from .checkpoint import Checkpoint, sync_files, write_checkpoint
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueues
+from .dispatch import LiveDispatch
+from .encode_context import Staged
 from .flush import FlushService
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
 from .reader import read_checked, read_entries, read_message
-from .record import (
-    HEADER_SIZE,
-    MSG_ID_BYTES,
-    MessageIn,
-    StoredMessage,
-)
 from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, GetStatus, PutResult
 from .retention_runner import RetentionReport, run_retention
@@ -43,8 +40,6 @@ from .warmer import PageWarmer
 
 log = logging.getLogger(__name__)
 
-_STORE_TS = struct.Struct("<q")
-_STORE_TS_AT = 44
 
 
 class MessageStore:
@@ -70,8 +65,9 @@ class MessageStore:
         if config.warm_ahead_bytes:
             self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
                                       config.warm_ahead_bytes, self._cl.write_offset)
-        self._appender = Appender(self._cl, self._cqs, self._index, config.max_message_bytes,
-                                  config.store_host, self._warmer, self._dispatch_failed)
+        self._dispatcher = LiveDispatch(self._cl, self._cqs, self._index, self._dispatch_failed)
+        self._appender = Appender(self._cl, self._cqs, self._dispatcher, config.max_message_bytes,
+                                  config.store_host, self._warmer)
         self._last_store_ts = self.recovery.last_store_ts_ms
         self._failed: BaseException | None = None
         # Files (and directories) a checkpoint could not sync yet; the next one does.
@@ -95,8 +91,12 @@ class MessageStore:
     def put_batch(self, msgs: Sequence[MessageIn]) -> list[PutResult]:
         """Append messages in one write, dispatch them, return where each went.
 
-        The whole batch is validated first: a bad message raises (InvalidNameError,
-        MessageTooLargeError, MalformedRequestError) and nothing is written.
+        The messages are encoded as the batch input of `put_encoded_batch` and staged
+        by the same loop, a run per consecutive messages with the same topic, queue,
+        born host, reconsume_times and prepared_offset. The whole batch is validated
+        first: a bad message raises (InvalidNameError, MessageTooLargeError,
+        MalformedRequestError) and nothing is written. An empty or all-zero msg_id
+        is assigned by the store.
         """
         with self._lock:
             if self._closed or self._failed is not None:
@@ -108,22 +108,23 @@ class MessageStore:
             return results  # type: ignore[return-value]
 
     def put_encoded_batch(self, topic: str, queue_id: int, encoded: bytes | bytearray | memoryview,
-                          *, born_host: str = "", max_messages: int | None = None
-                          ) -> BatchPutResult:
+                          *, born_host: str = "", max_messages: int | None = None,
+                          refuse_flags: int = 0) -> BatchPutResult:
         """Append a batch already encoded in the message batch input layout, in one write.
 
         `encoded` holds the messages of one queue back to back, each laid out as
-        `batch_input.BATCH_ENTRY` then its tags, keys, properties and body (the
+        `ferry.codec.entry.ENTRY_HEAD` then its tags, keys, properties and body (the
         wire's SEND body); an all-zero msg_id is assigned by the store. The whole
         batch is validated first and nothing is written if any entry is bad:
         MalformedRequestError (truncated or inconsistent, not UTF-8, empty, more than
-        `max_messages`), MessageTooLargeError, InvalidNameError.
+        `max_messages`, an entry whose flags share a bit with `refuse_flags`),
+        MessageTooLargeError, InvalidNameError.
         """
         with self._lock:
             self._check_open()
             ts = self._store_ts()
             staged = self._appender.stage_encoded(topic, queue_id, encoded, born_host, ts,
-                                                  max_messages)  # type: ignore[arg-type]
+                                                  max_messages, refuse_flags)  # type: ignore[arg-type]
             return self._commit(staged, ts)  # type: ignore[return-value]
 
     def _check_open(self) -> None:
@@ -162,7 +163,7 @@ class MessageStore:
         """Apply the deferred dispatch; on failure keep it pending (retried on the next
         call) and fail the store for appends, but let the read go on."""
         try:
-            self._appender.dispatch()
+            self._dispatcher.dispatch()
         except Exception as exc:
             self._dispatch_failed(exc)
 
@@ -269,7 +270,7 @@ class MessageStore:
                 mid = (lo + hi) // 2
                 entry = cq.get(mid, 1)
                 head = self._cl.read(entry[0][0], HEADER_SIZE) if entry else None
-                if head is None or _STORE_TS.unpack_from(head, _STORE_TS_AT)[0] < ts_ms:
+                if head is None or I64.unpack_from(head, AT_STORE_TS_MS)[0] < ts_ms:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -355,7 +356,7 @@ class MessageStore:
             if self._closed:
                 return
             self._dispatch()
-            dispatched = self._appender.dispatched_offset
+            dispatched = self._dispatcher.dispatched_offset
             paths = self._unsynced + self._cqs.take_dirty() + self._index.take_dirty()
             dirs = self._unsynced_dirs | self._cqs.take_new_dirs() | self._index.take_new_dirs()
             self._unsynced, self._unsynced_dirs = [], set()
@@ -389,7 +390,7 @@ class MessageStore:
                 self._warmer.stop()
             with self._lock:
                 try:
-                    self._appender.dispatch()  # those records are fully written: apply them
+                    self._dispatcher.dispatch()  # those records are fully written: apply them
                 except Exception as exc:
                     self._dispatch_failed(exc)
                 try:
@@ -399,7 +400,7 @@ class MessageStore:
                                data_only=False)
                     self._cl.flush()
                     write_checkpoint(self.config.root_dir, Checkpoint(
-                        self._cl.flushed_offset, self._appender.dispatched_offset,
+                        self._cl.flushed_offset, self._dispatcher.dispatched_offset,
                         self._failed is None))
                 except OSError as exc:  # the last checkpoint stays (unclean): reopen recovers
                     raise StoreError(f"close could not flush the store: {exc}") from exc

@@ -8,24 +8,31 @@ zero-copy read-only views of the commit log's mapping.
 from __future__ import annotations
 
 import logging
-import struct
 
 from crc32c import crc32c
 
+from ferry.codec.record import (
+    AT_PHY_OFFSET,
+    CRC_START,
+    HEADER_SIZE,
+    I64,
+    RECORD_MAGIC,
+    SIZE_MAGIC_CRC,
+    StoredMessage,
+    check_record,
+    decode_record,
+)
 from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueue
-from .record import CRC_START, HEADER_SIZE, RECORD_MAGIC, StoredMessage, check_record, decode_record
 
 log = logging.getLogger(__name__)
 
 # A filtered pull scans at most this many consume-queue entries ("a limit on everything").
 MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
-_unpack_check = struct.Struct("<III").unpack_from  # total_size, magic, crc
-_unpack_phy = struct.Struct("<q").unpack_from
-_PHY_AT = 28  # the record header's phy_offset field
+_unpack_check = SIZE_MAGIC_CRC.unpack_from
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
@@ -100,7 +107,7 @@ def read_checked(cl: CommitLog, phy_offset: int) -> memoryview | None:
         check_record(raw)
     except CorruptRecordError:
         return None
-    return raw if _unpack_phy(raw, _PHY_AT)[0] == phy_offset else None
+    return raw if I64.unpack_from(raw, AT_PHY_OFFSET)[0] == phy_offset else None
 
 
 def read_message(cl: CommitLog, phy_offset: int) -> StoredMessage | None:

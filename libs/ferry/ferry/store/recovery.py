@@ -11,10 +11,19 @@ records after it. A record that fails its check is never served.
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass
 
+from ferry.codec.record import (
+    AT_PHY_OFFSET,
+    AT_STORE_TS_MS,
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    I64,
+    SIZE_MAGIC,
+    U32,
+    check_record,
+)
 from ferry.errors import CorruptRecordError
 
 from .checkpoint import Checkpoint, read_checkpoint
@@ -22,12 +31,9 @@ from .commit_log import CommitLog
 from .consume_queue import ConsumeQueues
 from .dispatch import redispatch
 from .index_file import IndexService
-from .record import BLANK_MAGIC, BLANK_SIZE, HEADER, check_record
 
 log = logging.getLogger(__name__)
 
-_SIZE_MAGIC = struct.Struct("<II")
-_U32 = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ def _clean_end_ok(cl: CommitLog, offset: int) -> bool:
     if seg is None or seg is not segs[-1]:
         return False
     rel = offset - seg.start_offset
-    return rel + 4 <= seg.size and _U32.unpack_from(seg.view, rel)[0] == 0
+    return rel + U32.size <= seg.size and U32.unpack_from(seg.view, rel)[0] == 0
 
 
 def _scan(cl: CommitLog, start: int) -> _Scan:
@@ -132,7 +138,7 @@ def _scan(cl: CommitLog, start: int) -> _Scan:
         view = seg.view
         if rel + BLANK_SIZE > seg.size:
             return _Scan(pos, "no room for an end-of-segment marker", records, last_ts)
-        size, magic = _SIZE_MAGIC.unpack_from(view, rel)
+        size, magic = SIZE_MAGIC.unpack_from(view, rel)
         if size == 0 and magic == 0:
             return _Scan(pos, None, records, last_ts)
         if magic == BLANK_MAGIC:
@@ -145,10 +151,10 @@ def _scan(cl: CommitLog, start: int) -> _Scan:
             size = check_record(view, rel, seg.size - BLANK_SIZE)
         except CorruptRecordError as exc:
             return _Scan(pos, str(exc), records, last_ts)
-        h = HEADER.unpack_from(view, rel)
-        if h[6] != pos:
-            return _Scan(pos, f"record claims phy offset {h[6]}", records, last_ts)
-        last_ts = h[8]
+        claimed = I64.unpack_from(view, rel + AT_PHY_OFFSET)[0]
+        if claimed != pos:
+            return _Scan(pos, f"record claims phy offset {claimed}", records, last_ts)
+        last_ts = I64.unpack_from(view, rel + AT_STORE_TS_MS)[0]
         pos += size
         records += 1
 
@@ -166,4 +172,4 @@ def _last_store_ts(cl: CommitLog, cqs: ConsumeQueues) -> int:
         check_record(seg.view, rel, seg.size)
     except CorruptRecordError:
         return 0
-    return int(HEADER.unpack_from(seg.view, rel)[8])
+    return int(I64.unpack_from(seg.view, rel + AT_STORE_TS_MS)[0])

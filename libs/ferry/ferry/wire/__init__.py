@@ -3,12 +3,14 @@
 Frames, request codes, the SEND message batch and the request/response
 helpers. Nothing here touches a socket or an event loop: connection code
 feeds bytes to a FrameDecoder and writes what encode_frame_parts returns.
-The byte layout is specified in docs/protocol.md.
+The byte layout is specified in docs/protocol.md; the message limits and the
+SEND-entry layout come from `ferry.codec` (re-exported here under the
+protocol's names).
 """
 from __future__ import annotations
 
+from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES, MSG_ID_BYTES
 from ferry.wire.codes import (
-    MAX_BODY_BYTES,
     MAX_FRAME_BYTES,
     MAX_HEADER_BYTES,
     MAX_REQUEST_ID,
@@ -27,10 +29,7 @@ from ferry.wire.frame import (
 )
 from ferry.wire.helpers import check_response, error_response, request, response
 from ferry.wire.messages import (
-    MAX_KEYS_BYTES,
-    MAX_TAGS_BYTES,
     MESSAGE_HEAD,
-    MSG_ID_BYTES,
     WireMessage,
     decode_messages,
     encode_messages,

@@ -15,8 +15,8 @@ PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 #: The largest msgpack header accepted.
 MAX_HEADER_BYTES = 64 * 1024
-#: The largest single message body (one entry of a SEND batch).
-MAX_BODY_BYTES = 4 * 1024 * 1024
+# The largest single message body (one entry of a SEND batch) is `MAX_BODY_BYTES`,
+# declared with every other message limit in ferry.codec.limits.
 
 #: Request ids are unsigned 32-bit numbers chosen by the requester.
 MAX_REQUEST_ID = 2**32 - 1

@@ -1,6 +1,8 @@
 """The SEND body: a batch of messages, each a fixed 44-byte head and four byte strings.
 
-One entry (all integers little-endian):
+The entry layout is `ferry.codec.entry` (the store takes the same bytes as its
+batch input); `MESSAGE_HEAD` is its fixed head under the wire's name. One entry
+(all integers little-endian):
 
     offset  size  field
     0       4     u32 length        whole entry, this field included
@@ -23,19 +25,15 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_FIELDS, ENTRY_HEAD_SIZE, append_entry
+from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES, MSG_ID_BYTES
+from ferry.codec.msg_id import NO_MSG_ID
 from ferry.errors import MalformedRequestError, MessageTooLargeError
-from ferry.wire.codes import MAX_BODY_BYTES
 
 #: u32 length | 16s msg_id | i64 born_ts_ms | u32 flags | u16 tags_len | u16 keys_len
 #: | u32 props_len | u32 body_len
-MESSAGE_HEAD = struct.Struct("<I16sqIHHII")
-MESSAGE_HEAD_FIELDS = (
-    "length", "msg_id", "born_ts_ms", "flags", "tags_len", "keys_len", "props_len", "body_len",
-)
-MSG_ID_BYTES = 16
-MAX_TAGS_BYTES = 0xFFFF
-MAX_KEYS_BYTES = 0xFFFF
-_NO_MSG_ID = bytes(MSG_ID_BYTES)
+MESSAGE_HEAD = ENTRY_HEAD
+MESSAGE_HEAD_FIELDS = ENTRY_HEAD_FIELDS
 
 
 @dataclass(slots=True)
@@ -43,7 +41,7 @@ class WireMessage:
     """One message as the producer sends it (the broker adds topic, queue and offsets).
 
     `properties` is already encoded as UTF-8 `key\\x01value\\x02` pairs
-    (`ferry.store.encode_properties`); `msg_id` is 16 bytes, or empty to let
+    (`ferry.codec.encode_properties`); `msg_id` is 16 bytes, or empty to let
     the broker assign one.
     """
 
@@ -64,40 +62,26 @@ def encode_messages(
     Raises MessageTooLargeError for a body over `max_body_bytes` and
     MalformedRequestError for a field that does not fit its slot.
     """
-    pack = MESSAGE_HEAD.pack
-    head_size = MESSAGE_HEAD.size
     parts: list[bytes] = []
-    append = parts.append
     for msg in msgs:
         body = msg.body
-        body_len = len(body)
-        if body_len > max_body_bytes:
+        if len(body) > max_body_bytes:
             raise MessageTooLargeError(
-                f"message body is {body_len} bytes; the limit is {max_body_bytes}"
+                f"message body is {len(body)} bytes; the limit is {max_body_bytes}"
             )
-        msg_id = msg.msg_id or _NO_MSG_ID
-        if len(msg_id) != MSG_ID_BYTES:
+        msg_id = msg.msg_id
+        if msg_id and len(msg_id) != MSG_ID_BYTES:
             raise MalformedRequestError(f"msg_id must be {MSG_ID_BYTES} bytes, not {len(msg_id)}")
         tags = msg.tags.encode() if msg.tags else b""
         keys = msg.keys.encode() if msg.keys else b""
-        props = msg.properties
         if len(tags) > MAX_TAGS_BYTES or len(keys) > MAX_KEYS_BYTES:
-            raise MalformedRequestError("tags and keys are limited to 65535 UTF-8 bytes each")
+            raise MalformedRequestError(
+                f"tags and keys are limited to {MAX_TAGS_BYTES} UTF-8 bytes each")
         try:
-            append(pack(
-                head_size + len(tags) + len(keys) + len(props) + body_len,
-                msg_id, msg.born_ts_ms, msg.flags,
-                len(tags), len(keys), len(props), body_len,
-            ))
+            append_entry(parts, msg_id, msg.born_ts_ms, msg.flags, tags, keys, msg.properties,
+                         body)
         except struct.error as exc:
             raise MalformedRequestError(f"message field out of range: {exc}") from None
-        if tags:
-            append(tags)
-        if keys:
-            append(keys)
-        if props:
-            append(props)
-        append(body)
     return b"".join(parts)
 
 
@@ -112,8 +96,8 @@ def decode_messages(
     """
     data = body if type(body) is bytes else bytes(body)  # bytes slices are one copy each
     end = len(data)
-    unpack_from = MESSAGE_HEAD.unpack_from
-    head_size = MESSAGE_HEAD.size
+    unpack_from = ENTRY_HEAD.unpack_from
+    head_size = ENTRY_HEAD_SIZE
     out: list[WireMessage] = []
     append = out.append
     pos = 0
@@ -123,6 +107,7 @@ def decode_messages(
                 f"message batch truncated: {end - pos} bytes left at {pos}, an entry head is "
                 f"{head_size}"
             )
+        # The head's fields in ENTRY_HEAD_FIELDS order.
         length, msg_id, born_ts_ms, flags, tags_len, keys_len, props_len, body_len = (
             unpack_from(data, pos)
         )
@@ -150,7 +135,7 @@ def decode_messages(
         p += props_len
         append(WireMessage(
             data[p:p + body_len],
-            b"" if msg_id == _NO_MSG_ID else msg_id,
+            b"" if msg_id == NO_MSG_ID else msg_id,
             born_ts_ms, flags, tags, keys, props,
         ))
         pos += length

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ferry.codec.limits import MAX_QUEUE_ID
 from ferry.errors import MalformedRequestError
 from ferry.names import validate_group, validate_topic
 
-MAX_QUEUE_ID = 1023  # topics have at most 1024 queues (ferry.routing MAX_QUEUES)
 MAX_OFFSET = 2**63 - 1
 _MISSING = object()
 

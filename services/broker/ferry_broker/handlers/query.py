@@ -8,6 +8,7 @@ MAX_QUERY_BYTES of records (newest first for a key): `count` may be below
 """
 from __future__ import annotations
 
+from ferry.codec.limits import MSG_ID_BYTES
 from ferry.errors import MalformedRequestError, MessageNotFoundError
 from ferry.store import MessageStore, StoredMessage
 from ferry.wire import Frame, response
@@ -15,7 +16,6 @@ from ferry.wire import Frame, response
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import MAX_OFFSET, int_field, str_field, topic_field
 
-MSG_ID_BYTES = 16
 MAX_QUERY_COUNT = 64
 MAX_KEY_CHARS = 1024
 # A query answer stops before this many bytes of records (the first record always

@@ -18,20 +18,28 @@ from collections import Counter
 from pathlib import Path
 
 from ferry.codec import TTL_MS, MessageFlag
+from ferry.codec.properties import decode_properties
+from ferry.codec.record import (
+    AT_FLAGS,
+    H_BORN_HOST_LEN,
+    H_KEYS_LEN,
+    H_PROPS_LEN,
+    H_STORE_HOST_LEN,
+    H_STORE_TS_MS,
+    H_TAGS_LEN,
+    H_TOPIC_LEN,
+    HEADER,
+    HEADER_SIZE,
+)
 from ferry.errors import MalformedRequestError
-from ferry.store import decode_properties
-from ferry.store.record import HEADER, HEADER_FIELDS, HEADER_SIZE
 
 from ferry_broker.put_pipeline import PutBatch, PutHook
 
 _TTL = int(MessageFlag.TTL)
 MAX_TTL_QUEUES = 100_000
 _FLAGS = struct.Struct("<I")
-_FLAGS_AT = struct.calcsize("<" + HEADER.format.lstrip("<")[:HEADER_FIELDS.index("flags")])
-_H_STORE_TS = HEADER_FIELDS.index("store_ts_ms")
-_H_LENS = [HEADER_FIELDS.index(n) for n in
-           ("topic_len", "born_host_len", "store_host_len", "tags_len", "keys_len")]
-_H_PROPS_LEN = HEADER_FIELDS.index("props_len")
+# The record's parts before its properties.
+_H_LENS = [H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN, H_TAGS_LEN, H_KEYS_LEN]
 
 
 def ttl_ms_of(props: dict[str, str]) -> int:
@@ -100,17 +108,17 @@ class ExpiryFilter:
         now_ms = int(time.time() * 1000)
         out: list[memoryview] | None = None
         for i, rec in enumerate(records):
-            if not _FLAGS.unpack_from(rec, _FLAGS_AT)[0] & _TTL:
+            if not _FLAGS.unpack_from(rec, AT_FLAGS)[0] & _TTL:
                 if out is not None:
                     out.append(rec)
                 continue
             h = HEADER.unpack_from(rec, 0)
             start = HEADER_SIZE + sum(h[j] for j in _H_LENS)
             try:
-                ttl = ttl_ms_of(decode_properties(rec[start:start + h[_H_PROPS_LEN]]))
+                ttl = ttl_ms_of(decode_properties(rec[start:start + h[H_PROPS_LEN]]))
             except MalformedRequestError:
                 ttl = 0
-            if ttl and h[_H_STORE_TS] + ttl > now_ms:
+            if ttl and h[H_STORE_TS_MS] + ttl > now_ms:
                 if out is not None:
                     out.append(rec)
                 continue

@@ -1,19 +1,23 @@
-"""The record codec: round trips, properties, tag hashes, ids, and corruption detection."""
+"""The record codec: round trips, fields by name, and corruption detection."""
 from __future__ import annotations
 
+import struct
+
 import pytest
-from ferry.errors import CorruptRecordError
-from ferry.store.record import (
+from ferry.codec import record
+from ferry.codec.properties import decode_properties, encode_properties
+from ferry.codec.record import (
+    HEADER,
+    HEADER_FIELDS,
     HEADER_SIZE,
     MessageIn,
-    decode_properties,
+    check_record,
     decode_record,
-    encode_properties,
     encode_record,
     iter_records,
-    new_msg_id,
-    tag_hash,
 )
+from ferry.codec.tags import tag_hash
+from ferry.errors import CorruptRecordError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,24 +65,6 @@ def test_record_round_trip(msg: MessageIn, qoff: int, phy: int, ts: int) -> None
     assert decode_record(memoryview(b"pad" + raw), 3) == got
 
 
-@given(_props)
-def test_properties_round_trip(props: dict[str, str]) -> None:
-    assert decode_properties(encode_properties(props)) == props
-
-
-def test_properties_reject_separators_and_garbage() -> None:
-    with pytest.raises(ValueError):
-        encode_properties({"a\x01": "b"})
-    with pytest.raises(ValueError):
-        encode_properties({"a": "b\x02"})
-    with pytest.raises(CorruptRecordError):
-        decode_properties(b"novalue\x02")
-    with pytest.raises(CorruptRecordError):
-        decode_properties(b"a\x01b")
-    with pytest.raises(CorruptRecordError):
-        decode_properties(b"\xff\x01b\x02")
-
-
 @given(_messages.filter(lambda m: len(m.body) < 200), st.data())
 @settings(max_examples=150)
 def test_every_single_bit_flip_is_detected(msg: MessageIn, data: st.DataObject) -> None:
@@ -107,18 +93,6 @@ def test_iter_records_back_to_back() -> None:
         list(iter_records(b"".join(raws)[:-1]))
 
 
-def test_tag_hash_is_stable_and_zero_means_no_tag() -> None:
-    assert tag_hash("") == 0
-    assert tag_hash("created") == tag_hash("created") != tag_hash("paid")
-    assert tag_hash("created") == 846844886  # CRC32C("created") + 1, fixed across processes
-
-
-def test_msg_ids_are_unique_16_bytes() -> None:
-    ids = {new_msg_id() for _ in range(10_000)}
-    assert len(ids) == 10_000
-    assert all(len(i) == 16 for i in ids)
-
-
 def test_encode_rejects_bad_lengths() -> None:
     with pytest.raises(ValueError):
         encode_record(MessageIn("t", 0, b"", msg_id=b"short"), queue_offset=0, phy_offset=0,
@@ -126,3 +100,37 @@ def test_encode_rejects_bad_lengths() -> None:
     with pytest.raises(ValueError):
         encode_record(MessageIn("t", 0, b"", tags="x" * 70_000), queue_offset=0, phy_offset=0,
                       store_ts_ms=0)
+
+
+def test_field_constants_name_the_layout() -> None:
+    """Every H_* index and AT_* offset is the position of the field it names."""
+    offset = 0
+    offsets = {}
+    for name, code in record.HEADER_LAYOUT:
+        offsets[name] = offset
+        offset += struct.calcsize("<" + code)
+    assert offset == HEADER_SIZE == 104
+    for name in HEADER_FIELDS:
+        const = "H_" + name.upper()
+        if hasattr(record, const):
+            assert getattr(record, const) == HEADER_FIELDS.index(name), const
+        at = "AT_" + name.upper()
+        if hasattr(record, at):
+            assert getattr(record, at) == offsets[name], at
+    assert record.CRC_START == offsets["flags"]
+    assert record.SIZE_MAGIC.format == "<II" and record.SIZE_MAGIC_CRC.format == "<III"
+
+
+def test_fields_read_by_name_from_an_encoded_record() -> None:
+    msg = MessageIn("orders", 3, b"body", tags="t", keys="k1 k2", msg_id=bytes(range(16)),
+                    flags=5, born_ts_ms=11, born_host="h:1", reconsume_times=2,
+                    prepared_offset=99)
+    raw = encode_record(msg, queue_offset=7, phy_offset=4096, store_ts_ms=12, store_host="s:2")
+    h = HEADER.unpack_from(raw)
+    assert (h[record.H_QUEUE_ID], h[record.H_QUEUE_OFFSET], h[record.H_PHY_OFFSET]) == (3, 7, 4096)
+    assert (h[record.H_BORN_TS_MS], h[record.H_STORE_TS_MS], h[record.H_FLAGS]) == (11, 12, 5)
+    assert (h[record.H_RECONSUME_TIMES], h[record.H_PREPARED_OFFSET]) == (2, 99)
+    assert h[record.H_MSG_ID] == bytes(range(16)) and h[record.H_TAG_HASH] == tag_hash("t")
+    assert record.I64.unpack_from(raw, record.AT_PHY_OFFSET)[0] == 4096
+    assert record.I64.unpack_from(raw, record.AT_STORE_TS_MS)[0] == 12
+    assert sum(record.part_lengths(h)) == len(raw) - HEADER_SIZE == check_record(raw) - HEADER_SIZE

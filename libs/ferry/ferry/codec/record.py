@@ -1,9 +1,10 @@
 """The commit-log record: the one byte layout that travels from disk to the consumer.
 
-A record is written once by the commit log, served unchanged in PULL responses
-and decoded by clients with `decode_record` / `iter_records`. The layout is
-declared here as data; `docs/store-format.md` documents it byte by byte and a
-test holds the two together.
+A record is written once by the store, served unchanged in PULL responses and
+decoded by clients. The layout is declared here once, as data (`HEADER_LAYOUT`);
+every reader takes a field by its name through the constants below (`H_*`: its
+index in an unpacked header, `AT_*`: its byte offset), never by a bare number.
+`docs/store-format.md` documents it byte by byte and a test holds the two together.
 
 Record, little-endian, a 104-byte fixed header then the variable parts::
 
@@ -41,50 +42,112 @@ End-of-segment blank marker (fills the rest of a segment a record did not fit in
 """
 from __future__ import annotations
 
-import itertools
-import mmap
-import os
 import struct
 from collections.abc import Iterator
 from functools import cached_property
+from operator import itemgetter
 from typing import NamedTuple, TypeVar
 
 from crc32c import crc32c
 
+from ferry.codec.limits import (
+    MAX_HOST_BYTES,
+    MAX_KEYS_BYTES,
+    MAX_TAGS_BYTES,
+    MAX_TOPIC_BYTES,
+    MSG_ID_BYTES,
+)
+from ferry.codec.msg_id import msg_id_hex, new_msg_id
+from ferry.codec.properties import decode_properties
+from ferry.codec.tags import tag_hash
 from ferry.errors import CorruptRecordError
 
-HEADER = struct.Struct("<IIIIiqqqqqiq16sBBBBHHII")
-HEADER_FIELDS = (
-    "total_size", "magic", "crc", "flags", "queue_id", "queue_offset", "phy_offset", "born_ts_ms",
-    "store_ts_ms", "prepared_offset", "reconsume_times", "tag_hash", "msg_id", "topic_len",
-    "born_host_len", "store_host_len", "reserved", "tags_len", "keys_len", "props_len", "body_len",
+#: (field, struct code) in byte order: the one declaration of the header.
+HEADER_LAYOUT = (
+    ("total_size", "I"), ("magic", "I"), ("crc", "I"), ("flags", "I"), ("queue_id", "i"),
+    ("queue_offset", "q"), ("phy_offset", "q"), ("born_ts_ms", "q"), ("store_ts_ms", "q"),
+    ("prepared_offset", "q"), ("reconsume_times", "i"), ("tag_hash", "q"), ("msg_id", "16s"),
+    ("topic_len", "B"), ("born_host_len", "B"), ("store_host_len", "B"), ("reserved", "B"),
+    ("tags_len", "H"), ("keys_len", "H"), ("props_len", "I"), ("body_len", "I"),
 )
-VARIABLE_PARTS = ("topic", "born_host", "store_host", "tags", "keys", "properties", "body")
-BLANK_FIELDS = ("size", "magic")
+HEADER = struct.Struct("<" + "".join(code for _, code in HEADER_LAYOUT))
+HEADER_FIELDS = tuple(name for name, _ in HEADER_LAYOUT)
 HEADER_SIZE = HEADER.size  # 104
+#: The variable parts after the header, in order, and the header field giving each length.
+VARIABLE_PARTS = ("topic", "born_host", "store_host", "tags", "keys", "properties", "body")
+PART_LENGTH_FIELDS = ("topic_len", "born_host_len", "store_host_len", "tags_len", "keys_len",
+                      "props_len", "body_len")
+
+
+def _index(name: str) -> int:
+    return HEADER_FIELDS.index(name)
+
+
+def _offset(name: str) -> int:
+    return struct.calcsize("<" + "".join(code for _, code in HEADER_LAYOUT[:_index(name)]))
+
+
+# Index of each field in a tuple unpacked with HEADER (hot loops bind these to locals).
+H_TOTAL_SIZE = _index("total_size")
+H_MAGIC = _index("magic")
+H_CRC = _index("crc")
+H_FLAGS = _index("flags")
+H_QUEUE_ID = _index("queue_id")
+H_QUEUE_OFFSET = _index("queue_offset")
+H_PHY_OFFSET = _index("phy_offset")
+H_BORN_TS_MS = _index("born_ts_ms")
+H_STORE_TS_MS = _index("store_ts_ms")
+H_PREPARED_OFFSET = _index("prepared_offset")
+H_RECONSUME_TIMES = _index("reconsume_times")
+H_TAG_HASH = _index("tag_hash")
+H_MSG_ID = _index("msg_id")
+H_TOPIC_LEN = _index("topic_len")
+H_BORN_HOST_LEN = _index("born_host_len")
+H_STORE_HOST_LEN = _index("store_host_len")
+H_TAGS_LEN = _index("tags_len")
+H_KEYS_LEN = _index("keys_len")
+H_PROPS_LEN = _index("props_len")
+H_BODY_LEN = _index("body_len")
+# Byte offset of the fields read or written on their own.
+AT_CRC = _offset("crc")
+AT_FLAGS = _offset("flags")
+AT_PHY_OFFSET = _offset("phy_offset")
+AT_STORE_TS_MS = _offset("store_ts_ms")
+AT_MSG_ID = _offset("msg_id")
+#: The CRC covers [CRC_START, total_size): everything after the CRC itself.
+CRC_START = AT_CRC + 4
+
 RECORD_MAGIC = 0x01595246  # b"FRY\x01": layout version 1
 BLANK = struct.Struct("<II")
+BLANK_FIELDS = ("size", "magic")
 BLANK_MAGIC = 0xFF595246  # b"FRY\xff"
 BLANK_SIZE = BLANK.size  # 8: a record is placed only if this much stays free after it
-CRC_START = 12  # the CRC covers [CRC_START, total_size)
-_U32 = struct.Struct("<I")
-_SIZE_MAGIC = struct.Struct("<II")
+
+
+def _prefix(last: int) -> struct.Struct:
+    """The header's first fields, up to index `last`."""
+    return struct.Struct("<" + "".join(code for _, code in HEADER_LAYOUT[:last + 1]))
+
+
+#: total_size and magic of a record, or size and magic of a blank marker: what a
+#: reader looks at first to tell them apart and bound the rest.
+SIZE_MAGIC = _prefix(H_MAGIC)
+#: total_size, magic and crc: what a reader checks before it serves a record.
+SIZE_MAGIC_CRC = _prefix(H_CRC)
+U32 = struct.Struct("<I")
+I64 = struct.Struct("<q")
+
+#: The seven part lengths of an unpacked header, in part order.
+part_lengths = itemgetter(*(_index(name) for name in PART_LENGTH_FIELDS))
 _unpack_header = HEADER.unpack_from
-
-MAX_TOPIC_BYTES = 255
-MAX_HOST_BYTES = 255
-MAX_TAGS_BYTES = 0xFFFF
-MAX_KEYS_BYTES = 0xFFFF
-MSG_ID_BYTES = 16
-
-_PROP_KV = "\x01"
-_PROP_END = "\x02"
+_new_tuple = tuple.__new__
+_T = TypeVar("_T")
 
 
 class MessageIn(NamedTuple):
-    """A message to append, as the broker hands it to the store.
+    """A message to append: the record fields a writer supplies (the store adds positions).
 
-    A NamedTuple rather than a dataclass because the put path builds hundreds
+    A NamedTuple rather than a dataclass because a put path builds hundreds
     of thousands per second and tuple construction is several times cheaper.
     """
 
@@ -126,7 +189,7 @@ class _StoredFields(NamedTuple):
 class StoredMessage(_StoredFields):
     """A decoded record; `properties` is decoded from `properties_raw` on first use.
 
-    Immutable like a frozen dataclass, but a NamedTuple: consumers decode
+    Immutable like a frozen dataclass, but a NamedTuple: readers decode
     hundreds of thousands per second and a tuple costs a tenth of a dataclass
     to build. (No __slots__, so the instance dict can cache `properties`.)
     """
@@ -137,121 +200,41 @@ class StoredMessage(_StoredFields):
 
     @property
     def msg_id_hex(self) -> str:
-        return self.msg_id.hex().upper()
+        return msg_id_hex(self.msg_id)
 
     @property
     def end_offset(self) -> int:
         return self.phy_offset + self.size
 
 
-_new_tuple = tuple.__new__
-_T = TypeVar("_T")
-
-
-def encode_properties(props: dict[str, str]) -> bytes:
-    """Encode a property map as UTF-8 `key\\x01value\\x02` pairs."""
-    if not props:
-        return b""
-    parts = []
-    for key, value in props.items():
-        if not key or _PROP_KV in key or _PROP_END in key:
-            raise ValueError(f"invalid property name {key!r}")
-        if _PROP_KV in value or _PROP_END in value:
-            raise ValueError(f"property {key!r} has a reserved separator character")
-        parts.append(f"{key}{_PROP_KV}{value}{_PROP_END}")
-    return "".join(parts).encode()
-
-
-def decode_properties(raw: bytes) -> dict[str, str]:
-    """Decode `encode_properties` output; malformed input raises CorruptRecordError."""
-    if not raw:
-        return {}
-    try:
-        text = bytes(raw).decode()
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"properties are not UTF-8: {exc}") from None
-    if not text.endswith(_PROP_END):
-        raise CorruptRecordError("properties do not end with a pair separator")
-    out: dict[str, str] = {}
-    for pair in text[:-1].split(_PROP_END):
-        key, sep, value = pair.partition(_PROP_KV)
-        if not sep or not key:
-            raise CorruptRecordError(f"malformed property pair {pair!r}")
-        out[key] = value
-    return out
-
-
-def tag_hash(tag: str) -> int:
-    """Stable hash of a tag for consume-queue filtering: CRC32C(UTF-8) + 1; "" -> 0."""
-    if not tag:
-        return 0
-    return crc32c(tag.encode()) + 1
-
-
-_ID_PREFIX = os.urandom(8)
-_id_counter = itertools.count(int.from_bytes(os.urandom(4), "little") << 8)
-_pid = os.getpid()
-
-
-def new_msg_id() -> bytes:
-    """A 16-byte message id: 8 random bytes per process, then a 64-bit counter."""
-    global _ID_PREFIX, _id_counter, _pid
-    if os.getpid() != _pid:  # forked: a child must not repeat the parent's ids
-        _pid = os.getpid()
-        _ID_PREFIX = os.urandom(8)
-        _id_counter = itertools.count(int.from_bytes(os.urandom(4), "little") << 8)
-    return _ID_PREFIX + next(_id_counter).to_bytes(8, "big")
-
-
-def record_size(topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes, keys_b: bytes,
-                props: bytes, body: bytes) -> int:
-    """Total encoded size of a record with these variable parts."""
-    return (HEADER_SIZE + len(topic_b) + len(born_b) + len(store_b) + len(tags_b) + len(keys_b)
-            + len(props) + len(body))
-
-
-def pack_record(buf: bytearray | mmap.mmap, mv: memoryview, off: int, phy_offset: int,
-                flags: int, queue_id: int, queue_offset: int, born_ts_ms: int, store_ts_ms: int,
-                prepared_offset: int, reconsume_times: int, th: int, msg_id: bytes,
-                topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes, keys_b: bytes,
-                props: bytes, body: bytes) -> int:
-    """Encode one record into `buf` at `off` (mv is memoryview(buf)); returns its end.
-
-    The hot path of every append: one pack_into, one slice copy of the joined
-    variable parts and one CRC pass. Lengths must already be checked.
-    """
-    tail = b"".join((topic_b, born_b, store_b, tags_b, keys_b, props, body))
-    size = HEADER_SIZE + len(tail)
-    end = off + size
-    HEADER.pack_into(buf, off, size, RECORD_MAGIC, 0, flags, queue_id, queue_offset, phy_offset,
-                     born_ts_ms, store_ts_ms, prepared_offset, reconsume_times, th, msg_id,
-                     len(topic_b), len(born_b), len(store_b), 0, len(tags_b), len(keys_b),
-                     len(props), len(body))
-    buf[off + HEADER_SIZE:end] = tail
-    _U32.pack_into(buf, off + 8, crc32c(mv[off + CRC_START:end]))
-    return end
-
-
 def encode_record(msg: MessageIn, *, queue_offset: int, phy_offset: int, store_ts_ms: int,
                   store_host: str = "") -> bytes:
-    """Encode one message as a standalone record (tools and tests; the store batches)."""
+    """Encode one message as a standalone record (tools and tests; the store stages batches).
+
+    A part over its limit or a msg_id that is not 16 bytes raises ValueError.
+    """
     topic_b, born_b, store_b = msg.topic.encode(), msg.born_host.encode(), store_host.encode()
     tags_b, keys_b = msg.tags.encode(), msg.keys.encode()
-    check_lengths(topic_b, born_b, store_b, tags_b, keys_b)
+    _check_lengths(topic_b, born_b, store_b, tags_b, keys_b)
     msg_id = msg.msg_id or new_msg_id()
     if len(msg_id) != MSG_ID_BYTES:
         raise ValueError(f"msg_id must be {MSG_ID_BYTES} bytes, got {len(msg_id)}")
-    size = record_size(topic_b, born_b, store_b, tags_b, keys_b, msg.properties, msg.body)
+    tail = b"".join((topic_b, born_b, store_b, tags_b, keys_b, msg.properties, msg.body))
+    size = HEADER_SIZE + len(tail)
     buf = bytearray(size)
-    pack_record(buf, memoryview(buf), 0, phy_offset, msg.flags, msg.queue_id, queue_offset,
-                msg.born_ts_ms, store_ts_ms, msg.prepared_offset, msg.reconsume_times,
-                tag_hash(msg.tags), msg_id, topic_b, born_b, store_b, tags_b, keys_b,
-                msg.properties, msg.body)
+    # Arguments in HEADER_LAYOUT order.
+    HEADER.pack_into(buf, 0, size, RECORD_MAGIC, 0, msg.flags, msg.queue_id, queue_offset,
+                     phy_offset, msg.born_ts_ms, store_ts_ms, msg.prepared_offset,
+                     msg.reconsume_times, tag_hash(msg.tags), msg_id, len(topic_b), len(born_b),
+                     len(store_b), 0, len(tags_b), len(keys_b), len(msg.properties),
+                     len(msg.body))
+    buf[HEADER_SIZE:] = tail
+    U32.pack_into(buf, AT_CRC, crc32c(memoryview(buf)[CRC_START:]))
     return bytes(buf)
 
 
-def check_lengths(topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes,
-                  keys_b: bytes) -> None:
+def _check_lengths(topic_b: bytes, born_b: bytes, store_b: bytes, tags_b: bytes,
+                   keys_b: bytes) -> None:
     """Raise ValueError when a variable part does not fit its length field."""
     if len(topic_b) > MAX_TOPIC_BYTES:
         raise ValueError(f"topic is longer than {MAX_TOPIC_BYTES} bytes")
@@ -272,16 +255,16 @@ def check_record(buf: bytes | bytearray | memoryview, off: int = 0, limit: int =
     end_of_data = len(buf) if limit < 0 else limit
     if end_of_data - off < HEADER_SIZE:
         raise CorruptRecordError(f"truncated record header at {off}")
-    size, magic = _SIZE_MAGIC.unpack_from(buf, off)
+    size, magic = SIZE_MAGIC.unpack_from(buf, off)
     if magic != RECORD_MAGIC:
         raise CorruptRecordError(f"bad record magic {magic:#x} at {off}")
     if size < HEADER_SIZE or off + size > end_of_data:
         raise CorruptRecordError(f"record size {size} at {off} is out of bounds")
-    h = HEADER.unpack_from(buf, off)
-    if HEADER_SIZE + h[13] + h[14] + h[15] + h[17] + h[18] + h[19] + h[20] != size:
+    h = _unpack_header(buf, off)
+    if HEADER_SIZE + sum(part_lengths(h)) != size:
         raise CorruptRecordError(f"record part lengths at {off} do not add up to {size}")
     mv = memoryview(buf)
-    if crc32c(mv[off + CRC_START:off + size]) != h[2]:
+    if crc32c(mv[off + CRC_START:off + size]) != h[H_CRC]:
         raise CorruptRecordError(f"record crc mismatch at {off}")
     return size
 
@@ -292,20 +275,21 @@ def decode_record(buf: bytes | bytearray | memoryview, off: int = 0) -> StoredMe
         h = _unpack_header(buf, off)
     except struct.error:
         raise CorruptRecordError(f"truncated record header at {off}") from None
-    size = h[0]
-    if h[1] != RECORD_MAGIC:
-        raise CorruptRecordError(f"bad record magic {h[1]:#x} at {off}")
+    size = h[H_TOTAL_SIZE]
+    if h[H_MAGIC] != RECORD_MAGIC:
+        raise CorruptRecordError(f"bad record magic {h[H_MAGIC]:#x} at {off}")
     end = off + size
-    p = h[13]
-    p2 = p + h[14]
-    p3 = p2 + h[15]
-    p4 = p3 + h[17]
-    p5 = p4 + h[18]
-    p6 = p5 + h[19]
-    if size != HEADER_SIZE + p6 + h[20] or end > len(buf) or off < 0:
+    # Ends of topic, born host, store host, tags, keys, properties, relative to the parts.
+    p = h[H_TOPIC_LEN]
+    p2 = p + h[H_BORN_HOST_LEN]
+    p3 = p2 + h[H_STORE_HOST_LEN]
+    p4 = p3 + h[H_TAGS_LEN]
+    p5 = p4 + h[H_KEYS_LEN]
+    p6 = p5 + h[H_PROPS_LEN]
+    if size != HEADER_SIZE + p6 + h[H_BODY_LEN] or end > len(buf) or off < 0:
         raise CorruptRecordError(f"record size {size} at {off} is inconsistent or truncated")
     mv = buf if type(buf) is memoryview else memoryview(buf)
-    if crc32c(mv[off + CRC_START:end]) != h[2]:
+    if crc32c(mv[off + CRC_START:end]) != h[H_CRC]:
         raise CorruptRecordError(f"record crc mismatch at {off}")
     start = off + HEADER_SIZE
     texts = mv[start:start + p5].tobytes()  # topic | born | store | tags | keys: small
@@ -323,8 +307,10 @@ def decode_record(buf: bytes | bytearray | memoryview, off: int = 0) -> StoredMe
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"record text at {off} is not UTF-8: {exc}") from None
     return _new_tuple(StoredMessage, (
-        hosts[0], h[4], h[5], h[6], size, h[3], h[7], h[8], hosts[1], hosts[2], h[10], h[9], h[11],
-        h[12], tags, keys, mv[start + p6:end].tobytes(), mv[start + p5:start + p6].tobytes()))
+        hosts[0], h[H_QUEUE_ID], h[H_QUEUE_OFFSET], h[H_PHY_OFFSET], size, h[H_FLAGS],
+        h[H_BORN_TS_MS], h[H_STORE_TS_MS], hosts[1], hosts[2], h[H_RECONSUME_TIMES],
+        h[H_PREPARED_OFFSET], h[H_TAG_HASH], h[H_MSG_ID], tags, keys,
+        mv[start + p6:end].tobytes(), mv[start + p5:start + p6].tobytes()))
 
 
 _TEXTS: dict[bytes, tuple[str, str, str, int, int]] = {}
