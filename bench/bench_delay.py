@@ -35,8 +35,7 @@ from bench_retry import retry_roundtrip  # noqa: E402
 from ferry import Message, Producer  # noqa: E402
 from ferry.client.connection import ConnectionPool  # noqa: E402
 from ferry.client.namesrv import NamesrvClient  # noqa: E402
-from ferry.codec import DELIVER_AT_MS  # noqa: E402
-from ferry.store import decode_properties, iter_records  # noqa: E402
+from ferry.codec import DELIVER_AT_MS, decode_properties, iter_records  # noqa: E402
 from ferry.wire import RequestCode  # noqa: E402
 
 from tests.support.procs import (  # noqa: E402

@@ -22,7 +22,7 @@ import pytest
 from ferry import Message, Producer
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
-from ferry.store import StoredMessage, iter_records
+from ferry.codec import StoredMessage, iter_records
 from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, start_mesh

@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from ferry.codec import DELIVER_AT_MS, REAL_QUEUE_ID, REAL_TOPIC
+from ferry.codec import (
+    DELIVER_AT_MS,
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    MessageIn,
+    decode_record,
+    encode_properties,
+    new_msg_id,
+)
 from ferry.names import SCHEDULE_TOPIC
-from ferry.store import MessageIn, MessageStore, StoreConfig, encode_properties, new_msg_id
+from ferry.store import MessageStore, StoreConfig
 from ferry.wire import (
     Frame,
     FrameDecoder,
@@ -74,7 +82,6 @@ class FakeBroker:
     def delivered(self, topic: str) -> list[Any]:
         """Every message DELIVER_DUE stored in `topic` (queue 0)."""
         got = self.store.get_messages(topic, 0, 0, 100_000, 1 << 30)
-        from ferry.store import decode_record
         return [decode_record(r) for r in got.records]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -21,9 +21,8 @@ from collections.abc import Callable
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
-from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag
+from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag, StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, StoreError
-from ferry.store import StoredMessage
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 from ferry_delay_scheduler.config import SchedulerConfig

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
+from ferry.codec import iter_records
 from ferry.errors import (
     CorruptRecordError,
     FerryError,
@@ -27,7 +28,6 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 from ferry.names import SCHEDULE_TOPIC
-from ferry.store import iter_records
 from ferry.wire import RequestCode
 
 from ferry_delay_scheduler.config import SchedulerConfig

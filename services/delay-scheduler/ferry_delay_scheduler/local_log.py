@@ -1,6 +1,6 @@
 """The scheduler's own log: a `ferry.store` MessageStore holding every message it took over.
 
-A %SCHEDULE% record pulled from a broker is appended here (topic
+The record codec comes from `ferry.codec`. A %SCHEDULE% record pulled from a broker is appended here (topic
 `%SCHEDULE%`, queue 0, same message id, tags, keys, body and flags) with
 `ORIGIN_OFFSET` = "<broker>/<queue_id>/<queue_offset>" and, when the record
 was a retry, `RECONSUME_TIMES` added to its properties. Only once the local
@@ -18,18 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from ferry.codec import DELIVER_AT_MS, ORIGIN_OFFSET, RECONSUME_TIMES
-from ferry.names import SCHEDULE_TOPIC
-from ferry.store import (
-    FlushMode,
+from ferry.codec import (
+    DELIVER_AT_MS,
+    ORIGIN_OFFSET,
+    RECONSUME_TIMES,
     MessageIn,
-    MessageStore,
-    StoreConfig,
     StoredMessage,
     decode_properties,
     decode_record,
     encode_properties,
 )
+from ferry.names import SCHEDULE_TOPIC
+from ferry.store import FlushMode, MessageStore, StoreConfig
 
 LOCAL_QUEUE = 0
 # The scheduler's index holds one id entry and a few key entries per message: far
