@@ -69,6 +69,14 @@ def components() -> list[Component]:
             ready_url=f"http://127.0.0.1:{NAMESRV_PORT}/readyz",
         ),
         *(_broker(name, port, http_port, etcd_port) for name, port, http_port in BROKERS),
+        Component(
+            "scheduler", [sys.executable, "-m", "ferry_delay_scheduler"], SCHEDULER_PORT,
+            {"FERRY_DELAY_SCHEDULER_HTTP_PORT": str(SCHEDULER_PORT),
+             "FERRY_DELAY_SCHEDULER_DATA_DIR": str(VAR / "delay-scheduler"),
+             "FERRY_DELAY_SCHEDULER_NAMESRV": f"127.0.0.1:{NAMESRV_PORT}",
+             "FERRY_DELAY_SCHEDULER_ETCD": f"127.0.0.1:{etcd_port}"},
+            ready_url=f"http://127.0.0.1:{SCHEDULER_PORT}/readyz",
+        ),
     ]
 
 
@@ -76,6 +84,7 @@ NAMESRV_PORT = _port("NAMESRV", 9876)
 # (name, wire port, HTTP port): 10911 is RocketMQ's broker port; HTTP APIs from 10920 up.
 BROKERS = [("broker-a", _port("BROKER_A", 10911), _port("BROKER_A_HTTP", 10920)),
            ("broker-b", _port("BROKER_B", 10915), _port("BROKER_B_HTTP", 10921))]
+SCHEDULER_PORT = _port("SCHEDULER", 10922)  # the delay scheduler's HTTP API
 
 
 def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
@@ -177,12 +186,14 @@ def banner() -> str:
     return (
         f"\nFerry is up. namesrv: 127.0.0.1:{NAMESRV_PORT} (export FERRY_NAMESRV=127.0.0.1:{NAMESRV_PORT})\n"
         "Brokers: " + ", ".join(f"{n} 127.0.0.1:{p} (HTTP {h})" for n, p, h in BROKERS) + "\n"
+        f"Delay scheduler: HTTP 127.0.0.1:{SCHEDULER_PORT}\n"
         "Data and logs: ./var/   Stop: Ctrl-C here, or `make down` from another shell.\n\n"
         "Try, in another shell:\n"
         "  . .venv/bin/activate\n"
         "  ferry topic create demo\n"
         "  ferry send demo hello\n"
         "  ferry consume demo --group g --from earliest --count 1\n"
+        "  ferry send demo later --delay-ms 5000     # consume again: `later` arrives ~5 s on\n"
     )
 
 

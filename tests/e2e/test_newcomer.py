@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
-             "BROKER_B", "BROKER_B_HTTP"]
+             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
     env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
            "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
@@ -42,6 +42,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
             pytest.fail(f"the mesh did not come up:\n{out.read_text()}")
         time.sleep(0.2)
     env["FERRY_NAMESRV"] = f"127.0.0.1:{env['FERRY_MESH_NAMESRV_PORT']}"
+    env["FERRY_DELAY_SCHEDULER"] = f"127.0.0.1:{env['FERRY_MESH_SCHEDULER_PORT']}"
     try:
         yield env
     finally:
@@ -53,7 +54,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
                 proc.kill()
             log.close()
     text = out.read_text()
-    for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b"):
+    for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler"):
         assert f"{name:<10} stopped" in text
 
 
@@ -72,3 +73,14 @@ def test_make_up_then_create_send_consume(mesh: dict[str, str]) -> None:
     assert "hello" in out
     routes = ferry(mesh, "topic", "describe", "demo")
     assert "broker-a" in routes and "broker-b" in routes
+
+
+def test_a_delayed_send_arrives_about_five_seconds_later(mesh: dict[str, str]) -> None:
+    ferry(mesh, "topic", "create", "later-demo")
+    sent = time.time()
+    ferry(mesh, "send", "later-demo", "later", "--delay-ms", "5000")
+    out = ferry(mesh, "consume", "later-demo", "--group", "g", "--from", "earliest",
+                "--count", "1", "--timeout-ms", "30000")
+    arrived = time.time()
+    assert "later" in out
+    assert 5.0 <= arrived - sent < 20.0  # never early; the consumer start-up adds its own time

@@ -15,7 +15,6 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from urllib.parse import quote
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
@@ -46,12 +45,11 @@ _NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
 
 
 async def fetch_route(namesrv: NamesrvClient, topic: str) -> TopicRoute | None:
-    """A topic's route; internal names are url-quoted; None when namesrv has none."""
+    """A topic's route; None when namesrv has none."""
     try:
-        data = await namesrv.call("GET", "/v1/routes/" + quote(topic, safe=""))
+        return await namesrv.get_route(topic)
     except (TopicNotFoundError, MessageNotFoundError):
         return None
-    return TopicRoute.from_json(data)
 
 
 class Ingestor:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -167,7 +168,8 @@ class NamesrvClient:
 
     async def get_route(self, topic: str, *, create: bool = False) -> TopicRoute:
         params = {"create": "1"} if create else None
-        data = await self.call("GET", f"/v1/routes/{topic}", params=params)
+        # Internal names hold '%': quoted, or the URL would carry broken escapes.
+        data = await self.call("GET", "/v1/routes/" + quote(topic, safe=""), params=params)
         return TopicRoute.from_json(data)
 
 
