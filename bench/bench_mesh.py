@@ -258,6 +258,7 @@ async def ferry_sync_flush(namesrv: str, topic: str) -> float:
 
 
 def main() -> None:
+    (ROOT / "var").mkdir(exist_ok=True)  # a fresh clone has none before `make up`
     work = Path(tempfile.mkdtemp(prefix="mesh-", dir=ROOT / "var"))
     procs: list[Proc] = []
     try:
