@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ferry.errors import FerryError
+from ferry.lifecycle import as_step, serve_until_signalled, stop_step
 from ferry.store import FlushMode, MessageStore, StoreConfig
 
 from ferry_broker.api import ApiServer
@@ -133,17 +132,17 @@ class BrokerApp:
         self._stopping = True
         log.info("broker stopping")
         ctx = self.ctx
-        await _step("stop registering", self._cancel_registration)
-        await _step("leave etcd", self.registration.unregister)
+        await stop_step("stop registering", self._cancel_registration)
+        await stop_step("leave etcd", self.registration.unregister)
         if self.server is not None and ctx is not None:
-            await _step("drain requests", self._drain)
-        await _step("stop background tasks", self._cancel_tasks)
+            await stop_step("drain requests", self._drain)
+        await stop_step("stop background tasks", self._cancel_tasks)
         if self.api is not None:
-            await _step("stop the HTTP API", self.api.stop)
+            await stop_step("stop the HTTP API", self.api.stop)
         if ctx is not None:
-            await _step("save consumer offsets", _sync(ctx.offsets.save))
-            await _step("close the store", _sync(ctx.store.close))
-        await _step("close the etcd client", self.registration.stop)
+            await stop_step("save consumer offsets", as_step(ctx.offsets.save))
+            await stop_step("close the store", as_step(ctx.store.close))
+        await stop_step("close the etcd client", self.registration.stop)
         log.info("broker stopped")
 
     async def _cancel_registration(self) -> None:
@@ -168,15 +167,7 @@ class BrokerApp:
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT, stop."""
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await self.start()
-            await stop.wait()
-        finally:
-            await self.stop()
+        await serve_until_signalled(self.start, self.stop)
 
     async def _save_offsets_loop(self) -> None:
         assert self.ctx is not None
@@ -199,16 +190,3 @@ class BrokerApp:
             if expired:
                 log.info("%d consumers expired without a heartbeat", expired)
 
-
-async def _step(name: str, step: Callable[[], Awaitable[None]]) -> None:
-    """Run one stop step; a failure is logged, never raised (the next steps must run)."""
-    try:
-        await step()
-    except Exception:
-        log.exception("stop step %r failed; going on", name)
-
-
-def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
-    async def run() -> None:
-        fn()
-    return run

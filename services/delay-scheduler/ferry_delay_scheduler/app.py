@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -23,6 +21,7 @@ from aiohttp import web
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
+from ferry.lifecycle import as_step, serve_until_signalled, stop_step
 
 from ferry_delay_scheduler import wheel_files
 from ferry_delay_scheduler.api import build_app
@@ -236,19 +235,19 @@ class SchedulerApp:
             return
         self._stopping = True
         log.info("delay scheduler stopping")
-        await _step("stop pulling", self._stop_pulling)
-        await _step("stop delivering", self._stop_delivering)
+        await stop_step("stop pulling", self._stop_pulling)
+        await stop_step("stop delivering", self._stop_delivering)
         if self.election is not None:
-            await _step("resign leadership", self.election.stop)
-        await _step("stop background tasks", self._cancel_tasks)
+            await stop_step("resign leadership", self.election.stop)
+        await stop_step("stop background tasks", self._cancel_tasks)
         if self.wheel is not None and self.ingestor is not None:
-            await _step("save progress", self.save_progress)
+            await stop_step("save progress", self.save_progress)
         if self._runner is not None:
-            await _step("stop the HTTP API", self._runner.cleanup)
+            await stop_step("stop the HTTP API", self._runner.cleanup)
         if self.local is not None:
-            await _step("close the local log", _sync(self.local.close))
-        await _step("close broker connections", self.pool.close)
-        await _step("close the namesrv client", self.namesrv.close)
+            await stop_step("close the local log", as_step(self.local.close))
+        await stop_step("close broker connections", self.pool.close)
+        await stop_step("close the namesrv client", self.namesrv.close)
         log.info("delay scheduler stopped")
 
     async def _stop_pulling(self) -> None:
@@ -274,25 +273,5 @@ class SchedulerApp:
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT, stop."""
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await self.start()
-            await stop.wait()
-        finally:
-            await self.stop()
+        await serve_until_signalled(self.start, self.stop)
 
-
-async def _step(name: str, step: Callable[[], Awaitable[None]]) -> None:
-    try:
-        await step()
-    except Exception:
-        log.exception("stop step %r failed; going on", name)
-
-
-def _sync(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
-    async def run() -> None:
-        fn()
-    return run

@@ -146,7 +146,7 @@ class TimingWheel:
         Entries of a month of buckets touch thousands of files per second: the
         app runs this off the event loop so that deliveries never wait on it.
         """
-        paths = []
+        paths: list[str] = []
         while True:
             with self._write_lock:
                 if not self._staged:

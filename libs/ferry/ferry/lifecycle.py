@@ -1,0 +1,43 @@
+"""The lifecycle every Ferry service shares: serve until SIGTERM or SIGINT, stop step by step.
+
+A service's app has `start()` and `stop()`; `serve_until_signalled` runs one
+between the two, and `stop_step` runs one step of a stop so that a failing
+step is logged and the later ones (saving state, closing a store) still run.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+
+async def serve_until_signalled(start: Callable[[], Awaitable[None]],
+                                stop: Callable[[], Awaitable[None]]) -> None:
+    """Start, serve until SIGTERM or SIGINT, stop (also when start fails)."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        await start()
+        await stopping.wait()
+    finally:
+        await stop()
+
+
+async def stop_step(name: str, step: Callable[[], Awaitable[None]]) -> None:
+    """Run one stop step; a failure is logged, never raised (the next steps must run)."""
+    try:
+        await step()
+    except Exception:
+        log.exception("stop step %r failed; going on", name)
+
+
+def as_step(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    """A synchronous stop step (closing a store, saving a file) as one `stop_step` takes."""
+    async def run() -> None:
+        fn()
+    return run
