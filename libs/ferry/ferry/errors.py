@@ -150,6 +150,12 @@ class AlreadyDeliveredError(FerryError):
     code = 21
 
 
+class TransactionStateError(FerryError):
+    """Ending a transaction the other way than it already ended (commit after rollback)."""
+
+    code = 22
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -36,7 +36,9 @@ from ferry.codec.record import (
     iter_records,
 )
 from ferry.codec.system_properties import (
+    CHECK_IMMUNITY_MS,
     DELIVER_AT_MS,
+    HALF_OFFSET,
     ORIGIN_OFFSET,
     ORIGIN_TOPIC,
     REAL_QUEUE_ID,
@@ -44,6 +46,10 @@ from ferry.codec.system_properties import (
     RECONSUME_TIMES,
     SYSTEM_PROPERTIES,
     TTL_MS,
+    TXN_ACTION,
+    TXN_BY,
+    TXN_GROUP,
+    TXN_ID,
 )
 from ferry.codec.tags import tag_hash
 
@@ -63,4 +69,5 @@ __all__ = [
     # system property names
     "DELIVER_AT_MS", "ORIGIN_OFFSET", "ORIGIN_TOPIC", "REAL_QUEUE_ID", "REAL_TOPIC",
     "RECONSUME_TIMES", "SYSTEM_PROPERTIES", "TTL_MS",
+    "CHECK_IMMUNITY_MS", "HALF_OFFSET", "TXN_ACTION", "TXN_BY", "TXN_GROUP", "TXN_ID",
 ]

@@ -18,8 +18,11 @@ class MessageFlag(IntFlag):
     #: Never hand the message to a consumer once `TTL_MS` has passed since it was
     #: stored in its topic (the broker skips it on pull and counts it as expired).
     TTL = 2
+    #: A transactional half message: the broker stores it in `%HALF%`, invisible to
+    #: consumers, until END_TRANSACTION commits it to its real topic or rolls it back.
+    TXN_HALF = 4
 
 
 #: Flags that a before-put hook of the broker must see: a SEND whose frame does not
 #: announce them (the `flags` field) may not carry them.
-HOOKED_FLAGS = int(MessageFlag.DELAY | MessageFlag.TTL)
+HOOKED_FLAGS = int(MessageFlag.DELAY | MessageFlag.TTL | MessageFlag.TXN_HALF)

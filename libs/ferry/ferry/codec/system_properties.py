@@ -21,5 +21,18 @@ ORIGIN_TOPIC = "ORIGIN_TOPIC"
 #: The `reconsume_times` a delivered retry copy carries (the scheduler passes it through).
 RECONSUME_TIMES = "RECONSUME_TIMES"
 
+#: The producer group of a transactional half message (whom the check-back asks).
+TXN_GROUP = "TXN_GROUP"
+#: Milliseconds after its store time before a half message may be checked (default 6 s).
+CHECK_IMMUNITY_MS = "CHECK_IMMUNITY_MS"
+#: On an `%OP%` record: the half message's id (32 hex), how it ended ("commit" /
+#: "rollback") and who ended it ("producer", "check", "discarded"), and the half
+#: record's queue offset in `%HALF%`.
+TXN_ID = "TXN_ID"
+TXN_ACTION = "TXN_ACTION"
+TXN_BY = "TXN_BY"
+HALF_OFFSET = "HALF_OFFSET"
+
 SYSTEM_PROPERTIES = frozenset({DELIVER_AT_MS, TTL_MS, REAL_TOPIC, REAL_QUEUE_ID, ORIGIN_OFFSET,
-                               ORIGIN_TOPIC, RECONSUME_TIMES})
+                               ORIGIN_TOPIC, RECONSUME_TIMES, TXN_GROUP, CHECK_IMMUNITY_MS,
+                               TXN_ID, TXN_ACTION, TXN_BY, HALF_OFFSET})

@@ -42,6 +42,8 @@ class RequestCode(IntEnum):
     GET_CONSUMERS = 20
     SEND_BACK = 21      # a consumer's nack: the copy goes to %RETRY%<group> (via %SCHEDULE%) or %DLQ%
     DELIVER_DUE = 22    # the delay scheduler re-sends due messages to their real topic
+    END_TRANSACTION = 30    # commit or roll back a transactional half message
+    CHECK_TRANSACTION = 31  # txn-checker -> broker; broker -> a live producer of the group
 
 
 class Flag(IntFlag):
