@@ -238,8 +238,9 @@ async def test_checks_go_round_robin_over_the_group(broker: Broker, tc: TxnClien
 
 
 async def test_the_state_survives_a_kill9(tmp_path: Path, etcd: Etcd) -> None:
+    # Sync flush: an END is answered once its op record is on disk.
     data = tmp_path / "data"
-    b1 = start_broker(tmp_path / "one", etcd, data_dir=data)
+    b1 = start_broker(tmp_path / "one", etcd, data_dir=data, FERRY_BROKER_FLUSH_MODE="sync")
     c = await TxnClient.connect("127.0.0.1", b1.port)
     committed = await c.begin("txn-restart", 0, b"c", G)
     rolled = await c.begin("txn-restart", 0, b"r", G)
@@ -248,7 +249,7 @@ async def test_the_state_survives_a_kill9(tmp_path: Path, etcd: Etcd) -> None:
     await c.end(G, rolled.msg_id, "rollback")
     await c.close()
     b1.proc.kill9()
-    b2 = start_broker(tmp_path / "two", etcd, data_dir=data)
+    b2 = start_broker(tmp_path / "two", etcd, data_dir=data, FERRY_BROKER_FLUSH_MODE="sync")
     try:
         c = await TxnClient.connect("127.0.0.1", b2.port)
         assert (await c.end(G, committed.msg_id, "commit"))["repeated"] is True
