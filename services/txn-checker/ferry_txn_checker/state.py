@@ -30,6 +30,9 @@ from ferry.codec import (
 
 COMMITTED, ROLLED_BACK, OPEN, DISCARDED = "committed", "rolled_back", "open", "discarded"
 _STATE_OF_ACTION = {"commit": COMMITTED, "rollback": ROLLED_BACK}
+# A broker whose op scan is behind (down, restarting) must not make every call walk
+# all of its due halves: at most this many are put back per call.
+MAX_DEFERRED_PER_TAKE = 1000
 #: Counters reported by /v1/stats and kept in the checkpoint.
 COUNTERS = ("checked", "committed_by_check", "rolled_back_by_check", "discarded",
             "committed_by_producer", "rolled_back_by_producer", "ended_before_check",
@@ -237,7 +240,8 @@ class Book:
         out: list[OpenTxn] = []
         deferred: list[OpenTxn] = []
         heap = self._heap
-        while heap and heap[0][0] <= now_ms and len(out) < limit:
+        while (heap and heap[0][0] <= now_ms and len(out) < limit
+               and len(deferred) < MAX_DEFERRED_PER_TAKE):
             key, _, broker, msg_id = heapq.heappop(heap)
             txn = self._live(broker, msg_id, key)
             if txn is None:
