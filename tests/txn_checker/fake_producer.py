@@ -35,12 +35,17 @@ class FakeProducer:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> FakeProducer:
-        host, port = self.addr.rsplit(":", 1)
-        self.client = await TxnClient.connect(host, int(port))  # type: ignore[assignment]
-        await self.client.register_producer(self.group, self.client_id)
-        self._tasks = [asyncio.create_task(self._heartbeat()),
-                       asyncio.create_task(self._answer())]
+        await self._connect()
+        self._tasks = [asyncio.create_task(self._heartbeat())]
         return self
+
+    async def _connect(self) -> None:
+        host, port = self.addr.rsplit(":", 1)
+        client = await TxnClient.connect(host, int(port))
+        assert isinstance(client, TxnClient)
+        self.client = client
+        await client.register_producer(self.group, self.client_id)
+        self._tasks.append(asyncio.create_task(self._answer(client)))
 
     async def begin(self, topic: str, body: bytes, **props: str) -> str:
         """Store a half message (queue 0 of `topic`); its transaction id (32 hex)."""
@@ -53,16 +58,20 @@ class FakeProducer:
         return await self.client.end(self.group, bytes.fromhex(msg_id), action)
 
     async def _heartbeat(self) -> None:
+        """Heart-beat every second; reconnect when the broker went away (killed, restarted)."""
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             with contextlib.suppress(Exception):
                 assert self.client is not None
-                await self.client.register_producer(self.group, self.client_id)
+                if self.client.closed.is_set():
+                    await self.client.close()
+                    await self._connect()
+                else:
+                    await self.client.register_producer(self.group, self.client_id)
 
-    async def _answer(self) -> None:
-        assert self.client is not None
-        while True:
-            frame = await self.client.pushed.get()
+    async def _answer(self, client: TxnClient) -> None:
+        while not client.closed.is_set():
+            frame = await client.pushed.get()
             if frame.code != RequestCode.CHECK_TRANSACTION:
                 continue
             msg_id = msg_id_hex(bytes(frame.fields["msg_id"]))
@@ -70,8 +79,8 @@ class FakeProducer:
             action = self.answer(msg_id, self.checks[msg_id])
             if action is not None:
                 with contextlib.suppress(Exception):
-                    fields = await self.client.end(self.group, bytes.fromhex(msg_id), action,
-                                                   from_check=True, by="check")
+                    fields = await client.end(self.group, bytes.fromhex(msg_id), action,
+                                              from_check=True, by="check")
                     self.ended[msg_id] = str(fields.get("state"))
 
     async def stop(self) -> None:

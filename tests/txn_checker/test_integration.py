@@ -10,6 +10,10 @@ import asyncio
 import time
 
 import pytest
+from ferry.client.connection import ConnectionPool
+from ferry.codec import TXN_ACTION, TXN_ID, iter_records
+from ferry.names import OP_TOPIC
+from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, unique
 from tests.txn_checker.conftest import FAST_SCHEDULE, start_txn_checker
@@ -103,6 +107,65 @@ async def test_commit_just_before_immunity_ends_is_never_checked(txn_mesh: Mesh)
         await asyncio.sleep(2 * immunity_ms / 1000)
         assert sum(producer.checks.values()) == 0
         assert checker.stats()["open"] == 0
+    finally:
+        await producer.stop()
+        checker.proc.stop()
+
+
+async def _pull_all(addr: str, topic: str) -> list:
+    """Every record of queue 0 of `topic` on the broker at `addr`."""
+    pool = ConnectionPool()
+    out: list = []
+    offset = 0
+    try:
+        while True:
+            resp = await pool.request(addr, RequestCode.PULL, {
+                "group": "kill-test", "topic": topic, "queue_id": 0, "offset": offset,
+                "max_count": 1000, "max_wait_ms": 0, "tags": None, "sql": None})
+            if resp.fields.get("status") != "FOUND":
+                return out
+            out += list(iter_records(resp.body))
+            offset = int(resp.fields["next_offset"])
+    finally:
+        await pool.close()
+
+
+async def test_kill9_of_checker_and_broker_ends_every_transaction_exactly_once(
+        txn_mesh: Mesh) -> None:
+    group, topic = unique("tg"), unique("tt")
+    env = FAST_SCHEDULE | {"FERRY_TXN_CHECKER_MAX_CHECKS": "3"}
+    checker = start_txn_checker(txn_mesh, env=env)
+    expect: dict[str, str] = {}
+
+    def answer(msg_id: str, n: int) -> str | None:
+        want = expect[msg_id]
+        return want if want in ("commit", "rollback") and n >= 2 else None
+
+    broker = txn_mesh.brokers["broker-a"]
+    producer = await FakeProducer(broker.addr, group, answer).start()
+    try:
+        for i in range(24):
+            msg_id = await producer.begin(topic, b"txn-%d" % i)
+            expect[msg_id] = ("commit", "rollback", "discard")[i % 3]
+        await asyncio.sleep(1.6)  # the first checks are under way
+        checker.proc.kill9()
+        checker = start_txn_checker(txn_mesh, http_port=checker.http_port, env=env)
+        await asyncio.sleep(1.2)
+        broker.proc.kill9()
+        broker = txn_mesh.start_broker("broker-a")
+        await until(lambda: checker.stats()["open"] == 0, 60, "every transaction resolved")
+        ops = await _pull_all(broker.addr, OP_TOPIC)
+        ended: dict[str, list[str]] = {}
+        for rec in ops:
+            ended.setdefault(rec.properties[TXN_ID], []).append(rec.properties[TXN_ACTION])
+        assert set(ended) == set(expect)
+        for msg_id, want in expect.items():
+            assert ended[msg_id] == ["rollback" if want == "discard" else want], msg_id
+        committed = [r.msg_id_hex for r in await _pull_all(broker.addr, topic)]
+        assert sorted(committed) == sorted(i for i, w in expect.items() if w == "commit")
+        status, listed = checker.get("/v1/transactions?state=discarded")
+        assert {t["msg_id"] for t in listed["transactions"]} == {
+            i for i, w in expect.items() if w == "discard"}
     finally:
         await producer.stop()
         checker.proc.stop()
