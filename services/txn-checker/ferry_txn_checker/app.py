@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -30,6 +31,8 @@ from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
 from ferry_txn_checker.state import Book
 
 log = logging.getLogger("ferry_txn_checker")
+
+CHECKPOINT_DUTY_FACTOR = 10  # the pause after a save is at least 10x its duration
 
 
 def _version() -> str:
@@ -96,11 +99,17 @@ class CheckerApp:
         await asyncio.to_thread(checkpoint.save, self.config.data_path, payload)
 
     async def _checkpoint_loop(self) -> None:
+        pause_s = self.config.checkpoint_interval_ms / 1000
         while True:
-            await asyncio.sleep(self.config.checkpoint_interval_ms / 1000)
+            await asyncio.sleep(pause_s)
             try:
                 if self.book.dirty:
+                    started = time.monotonic()
                     await self.save_checkpoint()
+                    # A large open set makes a save slow (its JSON is built on the loop):
+                    # saves then take at most 1/CHECKPOINT_DUTY_FACTOR of the time.
+                    pause_s = max(self.config.checkpoint_interval_ms / 1000,
+                                  (time.monotonic() - started) * CHECKPOINT_DUTY_FACTOR)
                     await self._commit_offsets()
             except asyncio.CancelledError:
                 raise
