@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from ferry.client.connection import ConnectionPool
@@ -15,7 +16,8 @@ from ferry.codec import TXN_ACTION, TXN_ID, iter_records
 from ferry.names import OP_TOPIC
 from ferry.wire import RequestCode
 
-from tests.client.conftest import Mesh, unique
+from tests.client.conftest import Mesh, start_mesh, unique
+from tests.support.procs import Etcd
 from tests.txn_checker.conftest import FAST_SCHEDULE, start_txn_checker
 from tests.txn_checker.fake_producer import FakeProducer
 
@@ -169,3 +171,30 @@ async def test_kill9_of_checker_and_broker_ends_every_transaction_exactly_once(
     finally:
         await producer.stop()
         checker.proc.stop()
+
+
+async def test_halves_on_every_broker_of_the_route_are_checked(
+        etcd: Etcd, tmp_path: Path) -> None:
+    mesh = start_mesh(etcd, tmp_path / "mesh", ("broker-a", "broker-b"))
+    group, topic = unique("tg"), unique("tt")
+    producers: list[FakeProducer] = []
+    checker = start_txn_checker(mesh, env=FAST_SCHEDULE)
+    try:
+        ids = {}
+        for name, broker in mesh.brokers.items():
+            producer = await FakeProducer(broker.addr, group,
+                                          lambda _id, n: "commit" if n >= 1 else None).start()
+            producers.append(producer)
+            ids[name] = await producer.begin(topic, name.encode())
+        await until(lambda: checker.stats()["committed_by_check"] == 2, 40,
+                    "a commit by check on each broker")
+        stats = checker.stats()
+        assert set(stats["brokers"]) == {"broker-a", "broker-b"} and stats["open"] == 0
+        for name, msg_id in ids.items():
+            status, txn = checker.get(f"/v1/transactions/{msg_id}")
+            assert status == 200 and (txn["state"], txn["broker"]) == ("committed", name)
+    finally:
+        for producer in producers:
+            await producer.stop()
+        checker.proc.stop()
+        mesh.stop()
