@@ -27,6 +27,14 @@ def _stored(msg: MessageIn, queue_offset: int, store_ms: int) -> StoredMessage:
     return decode_record(raw)
 
 
+def raw(rec: StoredMessage) -> bytes:
+    """`rec` as a PULL body carries it (the record's bytes as stored)."""
+    msg = MessageIn(rec.topic, rec.queue_id, bytes(rec.body), rec.tags, rec.keys,
+                    bytes(rec.properties_raw), rec.msg_id, rec.flags)
+    return encode_record(msg, queue_offset=rec.queue_offset, phy_offset=rec.phy_offset,
+                         store_ts_ms=rec.store_ts_ms)
+
+
 def half(queue_offset: int, store_ms: int, *, group: str = "g", topic: str = "orders",
          immunity_ms: int | None = None, msg_id: bytes | None = None) -> StoredMessage:
     props = {TXN_GROUP: group, REAL_TOPIC: topic, REAL_QUEUE_ID: "0"}
