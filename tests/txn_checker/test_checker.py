@@ -10,10 +10,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ferry.errors import ConnectionLostError, MessageNotFoundError, TransactionStateError
+from ferry.errors import (
+    ConnectionLostError,
+    MalformedRequestError,
+    MessageNotFoundError,
+    TransactionStateError,
+)
 from ferry.wire import RequestCode
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
+from ferry_txn_checker.scan import now_ms
 from ferry_txn_checker.state import Book, OpenTxn
 
 from tests.txn_checker.records import half
@@ -91,7 +97,14 @@ async def test_an_unreachable_broker_is_asked_again_without_counting(error: Exce
     checker, book, txn = setup(broker)
     await checker._step(txn)
     assert txn.checks == 0 and book.open_count == 1 and not txn.in_flight
-    assert txn.heap_key > T0 and book.counters["check_errors"] == 1
+    assert 0 < txn.heap_key - now_ms() <= 500 and book.counters["check_errors"] == 1
+
+
+async def test_a_lasting_refusal_is_asked_again_only_every_interval() -> None:
+    checker, book, txn = setup(FakeBroker(MalformedRequestError("another group")))
+    await checker._step(txn)
+    assert txn.checks == 0 and book.open_count == 1
+    assert txn.heap_key - now_ms() > 600  # check_interval_ms (1000), not the 500 back-off
 
 
 async def test_a_half_the_broker_lost_is_dropped() -> None:

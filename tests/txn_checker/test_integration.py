@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ferry.client.connection import ConnectionPool
 from ferry.codec import TXN_ACTION, TXN_ID, iter_records
-from ferry.names import OP_TOPIC
+from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, start_mesh, unique
@@ -57,6 +57,10 @@ async def test_unknown_three_times_then_commit(txn_mesh: Mesh) -> None:
         assert _state(checker, msg_id) == "committed"
         await asyncio.sleep(2.5)  # two more intervals: no check after the commit
         assert producer.checks[msg_id] == 4
+        # For operators: the group's committed offsets say nothing is left below them.
+        addr = txn_mesh.brokers["broker-a"].addr
+        assert await _committed_offset(addr, HALF_TOPIC) == 1
+        assert await _committed_offset(addr, OP_TOPIC) == 1
     finally:
         await producer.stop()
         checker.proc.stop()
@@ -112,6 +116,16 @@ async def test_commit_just_before_immunity_ends_is_never_checked(txn_mesh: Mesh)
     finally:
         await producer.stop()
         checker.proc.stop()
+
+
+async def _committed_offset(addr: str, topic: str) -> int:
+    pool = ConnectionPool()
+    try:
+        resp = await pool.request(addr, RequestCode.QUERY_OFFSET, {
+            "group": "ferry-txn-checker", "topic": topic, "queue_id": 0})
+        return int(resp.fields["offset"])
+    finally:
+        await pool.close()
 
 
 async def _pull_all(addr: str, topic: str) -> list:

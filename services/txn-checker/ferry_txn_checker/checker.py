@@ -95,9 +95,13 @@ class Checker:
                         txn.msg_id, txn.broker)
             self.book.ended(txn, ROLLED_BACK, lost=True)
         except (FerryError, OSError) as exc:
-            log.warning("check of transaction %s on %s failed: %s; retrying", txn.msg_id,
-                        txn.broker, exc)
-            self.book.retry(txn, now_ms() + self.cfg.retry_backoff_ms)
+            # A refusal that will not change (e.g. MalformedRequestError) is asked again
+            # only every check interval, not every back-off: no log flood.
+            retriable = getattr(exc, "retriable", True)
+            wait_ms = self.cfg.retry_backoff_ms if retriable else self.cfg.check_interval_ms
+            log.warning("check of transaction %s on %s failed: %s; retrying in %d ms",
+                        txn.msg_id, txn.broker, exc, wait_ms)
+            self.book.retry(txn, now_ms() + wait_ms)
         except Exception:  # never lose the transaction: it stays open and is retried
             log.exception("check of transaction %s failed", txn.msg_id)
             self.book.retry(txn, now_ms() + self.cfg.retry_backoff_ms)
