@@ -144,7 +144,7 @@ class CheckerApp:
         doc: dict[str, Any] = {"node_id": self.node_id, "open": book.open_count,
                                **book.counters, "discarded_listed": len(book.discarded),
                                "scanning": self.scanner.pulling,
-                               "checks_in_flight": len(self.checker._inflight)}
+                               "checks_in_flight": self.checker.in_flight}
         doc["brokers"] = {name: {"half_next": s.half_next, "op_next": s.op_next,
                                  "open": len(s.open), "early_ops": len(s.early_ops),
                                  "half_low": s.half_low, "op_synced_ms": s.op_synced_ms}

@@ -66,6 +66,10 @@ class Checker:
             return MAX_IDLE_S
         return min(MAX_IDLE_S, max(0.0, (nxt - now_ms()) / 1000))
 
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self.wake.set()

@@ -64,8 +64,9 @@ class CheckerConfig:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "float") and value < 0 or (
-                    f.type in ("int", "float") and f.name not in _MAY_BE_ZERO and value == 0):
+            if f.type not in ("int", "float"):
+                continue
+            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
                 raise ValueError(f"{f.name} must be positive, not {value}")
         if not 0 <= self.http_port < 65536:
             raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
