@@ -77,6 +77,14 @@ def components() -> list[Component]:
              "FERRY_DELAY_SCHEDULER_ETCD": f"127.0.0.1:{etcd_port}"},
             ready_url=f"http://127.0.0.1:{SCHEDULER_PORT}/readyz",
         ),
+        Component(
+            "txn-checker", [sys.executable, "-m", "ferry_txn_checker"], TXN_CHECKER_PORT,
+            {"FERRY_TXN_CHECKER_HTTP_PORT": str(TXN_CHECKER_PORT),
+             "FERRY_TXN_CHECKER_DATA_DIR": str(VAR / "txn-checker"),
+             "FERRY_TXN_CHECKER_NAMESRV": f"127.0.0.1:{NAMESRV_PORT}",
+             "FERRY_TXN_CHECKER_ETCD": f"127.0.0.1:{etcd_port}"},
+            ready_url=f"http://127.0.0.1:{TXN_CHECKER_PORT}/readyz",
+        ),
     ]
 
 
@@ -85,6 +93,7 @@ NAMESRV_PORT = _port("NAMESRV", 9876)
 BROKERS = [("broker-a", _port("BROKER_A", 10911), _port("BROKER_A_HTTP", 10920)),
            ("broker-b", _port("BROKER_B", 10915), _port("BROKER_B_HTTP", 10921))]
 SCHEDULER_PORT = _port("SCHEDULER", 10922)  # the delay scheduler's HTTP API
+TXN_CHECKER_PORT = _port("TXN_CHECKER", 10923)  # the txn-checker's HTTP API
 
 
 def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
@@ -186,7 +195,8 @@ def banner() -> str:
     return (
         f"\nFerry is up. namesrv: 127.0.0.1:{NAMESRV_PORT} (export FERRY_NAMESRV=127.0.0.1:{NAMESRV_PORT})\n"
         "Brokers: " + ", ".join(f"{n} 127.0.0.1:{p} (HTTP {h})" for n, p, h in BROKERS) + "\n"
-        f"Delay scheduler: HTTP 127.0.0.1:{SCHEDULER_PORT}\n"
+        f"Delay scheduler: HTTP 127.0.0.1:{SCHEDULER_PORT}   "
+        f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}\n"
         "Data and logs: ./var/   Stop: Ctrl-C here, or `make down` from another shell.\n\n"
         "Try, in another shell:\n"
         "  . .venv/bin/activate\n"

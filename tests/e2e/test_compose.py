@@ -20,7 +20,8 @@ def compose(*args: str) -> str:
 
 def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
-    assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-b", "delay-scheduler"}
+    assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-b", "delay-scheduler",
+                        "txn-checker"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -28,3 +29,4 @@ def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
     assert resolved.count("FERRY_BROKER_ETCD: etcd:2379") == 2
     assert "FERRY_BROKER_NAME: broker-b" in resolved
     assert "FERRY_DELAY_SCHEDULER_NAMESRV: namesrv:9876" in resolved
+    assert "FERRY_TXN_CHECKER_NAMESRV: namesrv:9876" in resolved

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
-             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER"]
+             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
     env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
            "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
@@ -43,6 +43,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
         time.sleep(0.2)
     env["FERRY_NAMESRV"] = f"127.0.0.1:{env['FERRY_MESH_NAMESRV_PORT']}"
     env["FERRY_DELAY_SCHEDULER"] = f"127.0.0.1:{env['FERRY_MESH_SCHEDULER_PORT']}"
+    env["FERRY_TXN_CHECKER"] = f"127.0.0.1:{env['FERRY_MESH_TXN_CHECKER_PORT']}"
     try:
         yield env
     finally:
@@ -54,7 +55,8 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
                 proc.kill()
             log.close()
     text = out.read_text()
-    for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler"):
+    for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler",
+                 "txn-checker"):
         assert f"{name:<10} stopped" in text
 
 
