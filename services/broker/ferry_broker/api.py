@@ -7,7 +7,9 @@
 - `GET /v1/stats`: per topic and queue the min/max offsets; per group, topic
   and queue the committed offset and the lag (max offset - committed); the
   live consumers and the held pulls; the store's health (whether it takes
-  writes, commit-log min/max and flushed offsets, disk used ratio).
+  writes, commit-log min/max and flushed offsets, disk used ratio); the
+  transactions since start (halves stored, committed, rolled back, checks
+  forwarded) and the live transactional producers per group.
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
                        "flush_mode": ctx.config.flush_mode},
             "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
-            "expired": dict(sorted(ctx.expiry.expired.items()))}
+            "expired": dict(sorted(ctx.expiry.expired.items())),
+            "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

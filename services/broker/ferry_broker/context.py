@@ -20,11 +20,18 @@ from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.health import StoreHealth
 from ferry_broker.hooks.delay import DelayHook
 from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
+from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.long_poll import LongPollManager
+from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutPipeline, WakePullsHook
 from ferry_broker.topics import TopicManager
+from ferry_broker.transactions import TxnStats
 
 TTL_QUEUES_FILE = Path("config") / "ttl_queues.json"
+
+
+def _cannot_push(frame: Frame) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,9 @@ class ConnInfo:
 
     conn_id: int
     peer: str  # "host:port" of the client; stored as a message's born_host
+    # Sends a one-way request frame to the client on this connection (the server's
+    # CHECK_TRANSACTION); False when it cannot (closed, or the client does not read).
+    push: Push = _cannot_push
 
 
 @dataclass
@@ -50,14 +60,20 @@ class BrokerContext:
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)
+    producers: ProducerManager = field(init=False)
+    txn_stats: TxnStats = field(init=False)
 
     def __post_init__(self) -> None:
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
         self.expiry = ExpiryFilter(ttl_queues)
+        self.producers = ProducerManager(self.config.consumer_expiry_ms)
+        self.txn_stats = TxnStats()
         # Before-put hooks run in this order, after-put hooks in reverse: pulls are
-        # woken before the durability wait (as RocketMQ does).
+        # woken before the durability wait (as RocketMQ does). The txn hook goes
+        # before the delay hook, so that a delayed half is refused, not scheduled.
         self.pipeline = PutPipeline(self, [
             DurabilityHook(self), WakePullsHook(self),
+            TxnHook(self.topics, self.txn_stats),
             DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)])
 
 

@@ -10,7 +10,8 @@ Failure handling, so that no input can stop the broker: a malformed frame
 closes only that connection; an unknown code, or a FerryError from a handler,
 is an error response; any other exception is logged and answered as
 SystemError_. One-way requests get no response, not even an error (it is
-logged). Limits: `max_connections`; `max_inflight_per_conn` requests per
+logged). The server also sends one-way requests of its own to a client
+(`push`: a CHECK_TRANSACTION to a transactional producer). Limits: `max_connections`; `max_inflight_per_conn` requests per
 connection (reading pauses beyond it); and `max_unwritten_bytes_per_conn` of
 responses made but not yet written to the socket: past it, and while the peer
 does not read (the transport paused writing), no further request of that
@@ -124,7 +125,7 @@ class BrokerProtocol(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses, only alike.
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
-        self.info = ConnInfo(self.conn_id, f"{peer[0]}:{peer[1]}" if peer else "")
+        self.info = ConnInfo(self.conn_id, f"{peer[0]}:{peer[1]}" if peer else "", self.push)
         if len(self.server.connections) >= self.server.ctx.config.max_connections:
             log.warning("refusing connection from %s: %d connections open",
                         self.info.peer, len(self.server.connections))
@@ -139,6 +140,8 @@ class BrokerProtocol(asyncio.Protocol):
         self._backlog.clear()
         self._turns.clear()  # their tasks are cancelled just below
         self.server.connections.discard(self)
+        # A check must never be pushed to a closed connection.
+        self.server.ctx.producers.connection_closed(self.conn_id)
         # Nobody is left to answer: free parked pulls (and their slots) now rather
         # than at their deadline. Stored messages are unaffected: a SEND's write
         # happened before its first await.
@@ -287,6 +290,30 @@ class BrokerProtocol(asyncio.Protocol):
         self._release_turn()
         if self._backlog:
             self._start_backlog()
+
+    # -- server-to-client requests ---------------------------------------------------------
+
+    def push(self, frame: Frame) -> bool:
+        """Send a one-way request to the client (a CHECK_TRANSACTION); False if it cannot go.
+
+        It shares the corked write path and the unwritten-bytes budget with the
+        responses: a client that does not read gets no further pushes.
+        """
+        if self._closed or self.transport is None or not frame.flags & _ONEWAY:
+            return False
+        if not self._budget_ok():
+            return False
+        try:
+            parts = encode_frame_parts(frame)
+        except FerryError as exc:
+            log.error("cannot encode a request to connection %d: %s", self.conn_id, exc)
+            return False
+        self._out.extend(parts)
+        self._out_bytes += sum(len(p) for p in parts)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
+        return True
 
     # -- flow control and closing ----------------------------------------------------------
 

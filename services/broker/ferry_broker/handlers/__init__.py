@@ -21,6 +21,10 @@ from ferry_broker.handlers.pull import handle_pull
 from ferry_broker.handlers.query import handle_query_by_id, handle_query_by_key
 from ferry_broker.handlers.send import handle_send
 from ferry_broker.handlers.send_back import handle_send_back
+from ferry_broker.handlers.transactions import (
+    handle_check_transaction,
+    handle_end_transaction,
+)
 
 
 def hide_store_errors(handler: Handler) -> Handler:
@@ -52,6 +56,10 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.HEARTBEAT: handle_heartbeat,
     RequestCode.UNREGISTER: handle_unregister,
     RequestCode.GET_CONSUMERS: handle_get_consumers,
+    # END_TRANSACTION writes through the put pipeline (which answers a store that
+    # refuses writes); its lookups before, and CHECK's, read the store.
+    RequestCode.END_TRANSACTION: hide_store_errors(handle_end_transaction),
+    RequestCode.CHECK_TRANSACTION: hide_store_errors(handle_check_transaction),
 }
 
 __all__ = ["HANDLERS"]

@@ -1,4 +1,9 @@
-"""Consumer membership: heartbeats, unregistering, and the live members of a group."""
+"""Client membership: heartbeats, unregistering, and the live members of a group.
+
+A HEARTBEAT with `role` "producer" registers a transactional producer (on the
+connection it came on, which then receives its checks: see `producers`);
+without a role, or with "consumer", a consumer.
+"""
 from __future__ import annotations
 
 from ferry.errors import BusyError, MalformedRequestError
@@ -11,6 +16,7 @@ from ferry_broker.handlers.fields import group_field, str_field
 MAX_CLIENT_ID_CHARS = 255
 MAX_SUBSCRIBED_TOPICS = 1024
 MODES = ("clustering", "broadcasting")
+ROLES = ("consumer", "producer")
 
 
 def _topics(value: object) -> frozenset[str]:
@@ -22,12 +28,23 @@ def _topics(value: object) -> frozenset[str]:
     return frozenset(validate_topic(t, allow_internal=True) for t in value)
 
 
+def _role(fields: dict[str, object]) -> str:
+    role = str_field(fields, "role", 32, "consumer")
+    if role not in ROLES:
+        raise MalformedRequestError(f"field 'role' must be one of {', '.join(ROLES)} or nil")
+    return role
+
+
 async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     f = req.fields
     client_id = str_field(f, "client_id", MAX_CLIENT_ID_CHARS)
     if not client_id:
         raise MalformedRequestError("field 'client_id' must not be empty")
     group = group_field(f)
+    if _role(f) == "producer":  # topics and mode mean nothing for a producer
+        if not ctx.producers.heartbeat(client_id, group, conn.conn_id, conn.push):
+            raise BusyError("too many producers or producer groups on this broker")
+        return response(req)
     mode = str_field(f, "mode", 32, "clustering")
     if mode not in MODES:
         raise MalformedRequestError(f"field 'mode' must be one of {', '.join(MODES)}")
@@ -38,7 +55,11 @@ async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
 
 async def handle_unregister(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     f = req.fields
-    ctx.consumers.unregister(str_field(f, "client_id", MAX_CLIENT_ID_CHARS), group_field(f))
+    client_id, group = str_field(f, "client_id", MAX_CLIENT_ID_CHARS), group_field(f)
+    if _role(f) == "producer":
+        ctx.producers.unregister(client_id, group)
+    else:
+        ctx.consumers.unregister(client_id, group)
     return response(req)
 
 

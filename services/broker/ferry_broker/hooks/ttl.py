@@ -36,6 +36,7 @@ from ferry.errors import MalformedRequestError
 from ferry_broker.put_pipeline import PutBatch, PutHook
 
 _TTL = int(MessageFlag.TTL)
+_TXN_HALF = int(MessageFlag.TXN_HALF)
 MAX_TTL_QUEUES = 100_000
 _FLAGS = struct.Struct("<I")
 # The record's parts before its properties.
@@ -93,7 +94,11 @@ class TtlHook(PutHook):
         for msg in batch.messages:
             if msg.flags & _TTL:
                 ttl_ms_of(decode_properties(msg.properties))
-                self._queues.add((msg.topic, msg.queue_id))
+                # A half's TTL starts when it is committed to its topic (the committed
+                # message passes this hook again); `%HALF%` itself never expires records,
+                # so the txn-checker sees every half.
+                if not msg.flags & _TXN_HALF:
+                    self._queues.add((msg.topic, msg.queue_id))
 
 
 class ExpiryFilter:

@@ -1,0 +1,190 @@
+"""END_TRANSACTION and CHECK_TRANSACTION: ending a half message and the check-back.
+
+END_TRANSACTION (group, msg_id, action, from_check, by) finds the
+transaction's op record and half by the store's key index (`transactions`);
+with no op yet it writes, in ONE store write through the put pipeline, the
+`%OP%` record and, on commit, the real message (same id, user keys, TXN_HALF
+cleared; it passes the before-put hooks, so a TTL message's queue is noted).
+Everything from the op lookup to the store write is synchronous: two ENDs of
+one transaction on this broker cannot both find "no op" and both write.
+Ending again the same way writes nothing and answers the same state (once that
+op record is durable, on a sync-flush broker); the other way is
+TransactionStateError; an unknown id is MessageNotFoundError.
+
+CHECK_TRANSACTION (group, msg_id), from the txn-checker: a transaction that
+already has an op record is answered `forwarded` false with its `state`, so
+the checker never asks a producer about a finished transaction; otherwise the
+broker pushes a one-way CHECK_TRANSACTION (group, msg_id, topic, body = the
+half record as stored) to a live producer connection of the group, in
+round-robin order, and answers `forwarded` true (false when none is live).
+"""
+from __future__ import annotations
+
+import itertools
+
+from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, TXN_ID, StoredMessage, msg_id_hex
+from ferry.errors import (
+    FlushTimeoutError,
+    MalformedRequestError,
+    MessageNotFoundError,
+    StoreError,
+    TransactionStateError,
+)
+from ferry.names import OP_TOPIC
+from ferry.store import MessageIn, MessageStore
+from ferry.wire import Frame, RequestCode, request, response
+
+from ferry_broker.context import BrokerContext, ConnInfo
+from ferry_broker.handlers.fields import group_field, str_field
+from ferry_broker.handlers.query import parse_msg_id
+from ferry_broker.put_pipeline import PutBatch
+from ferry_broker.transactions import (
+    ACTIONS,
+    BY_VALUES,
+    COMMIT,
+    STATES,
+    committed_message,
+    find_half,
+    find_op,
+    op_action,
+    op_message,
+)
+
+OPEN_STATE = "open"
+_MAX_REQUEST_ID = 0xFFFFFFFF
+_push_ids = itertools.count(1)
+
+
+def _action(fields: dict[str, object]) -> str:
+    action = str_field(fields, "action", 16)
+    if action not in ACTIONS:
+        raise MalformedRequestError(f"field 'action' must be one of {', '.join(ACTIONS)}, "
+                                    f"not {action!r}")
+    return action
+
+
+def _by(fields: dict[str, object]) -> str:
+    from_check = fields.get("from_check")
+    if from_check is not None and type(from_check) is not bool:
+        raise MalformedRequestError(f"field 'from_check' must be a bool, not {from_check!r}")
+    by = str_field(fields, "by", 16, "check" if from_check else "producer")
+    if by not in BY_VALUES:
+        raise MalformedRequestError(f"field 'by' must be one of {', '.join(BY_VALUES)} or nil, "
+                                    f"not {by!r}")
+    return by
+
+
+def _check_group(record: StoredMessage, msg_id: bytes, group: str) -> None:
+    """Refuse a request naming another group than the one that began the transaction."""
+    owner = record.properties.get(TXN_GROUP, "")
+    if owner and owner != group:
+        raise MalformedRequestError(f"transaction {msg_id_hex(msg_id)} belongs to producer "
+                                    f"group {owner}, not {group}")
+
+
+def _half_of(store: MessageStore, msg_id: bytes, group: str) -> StoredMessage:
+    half = find_half(store, msg_id)
+    if half is None:
+        raise MessageNotFoundError(f"no transaction {msg_id_hex(msg_id)} on this broker")
+    _check_group(half, msg_id, group)
+    return half
+
+
+def _stored_in_topic(store: MessageStore, half: StoredMessage) -> StoredMessage | None:
+    """The committed message of `half` if it is already in its topic, else None.
+
+    The real message goes before the op record in the commit's one write: a
+    crash that tore the write between the two leaves the message without its op,
+    and the next commit then writes the op alone instead of a second copy.
+    """
+    newest = store.query_by_id(half.msg_id)
+    props = half.properties
+    if (newest is not None and newest.topic == props.get(REAL_TOPIC)
+            and str(newest.queue_id) == props.get(REAL_QUEUE_ID)):
+        return newest
+    return None
+
+
+async def _durable(ctx: BrokerContext, end_offset: int) -> None:
+    """On a sync-flush broker, wait until the store is fsynced up to `end_offset`."""
+    if ctx.config.flush_mode != "sync":
+        return
+    try:
+        await ctx.durability.wait(ctx.store.wait_durable(end_offset))
+    except FlushTimeoutError:
+        raise FlushTimeoutError(
+            f"stored but not flushed within {ctx.config.flush_timeout_ms} ms") from None
+    except StoreError as exc:
+        raise ctx.health.unavailable(exc) from None
+
+
+async def _repeated(ctx: BrokerContext, req: Frame, op: StoredMessage, msg_id: bytes,
+                    action: str, group: str) -> Frame:
+    """The answer to an END of a transaction that an op record already ended."""
+    _check_group(op, msg_id, group)
+    done = op_action(op)
+    if done != action:
+        raise TransactionStateError(f"transaction {op.properties.get(TXN_ID)} was already "
+                                    f"{STATES[done].replace('_', ' ')}; it cannot {action}")
+    ctx.txn_stats.repeated_ends += 1
+    queue_offset = -1
+    if done == COMMIT:
+        newest = ctx.store.query_by_id(msg_id)
+        if newest is not None and newest.topic == op.properties.get(REAL_TOPIC):
+            queue_offset = newest.queue_offset
+    await _durable(ctx, op.end_offset)
+    return response(req, {"state": STATES[done], "queue_offset": queue_offset,
+                          "repeated": True})
+
+
+async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    f = req.fields
+    group = group_field(f)
+    msg_id = parse_msg_id(f.get("msg_id"))
+    action = _action(f)
+    by = _by(f)
+    # From here to the store write nothing awaits: see the module docstring.
+    store = ctx.store
+    op = find_op(store, msg_id)
+    if op is not None:
+        return await _repeated(ctx, req, op, msg_id, action, group)
+    half = _half_of(store, msg_id, group)
+    ctx.topics.queues_for_send(OP_TOPIC)  # registers %OP% so that namesrv routes it
+    msgs: list[MessageIn] = []
+    if action == COMMIT and _stored_in_topic(store, half) is None:
+        real = committed_message(half)
+        batch = PutBatch(real.topic, real.queue_id, [real])
+        ctx.pipeline.prepare(batch)
+        msgs.extend(batch.messages)
+    msgs.append(op_message(half, action, by, conn.peer))
+    results = await ctx.pipeline.store_prepared(msgs)
+    state = STATES[action]
+    ctx.txn_stats.ended[state] += 1
+    queue_offset = results[0].queue_offset if len(results) == 2 else -1
+    return response(req, {"state": state, "queue_offset": queue_offset, "repeated": False})
+
+
+async def handle_check_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    f = req.fields
+    group = group_field(f)
+    msg_id = parse_msg_id(f.get("msg_id"))
+    store, stats = ctx.store, ctx.txn_stats
+    op = find_op(store, msg_id)
+    if op is not None:
+        stats.checks["ended"] += 1
+        return response(req, {"forwarded": False, "state": STATES[op_action(op)]})
+    half = _half_of(store, msg_id, group)
+    raw = store.read_raw(half.phy_offset)
+    if raw is None:  # retention took it between the lookup and now
+        raise MessageNotFoundError(f"no transaction {msg_id_hex(msg_id)} on this broker")
+    fields = {"group": group, "msg_id": half.msg_id,
+              "topic": half.properties.get(REAL_TOPIC, "")}
+    for producer in ctx.producers.pick(group):
+        push_id = next(_push_ids) & _MAX_REQUEST_ID
+        if producer.push(request(RequestCode.CHECK_TRANSACTION, push_id, fields, raw,
+                                 oneway=True)):
+            stats.checks["forwarded"] += 1
+            return response(req, {"forwarded": True, "state": OPEN_STATE,
+                                   "client_id": producer.client_id})
+    stats.checks["no_producer"] += 1
+    return response(req, {"forwarded": False, "state": OPEN_STATE})
