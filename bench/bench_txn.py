@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -73,7 +74,22 @@ def start_mesh(work: Path) -> tuple[list[Proc], str, int]:
         "FERRY_BROKER_SEGMENT_BYTES": str(256 << 20), "FERRY_BROKER_LOG_LEVEL": "WARNING"}))
     wait_for_port("127.0.0.1", ns_port)
     wait_for_port("127.0.0.1", br_port)
+    wait_broker_listed(f"127.0.0.1:{ns_port}")
     return procs, f"127.0.0.1:{ns_port}", etcd.endpoint
+
+
+def wait_broker_listed(namesrv: str, timeout_s: float = 30.0) -> None:
+    """Until namesrv lists the broker (its route exists), so the first send finds a queue."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{namesrv}/v1/brokers", timeout=2) as resp:
+                if json.loads(resp.read()).get("brokers"):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"namesrv {namesrv} lists no broker after {timeout_s} s")
 
 
 def start_checker(work: Path, namesrv: str, etcd: str) -> Proc | None:
