@@ -71,6 +71,8 @@ async def test_commit_stores_the_message_once_with_the_same_id(tc: TxnClient) ->
     assert msg.keys == "order-2 k2"  # the user's keys only
     assert not msg.flags & TXN_HALF
     assert msg.properties == {"user": "u"}
+    _, halves = await tc.pull("%HALF%", 0, 0, max_count=1024)
+    assert msg.prepared_offset == next(m.phy_offset for m in halves if m.msg_id == half.msg_id)
     # Ending it the same way again writes nothing and answers the same.
     again = await tc.end(G, half.msg_id.hex(), "commit", from_check=True)
     assert again == {"state": "committed", "queue_offset": 0, "repeated": True}
@@ -91,6 +93,9 @@ async def test_the_op_record_says_how_and_by_whom(tc: TxnClient) -> None:
     op = mine[0].properties
     assert op[TXN_ACTION] == "rollback" and op[TXN_BY] == "check"
     assert op[HALF_OFFSET] == str(half_rec.queue_offset)
+    assert op[TXN_GROUP] == G and op[REAL_TOPIC] == "txn-op" and op[REAL_QUEUE_ID] == "0"
+    assert mine[0].prepared_offset == half_rec.phy_offset and mine[0].tags == "rollback"
+    assert mine[0].keys == "TXN:" + half.msg_id.hex().upper()
 
 
 async def test_rollback_stores_nothing_and_commit_after_it_is_refused(tc: TxnClient) -> None:
@@ -137,6 +142,8 @@ async def test_malformed_requests_are_refused_and_the_broker_serves_on(tc: TxnCl
                                      **{DELIVER_AT_MS: "99999999999999"}))
     with pytest.raises(MalformedRequestError, match=CHECK_IMMUNITY_MS):
         await send_half(half_message(b"x", G, **{CHECK_IMMUNITY_MS: "soon"}))
+    with pytest.raises(MalformedRequestError, match="keys"):
+        await send_half(half_message(b"x", G, keys="k" * 65_500))
     no_id = half_message(b"x", G)
     no_id.msg_id = b""
     with pytest.raises(MalformedRequestError, match="msg_id"):
@@ -238,8 +245,9 @@ async def test_checks_go_round_robin_over_the_group(broker: Broker, tc: TxnClien
 
 
 async def test_the_state_survives_a_kill9(tmp_path: Path, etcd: Etcd) -> None:
+    # Sync flush: an END is answered once its op record is on disk.
     data = tmp_path / "data"
-    b1 = start_broker(tmp_path / "one", etcd, data_dir=data)
+    b1 = start_broker(tmp_path / "one", etcd, data_dir=data, FERRY_BROKER_FLUSH_MODE="sync")
     c = await TxnClient.connect("127.0.0.1", b1.port)
     committed = await c.begin("txn-restart", 0, b"c", G)
     rolled = await c.begin("txn-restart", 0, b"r", G)
@@ -248,7 +256,7 @@ async def test_the_state_survives_a_kill9(tmp_path: Path, etcd: Etcd) -> None:
     await c.end(G, rolled.msg_id, "rollback")
     await c.close()
     b1.proc.kill9()
-    b2 = start_broker(tmp_path / "two", etcd, data_dir=data)
+    b2 = start_broker(tmp_path / "two", etcd, data_dir=data, FERRY_BROKER_FLUSH_MODE="sync")
     try:
         c = await TxnClient.connect("127.0.0.1", b2.port)
         assert (await c.end(G, committed.msg_id, "commit"))["repeated"] is True

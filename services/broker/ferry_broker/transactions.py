@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ferry.codec import (
     CHECK_IMMUNITY_MS,
     HALF_OFFSET,
+    MSG_ID_BYTES,
     REAL_QUEUE_ID,
     REAL_TOPIC,
     TXN_ACTION,
@@ -32,6 +33,7 @@ from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.store import MessageIn, MessageStore
 
 TXN_KEY_PREFIX = "TXN:"
+TXN_KEY_BYTES = len(TXN_KEY_PREFIX) + 2 * MSG_ID_BYTES
 HALF_QUEUE_ID = 0
 OP_QUEUE_ID = 0
 COMMIT, ROLLBACK = "commit", "rollback"
@@ -110,7 +112,8 @@ def op_message(half: StoredMessage, action: str, by: str, born_host: str) -> Mes
              REAL_QUEUE_ID: half.properties.get(REAL_QUEUE_ID, "")}
     return MessageIn(OP_TOPIC, OP_QUEUE_ID, hex_id.encode(), tags=action,
                      keys=txn_key(half.msg_id), properties=encode_properties(props),
-                     born_ts_ms=int(time.time() * 1000), born_host=born_host)
+                     born_ts_ms=int(time.time() * 1000), born_host=born_host,
+                     prepared_offset=half.phy_offset)
 
 
 def real_destination(half: StoredMessage) -> tuple[str, int]:
@@ -125,7 +128,8 @@ def committed_message(half: StoredMessage) -> MessageIn:
     props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY}
     return MessageIn(topic, queue_id, bytes(half.body), half.tags,
                      user_keys(half.keys, half.msg_id), encode_properties(props), half.msg_id,
-                     half.flags & ~_TXN_HALF, half.born_ts_ms, half.born_host)
+                     half.flags & ~_TXN_HALF, half.born_ts_ms, half.born_host,
+                     prepared_offset=half.phy_offset)
 
 
 @dataclass

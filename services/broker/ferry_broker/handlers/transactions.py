@@ -151,16 +151,22 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     half = _half_of(store, msg_id, group)
     ctx.topics.queues_for_send(OP_TOPIC)  # registers %OP% so that namesrv routes it
     msgs: list[MessageIn] = []
-    if action == COMMIT and _stored_in_topic(store, half) is None:
-        real = committed_message(half)
-        batch = PutBatch(real.topic, real.queue_id, [real])
-        ctx.pipeline.prepare(batch)
-        msgs.extend(batch.messages)
+    queue_offset = -1
+    if action == COMMIT:
+        existing = _stored_in_topic(store, half)
+        if existing is None:
+            real = committed_message(half)
+            batch = PutBatch(real.topic, real.queue_id, [real])
+            ctx.pipeline.prepare(batch)
+            msgs.extend(batch.messages)
+        else:
+            queue_offset = existing.queue_offset
     msgs.append(op_message(half, action, by, conn.peer))
     results = await ctx.pipeline.store_prepared(msgs)
     state = STATES[action]
     ctx.txn_stats.ended[state] += 1
-    queue_offset = results[0].queue_offset if len(results) == 2 else -1
+    if len(results) == 2:
+        queue_offset = results[0].queue_offset
     return response(req, {"state": state, "queue_offset": queue_offset, "repeated": False})
 
 

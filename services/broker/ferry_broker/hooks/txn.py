@@ -10,7 +10,8 @@ a half is invisible until committed.
 Refused with MalformedRequestError: a half without `TXN_GROUP` (or with a name
 that breaks the group rules), without a message id (the producer names the
 transaction), with a `CHECK_IMMUNITY_MS` that is not a number of milliseconds
-within bounds, and a half also flagged DELAY (a delayed commit would need the
+within bounds, keys that leave no room for the transaction key, and a half
+also flagged DELAY (a delayed commit would need the
 scheduler to hold committed messages: not supported; delay the local
 transaction instead). This hook runs before the delay hook for that reason.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from ferry.codec import (
     CHECK_IMMUNITY_MS,
+    MAX_KEYS_BYTES,
     NO_MSG_ID,
     REAL_QUEUE_ID,
     REAL_TOPIC,
@@ -30,7 +32,7 @@ from ferry.store import MessageIn, decode_properties, encode_properties
 
 from ferry_broker.put_pipeline import PutBatch, PutHook
 from ferry_broker.topics import TopicManager
-from ferry_broker.transactions import HALF_QUEUE_ID, TxnStats, with_txn_key
+from ferry_broker.transactions import HALF_QUEUE_ID, TXN_KEY_BYTES, TxnStats, with_txn_key
 
 _TXN_HALF = int(MessageFlag.TXN_HALF)
 _DELAY = int(MessageFlag.DELAY)
@@ -46,6 +48,10 @@ def check_half(msg: MessageIn, props: dict[str, str]) -> None:
     if not msg.msg_id or msg.msg_id == NO_MSG_ID:
         raise MalformedRequestError("a transactional half message needs its msg_id "
                                     "(the transaction id)")
+    if len(msg.keys.encode()) + 1 + TXN_KEY_BYTES > MAX_KEYS_BYTES:
+        raise MalformedRequestError(f"a transactional message's keys may take at most "
+                                    f"{MAX_KEYS_BYTES - 1 - TXN_KEY_BYTES} bytes (the broker "
+                                    f"adds its own key)")
     try:
         validate_group(props.get(TXN_GROUP))
     except FerryError as exc:
