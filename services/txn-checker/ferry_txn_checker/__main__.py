@@ -1,20 +1,71 @@
-"""Entry point: `python -m ferry_txn_checker` or `ferry-txn-checker`."""
+"""Entry point: `python -m ferry_txn_checker` or `ferry-txn-checker`.
+
+Configuration comes from FERRY_TXN_CHECKER_* environment variables; a flag
+given on the command line wins over the variable.
+"""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 
+from ferry.telemetry.logs import setup_logging
+
+from ferry_txn_checker.config import CheckerConfig
+
 DESCRIPTION = (
-    "Transaction checker: resolves transactional half messages left undecided by asking a live producer of the group (check-back), and rolls back after the check limit. "
-    "Configured by FERRY_TXN_CHECKER_* environment variables."
+    "Ferry txn-checker: resolves transactional half messages left undecided. It scans "
+    "%HALF% against %OP% on every broker, checks each half with no op older than its "
+    "immunity through its broker (which asks a live producer of the group), checks again "
+    "every CHECK_INTERVAL_MS, and after MAX_CHECKS rolls it back and lists it as discarded. "
+    "Its scan checkpoint lives in DATA_DIR. HTTP: /healthz, /readyz, /v1/stats, "
+    "/v1/transactions, /v1/transactions/{msg_id}, /openapi.json. Configured by "
+    "FERRY_TXN_CHECKER_* environment variables; flags override them."
 )
+
+# flag -> (config field, type, help)
+_FLAGS: list[tuple[str, str, type, str]] = [
+    ("--host", "host", str, "HTTP listen address (FERRY_TXN_CHECKER_HOST)"),
+    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
+     "(FERRY_TXN_CHECKER_HTTP_PORT, 10923)"),
+    ("--data-dir", "data_dir", str, "checkpoint directory (FERRY_TXN_CHECKER_DATA_DIR)"),
+    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_TXN_CHECKER_NAMESRV)"),
+    ("--instance-id", "instance_id", str, "this instance's id (FERRY_TXN_CHECKER_INSTANCE_ID)"),
+    ("--check-immunity-ms", "check_immunity_ms", int,
+     "default wait before a half's first check (FERRY_TXN_CHECKER_CHECK_IMMUNITY_MS)"),
+    ("--check-interval-ms", "check_interval_ms", int,
+     "wait between checks (FERRY_TXN_CHECKER_CHECK_INTERVAL_MS)"),
+    ("--max-checks", "max_checks", int,
+     "checks before a rollback as discarded (FERRY_TXN_CHECKER_MAX_CHECKS)"),
+    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR "
+     "(FERRY_TXN_CHECKER_LOG_LEVEL)"),
+]
+
+
+def parse_args(argv: list[str] | None) -> CheckerConfig:
+    parser = argparse.ArgumentParser(prog="ferry-txn-checker", description=DESCRIPTION)
+    for flag, dest, typ, help_text in _FLAGS:
+        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+    args = parser.parse_args(argv)
+    try:
+        return CheckerConfig.from_env(overrides=vars(args))
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ferry-txn-checker", description=DESCRIPTION)
-    parser.parse_args(argv)
-    print("ferry_txn_checker: not built yet; this service arrives in a later issue.", file=sys.stderr)
-    return 2
+    config = parse_args(argv)
+    setup_logging(config.log_level)
+    from ferry_txn_checker.app import CheckerApp  # after logging is set up
+
+    try:
+        asyncio.run(CheckerApp(config).run())
+    except Exception:
+        logging.getLogger("ferry_txn_checker").exception("txn-checker failed")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,185 @@
+"""CheckerApp: builds the txn-checker's parts, restores its checkpoint, runs them, stops cleanly.
+
+Start: load the checkpoint into the book, serve HTTP, then run the scanner
+(pull loops per broker), the check loop and the checkpoint saver. Stop
+(SIGTERM or SIGINT): stop scanning, let the checks under way finish (bounded
+by `shutdown_timeout_ms`), save the checkpoint, stop HTTP, close
+connections. Each step runs even if an earlier one failed.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from aiohttp import web
+from ferry.client.connection import ConnectionPool
+from ferry.client.namesrv import NamesrvClient
+from ferry.errors import FerryError
+from ferry.lifecycle import serve_until_signalled, stop_step
+from ferry.names import HALF_TOPIC, OP_TOPIC
+from ferry.wire import RequestCode
+
+from ferry_txn_checker import checkpoint
+from ferry_txn_checker.api import build_app
+from ferry_txn_checker.checker import Checker
+from ferry_txn_checker.config import CheckerConfig
+from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
+from ferry_txn_checker.state import Book
+
+log = logging.getLogger("ferry_txn_checker")
+
+
+def _version() -> str:
+    try:
+        return version("ferry-txn-checker")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class CheckerApp:
+    """One txn-checker: `await start()`, then `await stop()` (or `run()` for both)."""
+
+    def __init__(self, config: CheckerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms)
+        self.namesrv = NamesrvClient(config.namesrv)
+        self.book = Book(default_immunity_ms=config.check_immunity_ms,
+                         max_open=config.max_open, max_discarded=config.max_discarded,
+                         max_recent=config.max_recent)
+        self.scanner = Scanner(config, self.pool, self.namesrv, self.book)
+        self.checker = Checker(config, self.book, self.pool, lambda: self.scanner.brokers)
+        self._runner: web.AppRunner | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._committed: dict[tuple[str, str], int] = {}
+        self._ready = False
+        self._stopping = False
+        self.port = config.http_port
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stopping
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_path.mkdir(parents=True, exist_ok=True)
+        doc = checkpoint.load(cfg.data_path)
+        if doc is not None:
+            self.book.restore(doc)
+        log.info("txn-checker starting", extra={
+            "node_id": self.node_id, "open": self.book.open_count,
+            "brokers": sorted(self.book.brokers), "restored": doc is not None})
+        app = build_app(self.book, self.stats_document, lambda: self.ready, _version())
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        self._tasks["scan"] = asyncio.create_task(self.scanner.run(), name="scan")
+        self._tasks["check"] = asyncio.create_task(self.checker.run(), name="check")
+        self._tasks["checkpoint"] = asyncio.create_task(self._checkpoint_loop(),
+                                                        name="checkpoint")
+        self._ready = True
+        log.info("txn-checker ready", extra={"http_port": self.port})
+
+    # -- checkpoint ------------------------------------------------------------------
+
+    async def save_checkpoint(self) -> None:
+        """Snapshot the book (in this loop turn) and write it off the loop."""
+        self.book.dirty = False
+        payload = checkpoint.encode(self.book.snapshot())
+        await asyncio.to_thread(checkpoint.save, self.config.data_path, payload)
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval_ms / 1000)
+            try:
+                if self.book.dirty:
+                    await self.save_checkpoint()
+                    await self._commit_offsets()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("saving the checkpoint failed; will retry")
+
+    async def _commit_offsets(self) -> None:
+        """COMMIT_OFFSET of group ferry-txn-checker, for operators' lag views only.
+
+        %HALF%: the offset below which every half is resolved; %OP%: the scan position.
+        The checkpoint, not these, is what a restart resumes from.
+        """
+        for name, scan in list(self.book.brokers.items()):
+            addr = self.scanner.brokers.get(name)
+            if addr is None:
+                continue
+            for topic, offset in ((HALF_TOPIC, scan.half_low), (OP_TOPIC, scan.op_next)):
+                if self._committed.get((name, topic)) == offset:
+                    continue
+                try:
+                    await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
+                        "group": GROUP, "topic": topic, "queue_id": QUEUE_ID,
+                        "offset": offset})
+                    self._committed[(name, topic)] = offset
+                except FerryError as exc:
+                    log.debug("commit of %s on %s failed: %s", topic, name, exc)
+
+    # -- statistics ------------------------------------------------------------------
+
+    def stats_document(self) -> dict[str, Any]:
+        book = self.book
+        doc: dict[str, Any] = {"node_id": self.node_id, "open": book.open_count,
+                               **book.counters, "discarded_listed": len(book.discarded),
+                               "scanning": self.scanner.pulling,
+                               "checks_in_flight": len(self.checker._inflight)}
+        doc["brokers"] = {name: {"half_next": s.half_next, "op_next": s.op_next,
+                                 "open": len(s.open), "early_ops": len(s.early_ops),
+                                 "half_low": s.half_low, "op_synced_ms": s.op_synced_ms}
+                          for name, s in book.brokers.items()}
+        return doc
+
+    # -- stop ------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop every part; a failing step is logged and the next ones still run."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("txn-checker stopping")
+        await stop_step("stop scanning", self._stop_scanning)
+        await stop_step("stop checking", self._stop_checking)
+        await stop_step("stop background tasks", self._cancel_tasks)
+        if self._ready:
+            await stop_step("save the checkpoint", self.save_checkpoint)
+        if self._runner is not None:
+            await stop_step("stop the HTTP API", self._runner.cleanup)
+        await stop_step("close broker connections", self.pool.close)
+        await stop_step("close the namesrv client", self.namesrv.close)
+        log.info("txn-checker stopped")
+
+    async def _stop_scanning(self) -> None:
+        await self._cancel("scan")
+        await self.scanner.stop()
+
+    async def _stop_checking(self) -> None:
+        await self._cancel("check")
+        await self.checker.drain(self.config.shutdown_timeout_ms / 1000)
+
+    async def _cancel_tasks(self) -> None:
+        for name in list(self._tasks):
+            await self._cancel(name)
+
+    async def _cancel(self, name: str) -> None:
+        task = self._tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT, stop."""
+        await serve_until_signalled(self.start, self.stop)

@@ -1,0 +1,72 @@
+"""The checkpoint file: where each broker's scan stands and which halves are open.
+
+`<data_dir>/checkpoint.json`, replaced atomically (temporary file, fdatasync,
+rename, fsync of the directory) every `checkpoint_interval_ms` when something
+changed, and at a clean stop. One JSON object (schema in docs/transactions.md):
+
+    {"version": 1, "saved_ms": int,
+     "counters": {name: int, ...},
+     "brokers": {"<broker name>": {
+         "half_next": int,            # next %HALF% queue-0 offset to read
+         "op_next": int,              # next %OP% queue-0 offset to read
+         "open": [[msg_id, group, topic, half_offset, store_ms, immunity_ms,
+                   checks, next_check_ms], ...],
+         "early_ops": {msg_id: [half_offset, state], ...}}},
+     "discarded": [{msg_id, state, group, broker, topic, half_offset, store_ms,
+                    checks, discarded_ms}, ...]}
+
+Everything in it is one consistent snapshot of the book (taken in one event
+loop turn), so a restart resumes each scan exactly where the snapshot stood:
+records after it are pulled again, and the book skips none and counts none twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_VERSION = 1
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    return json.dumps({"version": CHECKPOINT_VERSION, "saved_ms": int(time.time() * 1000),
+                       **doc}, separators=(",", ":")).encode()
+
+
+def load(root: Path) -> dict[str, Any] | None:
+    """The saved checkpoint document, or None for a new data directory."""
+    path = root / CHECKPOINT_FILE
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); restore it or remove the data "
+                         "directory (the checker then rescans from the start)") from None
+    if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path} has version {data.get('version') if isinstance(data, dict) else None}"
+                         f", expected {CHECKPOINT_VERSION}")
+    return data
+
+
+def save(root: Path, payload: bytes) -> None:
+    """Replace the checkpoint atomically and durably (`payload` from `encode`)."""
+    path = root / CHECKPOINT_FILE
+    tmp = root / (CHECKPOINT_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,112 @@
+"""The txn-checker's configuration: one frozen value built from FERRY_TXN_CHECKER_* variables.
+
+`CheckerConfig.from_env()` reads the environment; command-line flags (see
+`__main__`) arrive as `overrides` and win. Every limit the checker enforces
+is a field here (the table is in docs/transactions.md, "The txn-checker").
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "FERRY_TXN_CHECKER_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
+MAX_CHECKS_LIMIT = 1000  # a higher max_checks would keep a half open for days
+# Fields that may be 0 (a port chosen by the OS, no immunity).
+_MAY_BE_ZERO = frozenset({"http_port", "check_immunity_ms"})
+
+
+@dataclass(frozen=True)
+class CheckerConfig:
+    """Everything the txn-checker needs to start; defaults run on one machine."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 10923
+    data_dir: str = "./var/txn-checker"
+    namesrv: str = "127.0.0.1:9876"
+    # Reserved for leader election between instances (not built: one instance runs;
+    # a second one is safe, since END_TRANSACTION is idempotent, but checks twice).
+    etcd: str = "127.0.0.1:2379"
+    instance_id: str = ""  # empty = host name + a random suffix
+    log_level: str = "INFO"
+    # The check schedule: a half with no op is first checked `check_immunity_ms` after
+    # its store time (its CHECK_IMMUNITY_MS property wins), then every
+    # `check_interval_ms`; `check_interval_ms` after the `max_checks`-th check it is
+    # rolled back and listed as discarded.
+    check_immunity_ms: int = 6000
+    check_interval_ms: int = 60_000
+    max_checks: int = 15
+    check_concurrency: int = 64  # CHECK / END requests in flight at once
+    check_timeout_ms: int = 5000
+    retry_backoff_ms: int = 2000  # after a check the broker could not take
+    # Bounds on memory: at most `max_open` open halves are held (the %HALF% scan
+    # pauses beyond it, with a warning); the discarded list keeps the newest
+    # `max_discarded` entries.
+    max_open: int = 1_000_000
+    max_discarded: int = 10_000
+    max_recent: int = 10_000  # recently resolved transactions kept for describe
+    # Scanning %HALF% and %OP% on the brokers.
+    route_poll_ms: int = 2000
+    pull_max_count: int = 1024
+    pull_max_wait_ms: int = 1000
+    checkpoint_interval_ms: int = 1000
+    shutdown_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float") and value < 0 or (
+                    f.type in ("int", "float") and f.name not in _MAY_BE_ZERO and value == 0):
+                raise ValueError(f"{f.name} must be positive, not {value}")
+        if not 0 <= self.http_port < 65536:
+            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        if self.pull_max_count > MAX_PULL_COUNT:
+            raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
+        if self.max_checks > MAX_CHECKS_LIMIT:
+            raise ValueError(f"max_checks cannot exceed {MAX_CHECKS_LIMIT}")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def node_id(self) -> str:
+        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> CheckerConfig:
+        """Build from FERRY_TXN_CHECKER_<FIELD> variables; `overrides` (non-None) win."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and (raw != "" or f.type == "str"):
+                values[f.name] = _parse(f.name, str(f.type), raw)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                values[key] = value
+        if "log_level" in values:
+            values["log_level"] = str(values["log_level"]).upper()
+        return cls(**values)
+
+
+def _parse(name: str, type_name: str, raw: str) -> Any:
+    var = ENV_PREFIX + name.upper()
+    try:
+        if type_name == "int":
+            return int(raw)
+        if type_name == "float":
+            return float(raw)
+    except ValueError:
+        raise ValueError(f"{var} must be a number, not {raw!r}") from None
+    return raw

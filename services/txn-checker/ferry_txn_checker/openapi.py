@@ -1,0 +1,80 @@
+"""The OpenAPI 3 document of the txn-checker's HTTP API, served at /openapi.json."""
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["code", "type", "message"],
+        "properties": {
+            "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
+            "type": {"type": "string", "description": "error class, e.g. MessageNotFoundError"},
+            "message": {"type": "string"}}}}}
+
+_TXN = {
+    "type": "object", "required": ["msg_id", "state"],
+    "properties": {
+        "msg_id": {"type": "string", "description": "the transaction id (32 hex)"},
+        "state": {"type": "string",
+                  "enum": ["open", "discarded", "committed", "rolled_back"]},
+        "group": {"type": "string"}, "broker": {"type": "string"},
+        "topic": {"type": "string", "description": "the real topic"},
+        "half_offset": {"type": "integer"}, "store_ms": {"type": "integer", "nullable": True},
+        "immunity_ms": {"type": "integer"},
+        "checks": {"type": "integer", "nullable": True},
+        "next_check_ms": {"type": "integer"},
+        "discarded_ms": {"type": "integer"},
+        "by": {"type": "string", "nullable": True,
+               "description": "recently resolved: producer, check or discarded"}}}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json({"$ref": "#/components/schemas/Error"}, description)
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    txn_ref = {"$ref": "#/components/schemas/Transaction"}
+    paths: dict[str, Any] = {
+        "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
+                             "responses": {"200": _json({"type": "object"}, "alive")}}},
+        "/readyz": {"get": {"summary": "Checkpoint loaded, scanning", "operationId": "readyz",
+                            "responses": {"200": _json({"type": "object"}, "ready"),
+                                          "503": _error("starting or stopping")}}},
+        "/v1/stats": {"get": {
+            "summary": "open, checked, committed_by_check, rolled_back_by_check, discarded, "
+                       "scan positions per broker", "operationId": "stats",
+            "responses": {"200": _json({"type": "object"}, "statistics")}}},
+        "/v1/transactions": {"get": {
+            "summary": "Open or discarded transactions", "operationId": "list_transactions",
+            "parameters": [
+                {"name": "state", "in": "query", "schema": {
+                    "type": "string", "enum": ["open", "discarded"], "default": "open"}},
+                {"name": "limit", "in": "query", "schema": {
+                    "type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}],
+            "responses": {
+                "200": _json({"type": "object", "properties": {
+                    "state": {"type": "string"}, "total": {"type": "integer"},
+                    "transactions": {"type": "array", "items": txn_ref}}}, "the list"),
+                "400": _error("bad state or limit")}}},
+        "/v1/transactions/{msg_id}": {"get": {
+            "summary": "One transaction: open, discarded or recently resolved",
+            "operationId": "describe_transaction",
+            "parameters": [{"name": "msg_id", "in": "path", "required": True,
+                            "schema": {"type": "string", "pattern": "^[0-9A-Fa-f]{32}$"}}],
+            "responses": {"200": _json(txn_ref, "the transaction"),
+                          "400": _error("msg_id is not 32 hex characters"),
+                          "404": _error("MessageNotFoundError (12): not known to the checker")}}},
+        "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
+                                  "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
+    }
+    return {"openapi": "3.0.3",
+            "info": {"title": "Ferry txn-checker", "version": version,
+                     "description": "Resolves transactional half messages left undecided: "
+                                    "statistics and the open and discarded transactions."},
+            "paths": paths,
+            "components": {"schemas": {"Error": _ERROR, "Transaction": _TXN}}}
