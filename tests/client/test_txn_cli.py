@@ -23,7 +23,9 @@ TXNS = {
 
 
 async def list_txns(request: web.Request) -> web.Response:
-    return web.json_response({"transactions": TXNS[request.query.get("state", "open")]})
+    state = request.query.get("state", "open")
+    assert request.query.get("limit") == "100"
+    return web.json_response({"state": state, "total": 1, "transactions": TXNS[state]})
 
 
 async def describe_txn(request: web.Request) -> web.Response:

@@ -154,7 +154,7 @@ async def consume(args: argparse.Namespace) -> int:
 
 
 #: The fields of a transaction `ferry txn list` shows first, in this order (others follow).
-_TXN_COLUMNS = ("msg_id", "group", "topic", "broker", "state", "checks", "born_ts_ms",
+_TXN_COLUMNS = ("msg_id", "group", "topic", "broker", "state", "checks", "store_ms",
                 "next_check_ms")
 
 
@@ -168,10 +168,11 @@ def _txn_line(txn: dict[str, Any]) -> str:
 async def txn_list(args: argparse.Namespace) -> int:
     state = "discarded" if args.discarded else "open"
     async with TxnCheckerClient(args.txn_checker) as client:
-        txns = await client.list(state)
+        txns, total = await client.list(state, args.limit)
     for txn in txns:
         print(_txn_line(txn))
-    print(f"total: {len(txns)} {state}")
+    shown = f" (showing {len(txns)})" if len(txns) < total else ""
+    print(f"total: {total} {state}{shown}")
     return 0
 
 

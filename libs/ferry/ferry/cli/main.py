@@ -148,7 +148,8 @@ def _add_txn(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                               help="open transactions (half messages with no commit or "
                                    "rollback yet), or --discarded ones")
     listing.add_argument("--discarded", action="store_true",
-                         help="those rolled back after the check limit instead")
+                         help="those rolled back after the check limit instead (newest first)")
+    listing.add_argument("--limit", type=int, default=100, help="at most N (1..1000, default 100)")
     listing.set_defaults(func=commands.txn_list)
     describe = xsub.add_parser("describe", parents=[addr], help="one transaction by id")
     describe.add_argument("id", help="the transaction id (its half message's id, 32 hex)")

@@ -1,6 +1,7 @@
 """HTTP client of the txn-checker service, for `ferry txn list` and `ferry txn describe`.
 
-The service's API: `GET /v1/transactions?state=open|discarded` (a list) and
+The service's API: `GET /v1/transactions?state=open|discarded&limit=N`
+(`{"state", "total", "transactions": [...]}`) and
 `GET /v1/transactions/{msg_id}` (one transaction; 404 when it knows no such
 id). Error bodies have namesrv's shape (`{"error": {"code", "type",
 "message"}}`) and map to `ferry.errors` classes (`namesrv.http_error`).
@@ -30,6 +31,8 @@ DEFAULT_TXN_CHECKER = "127.0.0.1:10923"
 TXN_CHECKER_ENV = "FERRY_TXN_CHECKER"
 TXN_CHECKER_TIMEOUT_MS = 5_000
 TXN_STATES = ("open", "discarded")
+#: The most transactions one list asks for (the service's own bound).
+MAX_LIST_LIMIT = 1000
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}")
 _BY_STATUS: Mapping[int, type[FerryError]] = {404: MessageNotFoundError}
 
@@ -58,13 +61,19 @@ class TxnCheckerClient:
             session, self._session = self._session, None
             await session.close()
 
-    async def list(self, state: str = "open") -> list[dict[str, Any]]:
-        """Open transactions (halves with no op record yet), or the discarded ones."""
+    async def list(self, state: str = "open",
+                   limit: int = 100) -> tuple[list[dict[str, Any]], int]:
+        """Open transactions (halves with no op record yet), or the discarded ones
+        (newest first): up to `limit` of them, and how many there are in all."""
         if state not in TXN_STATES:
             raise MalformedRequestError(f"state must be one of {TXN_STATES}, got {state!r}")
-        data = await self._get("/v1/transactions", {"state": state})
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise MalformedRequestError(f"limit must be 1..{MAX_LIST_LIMIT}, got {limit}")
+        data = await self._get("/v1/transactions", {"state": state, "limit": str(limit)})
         items = data.get("transactions", []) if isinstance(data, dict) else data
-        return [t for t in items if isinstance(t, dict)] if isinstance(items, list) else []
+        txns = [t for t in items if isinstance(t, dict)] if isinstance(items, list) else []
+        total = data.get("total") if isinstance(data, dict) else None
+        return txns, total if isinstance(total, int) else len(txns)
 
     async def describe(self, msg_id: str) -> dict[str, Any]:
         """One transaction by id; MessageNotFoundError when the service knows none."""
