@@ -93,17 +93,19 @@ def wait_broker_listed(namesrv: str, timeout_s: float = 30.0) -> None:
 
 
 def start_checker(work: Path, namesrv: str, etcd: str) -> Proc | None:
-    """The txn-checker service with short intervals, or None while it is not built."""
+    """The txn-checker service with a short schedule, or None while it is not built."""
     if importlib.util.find_spec("ferry_txn_checker.app") is None:
         return None
     port = free_port()
     proc = spawn("txn-checker", [sys.executable, "-m", "ferry_txn_checker"], work / "checker",
-                 env={"FERRY_TXN_CHECKER_HTTP_PORT": str(port),
+                 env={"FERRY_TXN_CHECKER_HOST": "127.0.0.1",
+                      "FERRY_TXN_CHECKER_HTTP_PORT": str(port),
                       "FERRY_TXN_CHECKER_NAMESRV": namesrv,
                       "FERRY_TXN_CHECKER_ETCD": etcd,
-                      "FERRY_TXN_CHECKER_ETCD_PREFIX": f"/bench-txn-{os.getpid()}/",
                       "FERRY_TXN_CHECKER_DATA_DIR": str(work / "checker" / "data"),
                       "FERRY_TXN_CHECKER_CHECK_INTERVAL_MS": str(CHECK_INTERVAL_MS),
+                      "FERRY_TXN_CHECKER_ROUTE_POLL_MS": "500",
+                      "FERRY_TXN_CHECKER_PULL_MAX_WAIT_MS": "200",
                       "FERRY_TXN_CHECKER_LOG_LEVEL": "WARNING"})
     wait_until_ready(proc, f"http://127.0.0.1:{port}/readyz", 30)
     return proc
