@@ -134,3 +134,27 @@ async def test_always_unknown_is_discarded_and_listed(checked: tuple[Mesh, Any])
     assert code == 1 and "MessageNotFoundError" in err
     async with consumer(mesh, topic) as c:
         assert await bodies(c, 1, settle_s=0, timeout_s=ABSENT_S) == []
+
+
+async def test_commit_before_its_own_immunity_is_never_checked(
+        checked: tuple[Mesh, Any]) -> None:
+    mesh, service = checked
+    topic, group = unique("txn"), unique("tx")
+    asked: list[str] = []
+
+    def checker(rec: Any) -> TxnState:
+        asked.append(rec.msg_id)
+        return TxnState.ROLLBACK
+
+    async with TransactionProducer(group=group, namesrv=mesh.namesrv, heartbeat_interval_ms=300,
+                                   checker=checker) as tp:
+        # The service would check after 1 s; this half's own immunity says 4 s.
+        txn = await tp.begin(topic, b"slow-local-txn", check_immunity_ms=4_000)
+        await wait_state(service, txn.msg_id, "open")
+        await asyncio.sleep(3.0)          # the local transaction takes 3 s, inside immunity
+        await txn.commit()
+        await wait_state(service, txn.msg_id, "committed")
+        await asyncio.sleep(2.0)          # past the immunity: still no check
+    assert asked == []
+    async with consumer(mesh, topic) as c:
+        assert await bodies(c, 1) == [b"slow-local-txn"]
