@@ -203,6 +203,9 @@ async def test_a_check_reaches_a_registered_producer_with_the_half(broker: Broke
         ended = await tc.check(group, half.msg_id)
         assert ended == {"forwarded": False, "state": "committed"}
         assert producer.pushed.empty()
+        # Both internal topics are registered (1 queue each), so namesrv routes them.
+        served = broker.get_json("/v1/stats")["served_topics"]
+        assert served["%HALF%"] == 1 and served["%OP%"] == 1
         stats = broker.get_json("/v1/stats")["transactions"]
         assert stats["producers"][group] == ["producer-1"]
         assert stats["checks_forwarded"] >= 1 and stats["committed"] >= 1

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ferry.codec import TXN_GROUP, MessageFlag, encode_properties, new_msg_id
+from ferry.errors import TransactionStateError
 from ferry.names import OP_TOPIC
 from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.wire import Frame, RequestCode, request
@@ -76,3 +77,21 @@ async def test_a_commit_torn_after_the_real_message_writes_the_op_alone(
     assert resp.fields == {"state": "committed", "queue_offset": 0, "repeated": False}
     assert ctx.store.max_offset("torn", 0) == 1  # no second copy
     assert ctx.store.max_offset(OP_TOPIC, 0) == 1
+
+
+async def test_a_rollback_after_a_torn_commit_records_the_commit(ctx: BrokerContext) -> None:
+    mid = new_msg_id()
+    msg = MessageIn("torn-rb", 0, b"body", "t", "", encode_properties({TXN_GROUP: "g"}), mid,
+                    int(MessageFlag.TXN_HALF), 1)
+    await ctx.pipeline.put_messages(PutBatch("torn-rb", 0, [msg]))
+    half = find_half(ctx.store, mid)
+    assert half is not None
+    ctx.store.put(committed_message(half))  # the op record after it was lost
+    conn = ConnInfo(1, "127.0.0.1:1")
+    fields = {"group": "g", "msg_id": mid, "action": "rollback", "by": "discarded"}
+    with pytest.raises(TransactionStateError, match="already committed"):
+        await handle_end_transaction(ctx, conn, request(RequestCode.END_TRANSACTION, 1, fields))
+    again = await handle_end_transaction(ctx, conn, request(
+        RequestCode.END_TRANSACTION, 2, {**fields, "action": "commit"}))
+    assert again.fields["state"] == "committed" and again.fields["repeated"] is True
+    assert ctx.store.max_offset("torn-rb", 0) == 1

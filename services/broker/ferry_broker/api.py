@@ -33,7 +33,8 @@ OPENAPI: dict[str, Any] = {
         "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}},
         "/readyz": {"get": {"summary": "Readiness", "responses": {
             "200": {"description": "serving"}, "503": {"description": "starting or stopping"}}}},
-        "/v1/stats": {"get": {"summary": "Queue offsets, committed offsets and lag",
+        "/v1/stats": {"get": {"summary": "Queue offsets, committed offsets and lag, "
+                                         "transactions and their producers",
                               "responses": {"200": {"description": "statistics",
                                                     "content": {"application/json": {}}}}}},
         "/openapi.json": {"get": {"summary": "This document",

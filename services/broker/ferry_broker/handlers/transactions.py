@@ -152,19 +152,26 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     ctx.topics.queues_for_send(OP_TOPIC)  # registers %OP% so that namesrv routes it
     msgs: list[MessageIn] = []
     queue_offset = -1
-    if action == COMMIT:
-        existing = _stored_in_topic(store, half)
-        if existing is None:
+    existing = _stored_in_topic(store, half)
+    if existing is not None:
+        # A torn commit: the message is out already, so the op record must say commit.
+        queue_offset = existing.queue_offset
+        written = COMMIT
+    else:
+        written = action
+        if action == COMMIT:
             real = committed_message(half)
             batch = PutBatch(real.topic, real.queue_id, [real])
             ctx.pipeline.prepare(batch)
             msgs.extend(batch.messages)
-        else:
-            queue_offset = existing.queue_offset
-    msgs.append(op_message(half, action, by, conn.peer))
+    msgs.append(op_message(half, written, by, conn.peer))
     results = await ctx.pipeline.store_prepared(msgs)
-    state = STATES[action]
+    state = STATES[written]
     ctx.txn_stats.ended[state] += 1
+    if written != action:
+        raise TransactionStateError(f"transaction {msg_id_hex(msg_id)} was already committed "
+                                    f"(its message is in {half.properties.get(REAL_TOPIC)}); "
+                                    f"it cannot {action}")
     if len(results) == 2:
         queue_offset = results[0].queue_offset
     return response(req, {"state": state, "queue_offset": queue_offset, "repeated": False})
