@@ -26,7 +26,8 @@ def ferry(mesh: Mesh | None, *args: str, timeout_s: float = 60) -> subprocess.Co
 def test_help_for_every_command() -> None:
     for args in ([], ["topic"], ["topic", "create"], ["topic", "list"], ["topic", "describe"],
                  ["topic", "delete"], ["send"], ["consume"], ["group", "lag"],
-                 ["delay", "cancel"], ["dlq", "list"], ["dlq", "resend"], ["dlq", "purge"]):
+                 ["delay", "cancel"], ["dlq", "list"], ["dlq", "resend"], ["dlq", "purge"],
+                 ["txn", "list"], ["txn", "describe"]):
         res = ferry(None, *args, "--help")
         assert res.returncode == 0, (args, res.stderr)
         assert "usage: ferry" in res.stdout

@@ -1,7 +1,7 @@
 """Ferry: a distributed message middleware in the RocketMQ tradition.
 
-The public client API lives here: `Producer`, `Consumer` and `Admin` (asyncio,
-aiokafka-style), the values they exchange, and the error classes.
+The public client API lives here: `Producer`, `TransactionProducer`, `Consumer` and
+`Admin` (asyncio, aiokafka-style), the values they exchange, and the error classes.
 """
 from __future__ import annotations
 
@@ -16,15 +16,20 @@ from ferry.client import (
     QueueLag,
     SendResult,
     TopicQueue,
+    Transaction,
+    TransactionProducer,
+    TxnState,
 )
 from ferry.errors import (
     AlreadyDeliveredError,
     ConnectionLostError,
     FerryError,
     InvalidDelayError,
+    MessageNotFoundError,
     MessageTooLargeError,
     RequestTimeoutError,
     TopicNotFoundError,
+    TransactionStateError,
     error_for_code,
 )
 
@@ -34,6 +39,7 @@ __all__ = [
     "__version__",
     # clients
     "Producer",
+    "TransactionProducer",
     "Consumer",
     "Admin",
     # values
@@ -43,6 +49,8 @@ __all__ = [
     "TopicQueue",
     "QueueInfo",
     "QueueLag",
+    "Transaction",
+    "TxnState",
     # errors
     "errors",
     "FerryError",
@@ -52,5 +60,7 @@ __all__ = [
     "MessageTooLargeError",
     "InvalidDelayError",
     "AlreadyDeliveredError",
+    "MessageNotFoundError",
+    "TransactionStateError",
     "error_for_code",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 
 from ferry.client import Admin, Consumer, Producer
 from ferry.client.delay import DelaySchedulerClient
+from ferry.client.txn_checker import TxnCheckerClient
 from ferry.codec import ORIGIN_TOPIC
 
 EXIT_TIMEOUT = 3
@@ -149,4 +150,33 @@ async def consume(args: argparse.Namespace) -> int:
         await consumer.commit()
     if args.count > 0 and seen < args.count:
         return EXIT_TIMEOUT
+    return 0
+
+
+#: The fields of a transaction `ferry txn list` shows first, in this order (others follow).
+_TXN_COLUMNS = ("msg_id", "group", "topic", "broker", "state", "checks", "store_ms",
+                "next_check_ms")
+
+
+def _txn_line(txn: dict[str, Any]) -> str:
+    first = [f"{k}={txn[k]}" for k in _TXN_COLUMNS[1:] if k in txn]
+    rest = [f"{k}={v}" for k, v in sorted(txn.items()) if k not in _TXN_COLUMNS
+            and not isinstance(v, dict | list)]
+    return "\t".join([str(txn.get("msg_id", "?")), *first, *rest])
+
+
+async def txn_list(args: argparse.Namespace) -> int:
+    state = "discarded" if args.discarded else "open"
+    async with TxnCheckerClient(args.txn_checker) as client:
+        txns, total = await client.list(state, args.limit)
+    for txn in txns:
+        print(_txn_line(txn))
+    shown = f" (showing {len(txns)})" if len(txns) < total else ""
+    print(f"total: {total} {state}{shown}")
+    return 0
+
+
+async def txn_describe(args: argparse.Namespace) -> int:
+    async with TxnCheckerClient(args.txn_checker) as client:
+        _print_json(await client.describe(args.id))
     return 0

@@ -1,7 +1,8 @@
-"""The `ferry` command: topics, sending, consuming, group lag, delays and dead letters.
+"""The `ferry` command: topics, sending, consuming, group lag, delays, dead letters, transactions.
 
 Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`;
-also `dlq resend --id` when an id was not found), 2 bad usage (argparse),
+also `dlq resend --id` when an id was not found; `txn describe` of an unknown id,
+or the txn-checker unreachable), 2 bad usage (argparse),
 3 `consume` ended by its timeout before --count messages arrived, 130
 interrupted.
 """
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from ferry.cli import commands
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
+from ferry.client.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
 from ferry.errors import FerryError
 
 EXIT_FERRY_ERROR = 1
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     gsub.add_parser("list", help="list group configs").set_defaults(func=commands.group_list)
     _add_delay(sub)
     _add_dlq(sub)
+    _add_txn(sub)
     return parser
 
 
@@ -132,6 +135,25 @@ def _add_dlq(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                           "listed any more (a log cannot delete messages)")
     purge.add_argument("group")
     purge.set_defaults(func=commands.dlq_purge)
+
+
+def _add_txn(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    txn = sub.add_parser("txn", help="transactions the txn-checker tracks")
+    xsub = txn.add_subparsers(dest="action", required=True, metavar="ACTION")
+    addr = argparse.ArgumentParser(add_help=False)
+    addr.add_argument("--txn-checker", default=os.environ.get(TXN_CHECKER_ENV, DEFAULT_TXN_CHECKER),
+                      help=f"txn-checker HTTP address(es) h:p[,h:p] (env {TXN_CHECKER_ENV}; "
+                           f"default {DEFAULT_TXN_CHECKER})")
+    listing = xsub.add_parser("list", parents=[addr],
+                              help="open transactions (half messages with no commit or "
+                                   "rollback yet), or --discarded ones")
+    listing.add_argument("--discarded", action="store_true",
+                         help="those rolled back after the check limit instead (newest first)")
+    listing.add_argument("--limit", type=int, default=100, help="at most N (1..1000, default 100)")
+    listing.set_defaults(func=commands.txn_list)
+    describe = xsub.add_parser("describe", parents=[addr], help="one transaction by id")
+    describe.add_argument("id", help="the transaction id (its half message's id, 32 hex)")
+    describe.set_defaults(func=commands.txn_describe)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,8 @@ from ferry.client.admin import Admin, QueueInfo, QueueLag
 from ferry.client.consumer import Consumer
 from ferry.client.message import ConsumerRecord, Message, SendResult, TopicQueue
 from ferry.client.producer import Producer
+from ferry.client.transaction import Transaction, TransactionProducer
+from ferry.client.txn_checks import TxnState
 
 __all__ = [
     "Admin",
@@ -16,4 +18,7 @@ __all__ = [
     "QueueLag",
     "SendResult",
     "TopicQueue",
+    "Transaction",
+    "TransactionProducer",
+    "TxnState",
 ]

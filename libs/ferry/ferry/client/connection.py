@@ -7,6 +7,13 @@ the connection drops, exactly the requests still pending fail with
 ConnectionLostError. A response with a non-zero error code raises the matching
 `ferry.errors` class.
 
+A broker may also send a REQUEST on a client's connection (server to client:
+the transaction check-back, CHECK_TRANSACTION). Such a frame goes to the
+handler registered for its code (`request_handlers`, given to the connection
+or its pool); an unknown code is logged and ignored (answered with
+UnknownCodeError unless one-way), and a handler's exception is logged: the
+reader never dies of an incoming request.
+
 The connection is an `asyncio.Protocol` rather than a StreamReader/Writer
 pair: received bytes go straight to the FrameDecoder (no intermediate buffer
 and no reader task to wake), and the frames of requests made in one loop turn
@@ -17,11 +24,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ferry.errors import ConnectionLostError, FerryError, RequestTimeoutError, error_for_code
-from ferry.wire import MAX_FRAME_BYTES, Frame, FrameDecoder, MalformedFrameError, encode_frame_parts
+from ferry.errors import (
+    ConnectionLostError,
+    FerryError,
+    RequestTimeoutError,
+    UnknownCodeError,
+    error_for_code,
+)
+from ferry.wire import (
+    MAX_FRAME_BYTES,
+    Flag,
+    Frame,
+    FrameDecoder,
+    MalformedFrameError,
+    encode_frame_parts,
+    error_response,
+)
 from ferry.wire import request as make_request
 
 log = logging.getLogger(__name__)
@@ -35,6 +56,11 @@ _WRITE_HIGH_WATER_BYTES = 64 * 1024
 _COALESCE_BYTES = 64 * 1024
 # How long close() lets buffered bytes drain before it aborts the connection.
 _CLOSE_TIMEOUT_S = 5.0
+_RESPONSE = int(Flag.RESPONSE)
+
+#: Handles one request frame a broker sent on a connection (server to client). It runs
+#: inside the connection's reader: it must not block (start a task for real work).
+RequestHandler = Callable[["BrokerConnection", Frame], None]
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -77,8 +103,12 @@ class BrokerConnection:
     """A connection to one broker address. Use `await BrokerConnection.open(addr)`."""
 
     def __init__(self, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES,
+                 request_handlers: Mapping[int, RequestHandler] | None = None) -> None:
         self.addr = addr
+        # The pool passes its own dict: handlers it registers later apply here too.
+        self.request_handlers: Mapping[int, RequestHandler] = (
+            request_handlers if request_handlers is not None else {})
         self.request_timeout_ms = request_timeout_ms
         self._max_frame_bytes = max_frame_bytes
         self._decoder = FrameDecoder(max_frame_bytes=max_frame_bytes)
@@ -94,8 +124,11 @@ class BrokerConnection:
 
     @classmethod
     async def open(cls, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-                   connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS) -> BrokerConnection:
-        conn = cls(addr, request_timeout_ms=request_timeout_ms)
+                   connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
+                   request_handlers: Mapping[int, RequestHandler] | None = None
+                   ) -> BrokerConnection:
+        conn = cls(addr, request_timeout_ms=request_timeout_ms,
+                   request_handlers=request_handlers)
         await conn.connect(connect_timeout_ms)
         return conn
 
@@ -203,6 +236,9 @@ class BrokerConnection:
             self._dispatch(frame)
 
     def _dispatch(self, frame: Frame) -> None:
+        if not frame.flags & _RESPONSE:
+            self._on_request(frame)
+            return
         fut = self._pending.pop(frame.request_id, None)
         if fut is None:
             # The request timed out or was cancelled; its late answer is dropped.
@@ -210,6 +246,24 @@ class BrokerConnection:
             return
         if not fut.done():
             fut.set_result(frame)
+
+    def _on_request(self, frame: Frame) -> None:
+        """A request the broker sent us: its handler, or a log line (and an error answer)."""
+        handler = self.request_handlers.get(frame.code)
+        if handler is None:
+            log.warning("ignoring request code %d from %s: no handler", frame.code, self.addr)
+            if not frame.is_oneway and not self._closed:
+                self._write(error_response(frame, UnknownCodeError(
+                    f"this client handles no request code {frame.code}")))
+            return
+        try:
+            handler(self, frame)
+        except Exception:   # a handler's bug must not kill the reader (or the connection)
+            log.exception("handler of request code %d from %s failed", frame.code, self.addr)
+
+    def respond(self, frame: Frame) -> None:
+        """Write a response frame (to a request the broker sent on this connection)."""
+        self._write(frame)
 
     def _shutdown(self, reason: str) -> None:
         if self._lost is not None and not self._lost.done():
@@ -243,9 +297,12 @@ class ConnectionPool:
     """One live connection per broker address, reconnecting when the old one closed."""
 
     def __init__(self, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-                 connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS) -> None:
+                 connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
+                 request_handlers: Mapping[int, RequestHandler] | None = None) -> None:
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
+        #: Handlers of requests brokers send on this pool's connections, by request code.
+        self.request_handlers: dict[int, RequestHandler] = dict(request_handlers or {})
         self._conns: dict[str, BrokerConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -259,7 +316,8 @@ class ConnectionPool:
             if conn is None or conn.closed:
                 conn = await BrokerConnection.open(
                     addr, request_timeout_ms=self.request_timeout_ms,
-                    connect_timeout_ms=self.connect_timeout_ms)
+                    connect_timeout_ms=self.connect_timeout_ms,
+                    request_handlers=self.request_handlers)
                 self._conns[addr] = conn
             return conn
 

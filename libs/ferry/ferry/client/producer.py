@@ -229,6 +229,28 @@ class Producer:
                               delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, ttl_ms=ttl_ms)
         return await fut
 
+    async def _send_wire(self, topic: str, wire: WireMessage,
+                         key: str | None = None) -> asyncio.Future[SendResult]:
+        """Queue one already-encoded (possibly flagged) message, like a plain `send`.
+
+        For the TransactionProducer's half messages: the queue is chosen and the
+        batch shared exactly as for any send, and the SEND frame announces the
+        message's flags. The plain `send` path does not go through here.
+        """
+        self._check_topic(topic)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
+        route = await self._routes.route(topic)
+        await self._budget.take(item.size_bytes, self.max_block_ms)
+        try:
+            tq = self._chooser.by_key(topic, route, key, False)
+            batcher = self._batcher(tq)
+        except BaseException:
+            self._budget.release(item.size_bytes)
+            raise
+        batcher.add(item, wire.flags)
+        return fut
+
     async def send_batch(self, topic: str, messages: Sequence[Message], *,
                          ordered: bool = False,
                          queue_selector: QueueSelector | None = None) -> list[SendResult]:
