@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ferry import TransactionProducer, TxnState
 from ferry.client.connection import BrokerConnection
-from ferry.client.txn_checks import as_state, call_for_state
+from ferry.client.txn_checks import as_state, call_for_state, check_record
 from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, MessageFlag
 from ferry.codec.properties import encode_properties
 from ferry.codec.record import MessageIn, encode_record
@@ -267,3 +267,15 @@ async def test_end_maps_state_errors(broker: tuple[FakeBroker, str]) -> None:
     finally:
         await tp._checks.stop()
         await tp._pool.close()
+
+
+def test_a_checked_record_shows_the_users_keys_and_real_topic() -> None:
+    msg_id = bytes(range(16))
+    props = encode_properties({REAL_TOPIC: "orders", REAL_QUEUE_ID: "3", TXN_GROUP: "tx"})
+    raw = encode_record(MessageIn(HALF_TOPIC, 0, b"b", keys=f"order-42 TXN:{msg_id.hex().upper()}",
+                                  properties=props, msg_id=msg_id,
+                                  flags=int(MessageFlag.TXN_HALF)),
+                        queue_offset=0, phy_offset=0, store_ts_ms=1)
+    frame = make_request(RequestCode.CHECK_TRANSACTION, 1, {"group": "tx", "topic": "orders"}, raw)
+    record = check_record(frame, "127.0.0.1:1")
+    assert record.keys == ("order-42",) and record.topic == "orders" and record.queue_id == 3

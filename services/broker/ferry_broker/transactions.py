@@ -29,10 +29,10 @@ from ferry.codec import (
     encode_properties,
     msg_id_hex,
 )
+from ferry.codec.system_properties import TXN_KEY_PREFIX
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.store import MessageIn, MessageStore
 
-TXN_KEY_PREFIX = "TXN:"
 TXN_KEY_BYTES = len(TXN_KEY_PREFIX) + 2 * MSG_ID_BYTES
 HALF_QUEUE_ID = 0
 OP_QUEUE_ID = 0

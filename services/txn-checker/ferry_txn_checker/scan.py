@@ -141,7 +141,7 @@ class Scanner:
                 await asyncio.sleep(ERROR_BACKOFF_S)
 
     def _take(self, broker: str, half: bool, offset: int, sent_ms: int,
-              fields: dict[str, object], body: bytes) -> None:
+              fields: dict[str, object], body: bytes | memoryview) -> None:
         scan = self.book.broker(broker)
         status = str(fields.get("status", ""))
         next_offset = int(fields.get("next_offset", offset))  # type: ignore[call-overload]

@@ -25,6 +25,7 @@ from ferry.client.connection import BrokerConnection, ConnectionPool
 from ferry.client.message import ConsumerRecord
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, decode_record
+from ferry.codec.system_properties import TXN_KEY_PREFIX
 from ferry.errors import FerryError
 from ferry.wire import Frame, RequestCode
 
@@ -89,7 +90,11 @@ def check_record(frame: Frame, broker: str) -> ConsumerRecord:
         queue_id = int(props.get(REAL_QUEUE_ID, stored.queue_id))
     except ValueError:
         queue_id = stored.queue_id
-    return ConsumerRecord.from_stored(stored._replace(topic=topic, queue_id=queue_id), broker)
+    # The broker indexes a half under one more key, `TXN:<id>`, appended last: the
+    # user's checker sees the keys the message was sent with.
+    keys = " ".join(k for k in stored.keys.split(" ") if k and not k.startswith(TXN_KEY_PREFIX))
+    return ConsumerRecord.from_stored(
+        stored._replace(topic=topic, queue_id=queue_id, keys=keys), broker)
 
 
 class CheckResponder:
