@@ -273,3 +273,46 @@ async def test_the_state_survives_a_kill9(tmp_path: Path, etcd: Etcd) -> None:
         await c.close()
     finally:
         b2.proc.stop()
+
+
+async def test_64_concurrent_ends_each_get_their_answer_and_one_op(broker: Broker,
+                                                                   tc: TxnClient) -> None:
+    # 48 transactions ended at once (the broker writes them in shared batches), 8 of
+    # them ended again the same way and 8 the other way, from a second connection.
+    halves = [await tc.begin("txn-many", i % 4, b"m%d" % i, G) for i in range(48)]
+    first = {h.msg_id: ("commit" if i % 3 else "rollback") for i, h in enumerate(halves)}
+    other = {"commit": "rollback", "rollback": "commit"}
+    dups = [(h.msg_id, first[h.msg_id]) for h in halves[:8]]
+    dups += [(h.msg_id, other[first[h.msg_id]]) for h in halves[8:16]]
+    tc2 = await TxnClient.connect("127.0.0.1", broker.port)
+    try:
+        calls = [tc.end(G, mid, action) for mid, action in first.items()]
+        calls += [tc2.end(G, mid, action) for mid, action in dups]
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        await tc2.close()
+    asked = list(first.items()) + dups
+    assert len(asked) == 64
+    winner: dict[bytes, str] = {}
+    for (mid, action), got in zip(asked, outcomes, strict=True):
+        if isinstance(got, dict) and not got["repeated"]:
+            assert mid not in winner  # one END per transaction writes
+            winner[mid] = action
+    assert set(winner) == set(first)
+    states = {"commit": "committed", "rollback": "rolled_back"}
+    for (mid, action), got in zip(asked, outcomes, strict=True):
+        if action == winner[mid]:
+            assert isinstance(got, dict) and got["state"] == states[action]
+            assert (got["queue_offset"] >= 0) == (action == "commit")
+        else:
+            assert isinstance(got, TransactionStateError)
+    _, ops = await tc.pull("%OP%", 0, 0, max_count=1024)
+    mine = [m for m in ops if bytes.fromhex(m.properties[TXN_ID]) in first]
+    assert sorted(m.properties[TXN_ID] for m in mine) == sorted(mid.hex().upper() for mid in first)
+    assert all(m.properties[TXN_ACTION] == winner[bytes.fromhex(m.properties[TXN_ID])]
+               for m in mine)
+    stored = []
+    for queue_id in range(4):
+        _, msgs = await tc.pull("txn-many", queue_id, 0, max_count=1024)
+        stored += [m.msg_id for m in msgs]
+    assert sorted(stored) == sorted(mid for mid, a in winner.items() if a == "commit")

@@ -1,12 +1,14 @@
-"""Transaction parts in-process: the producer registry and END after a torn commit write."""
+"""Transaction parts in-process: the producer registry, END after a torn commit write,
+and the group commit of concurrent ENDs."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
 from ferry.codec import TXN_GROUP, MessageFlag, encode_properties, new_msg_id
-from ferry.errors import TransactionStateError
+from ferry.errors import StoreUnavailableError, TransactionStateError
 from ferry.names import OP_TOPIC
 from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.wire import Frame, RequestCode, request
@@ -95,3 +97,46 @@ async def test_a_rollback_after_a_torn_commit_records_the_commit(ctx: BrokerCont
         RequestCode.END_TRANSACTION, 2, {**fields, "action": "commit"}))
     assert again.fields["state"] == "committed" and again.fields["repeated"] is True
     assert ctx.store.max_offset("torn-rb", 0) == 1
+
+
+async def _halves(ctx: BrokerContext, n: int) -> list[bytes]:
+    ids = [new_msg_id() for _ in range(n)]
+    msgs = [MessageIn("grouped", 0, b"b", "t", "", encode_properties({TXN_GROUP: "g"}), mid,
+                      int(MessageFlag.TXN_HALF), 1) for mid in ids]
+    await ctx.pipeline.put_messages(PutBatch("grouped", 0, msgs))
+    return ids
+
+
+def _end(ctx: BrokerContext, mid: bytes, action: str, request_id: int) -> Awaitable[Frame]:
+    req = request(RequestCode.END_TRANSACTION, request_id,
+                  {"group": "g", "msg_id": mid, "action": action})
+    return handle_end_transaction(ctx, ConnInfo(1, "127.0.0.1:1"), req)
+
+
+async def test_ends_of_one_turn_share_one_store_write(ctx: BrokerContext) -> None:
+    ids = await _halves(ctx, 6)
+    actions = ["commit", "rollback"] * 3
+    ends = [_end(ctx, mid, a, i) for i, (mid, a) in enumerate(zip(ids, actions, strict=True))]
+    # The same END twice and the opposite END, in the same batch as the first.
+    ends += [_end(ctx, ids[0], "commit", 10), _end(ctx, ids[0], "rollback", 11)]
+    got = await asyncio.gather(*ends, return_exceptions=True)
+    assert ctx.txn_ends.writes == 1
+    assert [r.fields["repeated"] for r in got[:6]] == [False] * 6  # type: ignore[union-attr]
+    assert [r.fields["queue_offset"] for r in got[:6:2]] == [0, 1, 2]  # type: ignore[union-attr]
+    assert got[6].fields == {"state": "committed", "queue_offset": 0,  # type: ignore[union-attr]
+                             "repeated": True}
+    assert isinstance(got[7], TransactionStateError)
+    assert ctx.store.max_offset(OP_TOPIC, 0) == 6 and ctx.store.max_offset("grouped", 0) == 3
+    assert not ctx.txn_ends.pending
+
+
+async def test_a_failed_batch_fails_every_end_in_it(ctx: BrokerContext) -> None:
+    ids = await _halves(ctx, 3)
+    ctx.health.set_stalled("the disk is stalled (test)")
+    got = await asyncio.gather(*(_end(ctx, mid, "commit", i) for i, mid in enumerate(ids)),
+                               _end(ctx, ids[0], "commit", 9), return_exceptions=True)
+    assert all(isinstance(r, StoreUnavailableError) for r in got)
+    assert ctx.store.max_offset(OP_TOPIC, 0) == 0 and not ctx.txn_ends.pending
+    ctx.health.set_stalled(None)  # the transactions are still open: ending them now works
+    again = await asyncio.gather(*(_end(ctx, mid, "commit", i) for i, mid in enumerate(ids)))
+    assert [r.fields["repeated"] for r in again] == [False] * 3

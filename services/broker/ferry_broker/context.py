@@ -26,6 +26,7 @@ from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutPipeline, WakePullsHook
 from ferry_broker.topics import TopicManager
 from ferry_broker.transactions import TxnStats
+from ferry_broker.txn_batch import EndBatcher
 
 TTL_QUEUES_FILE = Path("config") / "ttl_queues.json"
 
@@ -62,6 +63,7 @@ class BrokerContext:
     expiry: ExpiryFilter = field(init=False)
     producers: ProducerManager = field(init=False)
     txn_stats: TxnStats = field(init=False)
+    txn_ends: EndBatcher = field(init=False)
 
     def __post_init__(self) -> None:
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
@@ -75,6 +77,7 @@ class BrokerContext:
             DurabilityHook(self), WakePullsHook(self),
             TxnHook(self.topics, self.txn_stats),
             DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)])
+        self.txn_ends = EndBatcher(self.pipeline)
 
 
 Handler = Callable[[BrokerContext, ConnInfo, Frame], Awaitable[Frame | None]]

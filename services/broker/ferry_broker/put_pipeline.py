@@ -139,6 +139,16 @@ class PutPipeline:
 
     async def store_prepared(self, messages: list[MessageIn]) -> list[PutResult]:
         """Store messages the before hooks have seen, then run the after hooks."""
+        results, done = self.write_prepared(messages)
+        await self.after_put(done)
+        return results
+
+    def write_prepared(self, messages: list[MessageIn]) -> tuple[list[PutResult], PutDone]:
+        """The synchronous half of `store_prepared`: one store write, no after hooks yet.
+
+        For a caller that must act between the write and the first await (the
+        END_TRANSACTION group commit); it then awaits `after_put(done)`.
+        """
         self._check_writable()
         ctx = self._ctx
         try:
@@ -146,7 +156,9 @@ class PutPipeline:
         except (StoreError, OSError) as exc:
             raise ctx.health.unavailable(exc) from None
         queues = {(m.topic, m.queue_id) for m in messages}
-        done = PutDone(queues, max(r.end_offset for r in results), results=results)
+        return results, PutDone(queues, max(r.end_offset for r in results), results=results)
+
+    async def after_put(self, done: PutDone) -> None:
+        """Run the after-put hooks of a write (in reverse hook order)."""
         for hook in self._after:
             await hook.after_put(done)
-        return results

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 
-from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, TXN_ID, StoredMessage, msg_id_hex
+from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, StoredMessage, msg_id_hex
 from ferry.errors import (
     FlushTimeoutError,
     MalformedRequestError,
@@ -49,6 +49,7 @@ from ferry_broker.transactions import (
     op_action,
     op_message,
 )
+from ferry_broker.txn_batch import PendingEnd
 
 OPEN_STATE = "open"
 _MAX_REQUEST_ID = 0xFFFFFFFF
@@ -124,8 +125,7 @@ async def _repeated(ctx: BrokerContext, req: Frame, op: StoredMessage, msg_id: b
     _check_group(op, msg_id, group)
     done = op_action(op)
     if done != action:
-        raise TransactionStateError(f"transaction {op.properties.get(TXN_ID)} was already "
-                                    f"{STATES[done].replace('_', ' ')}; it cannot {action}")
+        raise _refuse(msg_id, done, action)
     ctx.txn_stats.repeated_ends += 1
     queue_offset = -1
     if done == COMMIT:
@@ -137,14 +137,39 @@ async def _repeated(ctx: BrokerContext, req: Frame, op: StoredMessage, msg_id: b
                           "repeated": True})
 
 
+def _refuse(msg_id: bytes, done: str, action: str) -> TransactionStateError:
+    return TransactionStateError(f"transaction {msg_id_hex(msg_id)} was already "
+                                 f"{STATES[done].replace('_', ' ')}; it cannot {action}")
+
+
+async def _repeated_pending(ctx: BrokerContext, req: Frame, pend: PendingEnd, msg_id: bytes,
+                            action: str, group: str) -> Frame:
+    """The answer to an END of a transaction whose op record is in the open batch."""
+    if pend.group and pend.group != group:
+        raise MalformedRequestError(f"transaction {msg_id_hex(msg_id)} belongs to producer "
+                                    f"group {pend.group}, not {group}")
+    if pend.written != action:
+        raise _refuse(msg_id, pend.written, action)
+    ctx.txn_stats.repeated_ends += 1
+    results = await ctx.txn_ends.join(pend)  # answered once written (and durable)
+    queue_offset = pend.queue_offset
+    if pend.real_index >= 0:
+        queue_offset = results[pend.real_index].queue_offset
+    return response(req, {"state": STATES[pend.written], "queue_offset": queue_offset,
+                          "repeated": True})
+
+
 async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     f = req.fields
     group = group_field(f)
     msg_id = parse_msg_id(f.get("msg_id"))
     action = _action(f)
     by = _by(f)
-    # From here to the store write nothing awaits: see the module docstring.
-    store = ctx.store
+    # From here to adding the write to the batch nothing awaits: see the module docstring.
+    store, ends = ctx.store, ctx.txn_ends
+    pend = ends.pending.get(msg_id)
+    if pend is not None:
+        return await _repeated_pending(ctx, req, pend, msg_id, action, group)
     op = find_op(store, msg_id)
     if op is not None:
         return await _repeated(ctx, req, op, msg_id, action, group)
@@ -165,15 +190,17 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
             ctx.pipeline.prepare(batch)
             msgs.extend(batch.messages)
     msgs.append(op_message(half, written, by, conn.peer))
-    results = await ctx.pipeline.store_prepared(msgs)
+    pend, done = ends.add(msg_id, msgs, written=written, queue_offset=queue_offset,
+                          group=half.properties.get(TXN_GROUP, ""))
+    results = await done
     state = STATES[written]
     ctx.txn_stats.ended[state] += 1
     if written != action:
         raise TransactionStateError(f"transaction {msg_id_hex(msg_id)} was already committed "
                                     f"(its message is in {half.properties.get(REAL_TOPIC)}); "
                                     f"it cannot {action}")
-    if len(results) == 2:
-        queue_offset = results[0].queue_offset
+    if pend.real_index >= 0:
+        queue_offset = results[pend.real_index].queue_offset
     return response(req, {"state": state, "queue_offset": queue_offset, "repeated": False})
 
 
