@@ -1,12 +1,15 @@
 """END_TRANSACTION and CHECK_TRANSACTION: ending a half message and the check-back.
 
 END_TRANSACTION (group, msg_id, action, from_check, by) finds the
-transaction's op record and half by the store's key index (`transactions`);
-with no op yet it writes, in ONE store write through the put pipeline, the
-`%OP%` record and, on commit, the real message (same id, user keys, TXN_HALF
-cleared; it passes the before-put hooks, so a TTL message's queue is noted).
-Everything from the op lookup to the store write is synchronous: two ENDs of
-one transaction on this broker cannot both find "no op" and both write.
+transaction's op record by the store's key index (`transactions`) and, with
+no op yet, its half by its id; it then writes the `%OP%` record and, on
+commit, the real message (same id, user keys, TXN_HALF cleared; it passes the
+before-put hooks, so a TTL message's queue is noted), real message first.
+The write goes to the group commit (`txn_batch`): the ENDs of one event-loop
+turn share one store write through the put pipeline and one durability wait.
+Everything from the state check to joining the batch is synchronous, and an
+END whose op record waits in the batch is found there (`pending`): two ENDs
+of one transaction on this broker cannot both find "no op" and both write.
 Ending again the same way writes nothing and answers the same state (once that
 op record is durable, on a sync-flush broker); the other way is
 TransactionStateError; an unknown id is MessageNotFoundError.
@@ -30,7 +33,7 @@ from ferry.errors import (
     StoreError,
     TransactionStateError,
 )
-from ferry.names import OP_TOPIC
+from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.store import MessageIn, MessageStore
 from ferry.wire import Frame, RequestCode, request, response
 
@@ -91,19 +94,27 @@ def _half_of(store: MessageStore, msg_id: bytes, group: str) -> StoredMessage:
     return half
 
 
-def _stored_in_topic(store: MessageStore, half: StoredMessage) -> StoredMessage | None:
-    """The committed message of `half` if it is already in its topic, else None.
+def _half_and_committed(store: MessageStore, msg_id: bytes,
+                        group: str) -> tuple[StoredMessage, StoredMessage | None]:
+    """The transaction's half, and its committed message if already in its topic.
 
     The real message goes before the op record in the commit's one write: a
     crash that tore the write between the two leaves the message without its op,
     and the next commit then writes the op alone instead of a second copy.
+    One id lookup answers both in the usual case: the newest record with the id
+    (`query_by_id`) is the half itself when nothing was committed after it.
+    Otherwise the half is looked up by its transaction key.
     """
-    newest = store.query_by_id(half.msg_id)
+    newest = store.query_by_id(msg_id)
+    if newest is not None and newest.topic == HALF_TOPIC:
+        _check_group(newest, msg_id, group)
+        return newest, None
+    half = _half_of(store, msg_id, group)
     props = half.properties
     if (newest is not None and newest.topic == props.get(REAL_TOPIC)
             and str(newest.queue_id) == props.get(REAL_QUEUE_ID)):
-        return newest
-    return None
+        return half, newest
+    return half, None
 
 
 async def _durable(ctx: BrokerContext, end_offset: int) -> None:
@@ -173,11 +184,10 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     op = find_op(store, msg_id)
     if op is not None:
         return await _repeated(ctx, req, op, msg_id, action, group)
-    half = _half_of(store, msg_id, group)
+    half, existing = _half_and_committed(store, msg_id, group)
     ctx.topics.queues_for_send(OP_TOPIC)  # registers %OP% so that namesrv routes it
     msgs: list[MessageIn] = []
     queue_offset = -1
-    existing = _stored_in_topic(store, half)
     if existing is not None:
         # A torn commit: the message is out already, so the op record must say commit.
         queue_offset = existing.queue_offset
