@@ -63,6 +63,7 @@ class EndBatcher:
         self._open: _Batch | None = None
         self.pending: dict[bytes, PendingEnd] = {}
         self.writes = 0   # store writes made (for tests and stats)
+        self._finishing: set[asyncio.Task[None]] = set()  # the loop keeps weak refs only
 
     def add(self, msg_id: bytes, messages: list[MessageIn], *, written: str, group: str,
             queue_offset: int) -> tuple[PendingEnd, asyncio.Future[list[PutResult]]]:
@@ -109,7 +110,9 @@ class EndBatcher:
             return
         self._forget(batch)  # the op records are in the store now: its index answers
         self.writes += 1
-        asyncio.get_running_loop().create_task(self._finish(batch, results, done))
+        task = asyncio.get_running_loop().create_task(self._finish(batch, results, done))
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
 
     def _forget(self, batch: _Batch) -> None:
         for msg_id in batch.ids:
