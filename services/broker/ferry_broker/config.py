@@ -7,11 +7,12 @@ broker enforces is a field here so that operators can see and change it.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ferry import settings
 
 ENV_PREFIX = "FERRY_BROKER_"
 FLUSH_MODES = ("async", "sync")
@@ -97,38 +98,7 @@ class BrokerConfig:
         return Path(self.data_dir)
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, overrides: Mapping[str, Any] | None = None
-    ) -> BrokerConfig:
-        """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None values) win."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is not None and raw != "" or (raw == "" and f.type == "str"):
-                values[f.name] = _parse(f.name, str(f.type), raw)
-        for key, value in (overrides or {}).items():
-            if value is not None:
-                values[key] = value
-        return cls(**values)
-
-
-def _parse(name: str, type_name: str, raw: str) -> Any:
-    if type_name == "bool":
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{ENV_PREFIX}{name.upper()} must be true or false, not {raw!r}")
-    if type_name == "float":
-        try:
-            return float(raw)
-        except ValueError:
-            raise ValueError(f"{ENV_PREFIX}{name.upper()} must be a number, not {raw!r}") from None
-    if type_name == "int":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{ENV_PREFIX}{name.upper()} must be an integer, not {raw!r}") from None
-    return raw
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+        """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None) win."""
+        return settings.from_env(cls, ENV_PREFIX, env, overrides)

@@ -7,13 +7,14 @@ is a field here (the table is in docs/delay.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ferry import settings
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -106,27 +107,4 @@ class SchedulerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
         """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is not None and (raw != "" or f.type == "str"):
-                values[f.name] = _parse(f.name, str(f.type), raw)
-        for key, value in (overrides or {}).items():
-            if value is not None:
-                values[key] = value
-        if "log_level" in values:
-            values["log_level"] = str(values["log_level"]).upper()
-        return cls(**values)
-
-
-def _parse(name: str, type_name: str, raw: str) -> Any:
-    var = ENV_PREFIX + name.upper()
-    try:
-        if type_name == "int":
-            return int(raw)
-        if type_name == "float":
-            return float(raw)
-    except ValueError:
-        raise ValueError(f"{var} must be a number, not {raw!r}") from None
-    return raw
+        return settings.from_env(cls, ENV_PREFIX, env, overrides)

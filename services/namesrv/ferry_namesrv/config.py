@@ -5,11 +5,11 @@ with a message naming the variable, never a traceback.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ferry import settings
 from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
 
 ENV_PREFIX = "FERRY_NAMESRV_"
@@ -50,37 +50,13 @@ class NamesrvConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NamesrvConfig:
         """Read every FERRY_NAMESRV_<FIELD> that is set; the rest keep their defaults."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is not None:
-                values[f.name] = _convert(f.name, f.type, raw)
-        return cls(**values)
+        return settings.from_env(cls, ENV_PREFIX, env, error=ConfigError)
 
     def with_overrides(self, **overrides: Any) -> NamesrvConfig:
         """A copy with the given fields replaced (None means "not given")."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _convert(name: str, type_name: object, raw: str) -> Any:
-    raw = raw.strip()
-    if type_name in (int, "int"):
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
-    if type_name in (bool, "bool"):
-        return parse_bool(raw, ENV_PREFIX + name.upper())
-    if name == "log_level":
-        return raw.upper()
-    return raw
-
-
 def parse_bool(raw: str, what: str) -> bool:
-    low = raw.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{what} must be true or false, got {raw!r}")
+    """`raw` (a flag's text) as a bool; ConfigError naming `what` otherwise."""
+    return settings.parse_bool(raw, what, ConfigError)
