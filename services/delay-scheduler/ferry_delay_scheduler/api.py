@@ -13,10 +13,8 @@ Every failure is the JSON error body of namesrv: `{"error": {"code", "type",
 """
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,8 +24,8 @@ from ferry.errors import (
     FerryError,
     MalformedRequestError,
     MessageNotFoundError,
-    SystemError_,
 )
+from ferry.http_errors import error_middleware, json_response
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
@@ -35,7 +33,6 @@ from ferry_delay_scheduler.openapi import openapi_document
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _STATUS: list[tuple[type[FerryError], int]] = [
     (MalformedRequestError, 400), (MessageNotFoundError, 404), (AlreadyDeliveredError, 409),
@@ -43,52 +40,12 @@ _STATUS: list[tuple[type[FerryError], int]] = [
 ]
 
 
-def status_for(exc: FerryError) -> int:
-    return next((status for cls, status in _STATUS if isinstance(exc, cls)), 500)
+def _leader(exc: FerryError) -> dict[str, Any]:
+    # A standby's 503 names the leader, so a client can retry there.
+    return {"leader": exc.leader} if isinstance(exc, NotLeaderError) else {}
 
 
-def error_body(exc: FerryError) -> dict[str, Any]:
-    cls = next((c for c in type(exc).__mro__ if c.__module__ == "ferry.errors"), type(exc))
-    err: dict[str, Any] = {"code": exc.code, "type": cls.__name__, "message": str(exc)}
-    if isinstance(exc, NotLeaderError):
-        err["leader"] = exc.leader
-    return {"error": err}
-
-
-def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status,
-                             dumps=lambda d: json.dumps(d, separators=(",", ":")))
-
-
-@web.middleware
-async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every failure to a JSON error; one log line per failed request."""
-    started = time.perf_counter()
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        err: FerryError = MalformedRequestError(
-            f"no endpoint {request.method} {request.path}" if exc.status in (404, 405)
-            else exc.reason)
-        _log_error(request, exc.status, err, started)
-        return json_response(error_body(err), status=exc.status)
-    except FerryError as exc:
-        status = status_for(exc)
-        _log_error(request, status, exc, started)
-        return json_response(error_body(exc), status=status)
-    except Exception:
-        log.exception("unexpected failure", extra={"method": request.method,
-                                                   "path": request.path})
-        return json_response(error_body(SystemError_("internal error; see the scheduler log")),
-                             status=500)
-
-
-def _log_error(request: web.Request, status: int, err: FerryError, started: float) -> None:
-    log.warning("request failed", extra={
-        "method": request.method, "path": request.path, "status": status, "error": str(err),
-        "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
+errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
 
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],

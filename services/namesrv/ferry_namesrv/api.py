@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from ferry import http_errors
 from ferry.errors import (
     AlreadyExistsError,
     BusyError,
@@ -41,20 +42,6 @@ _STATUS: list[tuple[type[FerryError], int]] = [
 ]
 
 
-def status_for(exc: FerryError) -> int:
-    for cls, status in _STATUS:
-        if isinstance(exc, cls):
-            return status
-    return 500
-
-
-def error_body(exc: FerryError) -> dict[str, object]:
-    # Subclasses local to a module (InvalidConfigError) report the shared class
-    # whose code they carry, so clients can map `type` back to ferry.errors.
-    cls = next((c for c in type(exc).__mro__ if c.__module__ == "ferry.errors"), type(exc))
-    return {"error": {"code": exc.code, "type": cls.__name__, "message": str(exc)}}
-
-
 def _from_http(exc: web.HTTPException, request: web.Request) -> FerryError:
     if exc.status == 404:
         return MalformedRequestError(f"no endpoint {request.method} {request.path}")
@@ -75,20 +62,20 @@ async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamR
         if exc.status < 400:
             raise
         err = _from_http(exc, request)
-        response = json_response(error_body(err), status=exc.status)
+        response = json_response(http_errors.error_body(err), status=exc.status)
         _log_error(request, exc.status, err, started)
         return response
     except FerryError as exc:
-        status = status_for(exc)
+        status = http_errors.status_for(exc, _STATUS)
         _log_error(request, status, exc, started)
-        return json_response(error_body(exc), status=status)
+        return json_response(http_errors.error_body(exc), status=status)
     except EtcdUnavailable as exc:
         err = BusyError(f"etcd unavailable: {exc}")
         _log_error(request, 503, err, started)
-        return json_response(error_body(err), status=503)
+        return json_response(http_errors.error_body(err), status=503)
     except Exception:
         log.exception("unexpected failure", extra=_fields(request, 500, started))
-        return json_response(error_body(SystemError_("internal error; see the namesrv log")),
+        return json_response(http_errors.error_body(SystemError_("internal error; see the namesrv log")),
                              status=500)
     log.debug("request", extra=_fields(request, response.status, started))
     return response

@@ -12,11 +12,9 @@ Every failure is the JSON error body of namesrv: `{"error": {"code", "type", "me
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,8 +23,8 @@ from ferry.errors import (
     FerryError,
     MalformedRequestError,
     MessageNotFoundError,
-    SystemError_,
 )
+from ferry.http_errors import error_middleware, json_response
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
@@ -38,56 +36,13 @@ DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
 LIST_STATES = ("open", "discarded")
 _MSG_ID = re.compile(r"^[0-9A-Fa-f]{32}$")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _STATUS: list[tuple[type[FerryError], int]] = [
     (MalformedRequestError, 400), (MessageNotFoundError, 404), (BusyError, 503),
 ]
 
 
-def status_for(exc: FerryError) -> int:
-    return next((status for cls, status in _STATUS if isinstance(exc, cls)), 500)
-
-
-def error_body(exc: FerryError) -> dict[str, Any]:
-    cls = next((c for c in type(exc).__mro__ if c.__module__ == "ferry.errors"), type(exc))
-    return {"error": {"code": exc.code, "type": cls.__name__, "message": str(exc)}}
-
-
-def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status,
-                             dumps=lambda d: json.dumps(d, separators=(",", ":")))
-
-
-@web.middleware
-async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every failure to a JSON error; one log line per failed request."""
-    started = time.perf_counter()
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        err: FerryError = MalformedRequestError(
-            f"no endpoint {request.method} {request.path}" if exc.status in (404, 405)
-            else exc.reason)
-        _log_error(request, exc.status, err, started)
-        return json_response(error_body(err), status=exc.status)
-    except FerryError as exc:
-        status = status_for(exc)
-        _log_error(request, status, exc, started)
-        return json_response(error_body(exc), status=status)
-    except Exception:
-        log.exception("unexpected failure", extra={"method": request.method,
-                                                   "path": request.path})
-        return json_response(error_body(SystemError_("internal error; see the checker log")),
-                             status=500)
-
-
-def _log_error(request: web.Request, status: int, err: FerryError, started: float) -> None:
-    log.warning("request failed", extra={
-        "method": request.method, "path": request.path, "status": status, "error": str(err),
-        "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
+errors_and_logs = error_middleware(_STATUS, log, "checker")
 
 
 def _limit(request: web.Request) -> int:

@@ -6,20 +6,13 @@ from typing import Any
 
 from aiohttp import web
 from ferry.errors import BusyError, MalformedRequestError
+from ferry.http_errors import json_response as json_response  # re-exported for the handlers
 from ferry.routing import RouteCache
 
 # A config body is a few hundred bytes; anything near this is a mistake.
 MAX_BODY_BYTES = 64 * 1024
 # How long a write waits for this instance's cache to see it (read-your-writes).
 WRITE_VISIBLE_TIMEOUT_S = 5.0
-
-
-def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status, dumps=_dumps)
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"))
 
 
 async def read_json(request: web.Request) -> Any:

@@ -1,0 +1,89 @@
+"""The JSON error bodies every Ferry HTTP API answers with, and the middleware that makes them.
+
+A failure is `{"error": {"code", "type", "message"}}` (docs/protocol.md), with
+the HTTP status a service maps from the error's class. `error_middleware`
+builds the aiohttp middleware the delay scheduler and the txn-checker share:
+every failure becomes such a body and one log line; the name server keeps its
+own middleware (it also maps etcd failures) but uses the same body.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from ferry.errors import FerryError, MalformedRequestError, SystemError_
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# (error class, HTTP status) pairs, the first match wins; no match is 500.
+StatusTable = Sequence[tuple[type[FerryError], int]]
+# Fields a service adds to the body of some errors (the leader on a standby's 503).
+ExtraFields = Callable[[FerryError], Mapping[str, Any]]
+
+
+def status_for(exc: FerryError, statuses: StatusTable) -> int:
+    """The HTTP status of `exc`: the first class in `statuses` it is an instance of, else 500."""
+    return next((status for cls, status in statuses if isinstance(exc, cls)), 500)
+
+
+def error_body(exc: FerryError, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `{"error": {...}}` body of `exc`, with `extra` fields added to the inner object."""
+    # Subclasses local to a module (InvalidConfigError) report the shared class
+    # whose code they carry, so clients can map `type` back to ferry.errors.
+    cls = next((c for c in type(exc).__mro__ if c.__module__ == "ferry.errors"), type(exc))
+    err: dict[str, Any] = {"code": exc.code, "type": cls.__name__, "message": str(exc)}
+    err.update(extra or {})
+    return {"error": err}
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """`data` as a compact JSON response."""
+    return web.json_response(data, status=status,
+                             dumps=lambda d: json.dumps(d, separators=(",", ":")))
+
+
+def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
+                     extra: ExtraFields | None = None) -> Middleware:
+    """A middleware mapping every failure to a JSON error body; one log line per failure.
+
+    `service` names the log the 500 body points at ("see the scheduler log").
+    """
+    def body(exc: FerryError) -> dict[str, Any]:
+        return error_body(exc, extra(exc) if extra is not None else None)
+
+    @web.middleware
+    async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            err: FerryError = MalformedRequestError(
+                f"no endpoint {request.method} {request.path}" if exc.status in (404, 405)
+                else exc.reason)
+            _log_error(log, request, exc.status, err, started)
+            return json_response(body(err), status=exc.status)
+        except FerryError as exc:
+            status = status_for(exc, statuses)
+            _log_error(log, request, status, exc, started)
+            return json_response(body(exc), status=status)
+        except Exception:
+            log.exception("unexpected failure", extra={"method": request.method,
+                                                       "path": request.path})
+            return json_response(body(SystemError_(f"internal error; see the {service} log")),
+                                 status=500)
+
+    return errors_and_logs
+
+
+def _log_error(log: logging.Logger, request: web.Request, status: int, err: FerryError,
+               started: float) -> None:
+    log.warning("request failed", extra={
+        "method": request.method, "path": request.path, "status": status, "error": str(err),
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
