@@ -7,9 +7,11 @@ step is logged and the later ones (saving state, closing a store) still run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 
 log = logging.getLogger(__name__)
 
@@ -41,3 +43,26 @@ def as_step(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     async def run() -> None:
         fn()
     return run
+
+
+async def cancel_task(tasks: dict[str, asyncio.Task[None]], name: str) -> None:
+    """Cancel the background task `name` (if running), drop it from `tasks`, wait for its end."""
+    task = tasks.pop(name, None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def cancel_tasks(tasks: dict[str, asyncio.Task[None]]) -> None:
+    """Cancel every task in `tasks`, one after the other, as `cancel_task` does."""
+    for name in list(tasks):
+        await cancel_task(tasks, name)
+
+
+def package_version(distribution: str) -> str:
+    """The installed version of `distribution`; "0.0.0" when run from a source tree."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0.0.0"

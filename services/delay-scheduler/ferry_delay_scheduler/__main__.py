@@ -5,12 +5,9 @@ flag given on the command line wins over the variable.
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import sys
 
-from ferry.telemetry.logs import setup_logging
+from ferry.entry import Flag, parse_config, run_app
 
 from ferry_delay_scheduler.config import SchedulerConfig
 
@@ -24,8 +21,7 @@ DESCRIPTION = (
     "Configured by FERRY_DELAY_SCHEDULER_* environment variables; flags override them."
 )
 
-# flag -> (config field, type, help)
-_FLAGS: list[tuple[str, str, type, str]] = [
+_FLAGS: list[Flag] = [
     ("--host", "host", str, "HTTP listen address (FERRY_DELAY_SCHEDULER_HOST)"),
     ("--advertise-host", "advertise_host", str,
      "host published as the leader's address (FERRY_DELAY_SCHEDULER_ADVERTISE_HOST)"),
@@ -45,28 +41,17 @@ _FLAGS: list[tuple[str, str, type, str]] = [
 
 
 def parse_args(argv: list[str] | None) -> SchedulerConfig:
-    parser = argparse.ArgumentParser(prog="ferry-delay-scheduler", description=DESCRIPTION)
-    for flag, dest, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
-    args = parser.parse_args(argv)
-    try:
-        return SchedulerConfig.from_env(overrides=vars(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
+    return parse_config(argv, "ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env)
 
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
-    setup_logging(config.log_level)
-    from ferry_delay_scheduler.app import SchedulerApp  # after logging is set up
 
-    try:
-        asyncio.run(SchedulerApp(config).run())
-    except Exception:
-        logging.getLogger("ferry_delay_scheduler").exception("delay scheduler failed")
-        return 1
-    return 0
+    async def run() -> None:
+        from ferry_delay_scheduler.app import SchedulerApp  # after logging is set up
+        await SchedulerApp(config).run()
+
+    return run_app(config.log_level, run, "ferry_delay_scheduler", "delay scheduler")
 
 
 if __name__ == "__main__":

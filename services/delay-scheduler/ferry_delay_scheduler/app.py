@@ -12,16 +12,21 @@ local log. Each step runs even if an earlier one failed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aiohttp import web
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
-from ferry.lifecycle import as_step, serve_until_signalled, stop_step
+from ferry.lifecycle import (
+    as_step,
+    cancel_task,
+    cancel_tasks,
+    package_version,
+    serve_until_signalled,
+    stop_step,
+)
 
 from ferry_delay_scheduler import wheel_files
 from ferry_delay_scheduler.api import build_app
@@ -41,13 +46,6 @@ MAINTENANCE_INTERVAL_S = 60.0
 RETENTION_EVERY_ROUNDS = 60  # the local log's retention runs hourly
 RETENTION_MAX_BEHIND_MS = 3_600_000  # ... and only while the wheel is not behind by more
 MINUTE_MS = 60_000
-
-
-def _version() -> str:
-    try:
-        return version("ferry-delay-scheduler")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 class SchedulerApp:
@@ -119,7 +117,7 @@ class SchedulerApp:
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
-                        _version())
+                        package_version("ferry-delay-scheduler"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
@@ -239,7 +237,7 @@ class SchedulerApp:
         await stop_step("stop delivering", self._stop_delivering)
         if self.election is not None:
             await stop_step("resign leadership", self.election.stop)
-        await stop_step("stop background tasks", self._cancel_tasks)
+        await stop_step("stop background tasks", lambda: cancel_tasks(self._tasks))
         if self.wheel is not None and self.ingestor is not None:
             await stop_step("save progress", self.save_progress)
         if self._runner is not None:
@@ -251,25 +249,14 @@ class SchedulerApp:
         log.info("delay scheduler stopped")
 
     async def _stop_pulling(self) -> None:
-        await self._cancel("ingest")
+        await cancel_task(self._tasks, "ingest")
         if self.ingestor is not None:
             await self.ingestor.stop()
 
     async def _stop_delivering(self) -> None:
-        await self._cancel("deliver")
+        await cancel_task(self._tasks, "deliver")
         if self.deliverer is not None:
             await self.deliverer.drain(self.config.shutdown_timeout_ms / 1000)
-
-    async def _cancel_tasks(self) -> None:
-        for name in list(self._tasks):
-            await self._cancel(name)
-
-    async def _cancel(self, name: str) -> None:
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT, stop."""

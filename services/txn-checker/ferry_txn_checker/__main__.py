@@ -5,12 +5,9 @@ given on the command line wins over the variable.
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import sys
 
-from ferry.telemetry.logs import setup_logging
+from ferry.entry import Flag, parse_config, run_app
 
 from ferry_txn_checker.config import CheckerConfig
 
@@ -24,8 +21,7 @@ DESCRIPTION = (
     "FERRY_TXN_CHECKER_* environment variables; flags override them."
 )
 
-# flag -> (config field, type, help)
-_FLAGS: list[tuple[str, str, type, str]] = [
+_FLAGS: list[Flag] = [
     ("--host", "host", str, "HTTP listen address (FERRY_TXN_CHECKER_HOST)"),
     ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
      "(FERRY_TXN_CHECKER_HTTP_PORT, 10923)"),
@@ -44,28 +40,17 @@ _FLAGS: list[tuple[str, str, type, str]] = [
 
 
 def parse_args(argv: list[str] | None) -> CheckerConfig:
-    parser = argparse.ArgumentParser(prog="ferry-txn-checker", description=DESCRIPTION)
-    for flag, dest, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
-    args = parser.parse_args(argv)
-    try:
-        return CheckerConfig.from_env(overrides=vars(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
+    return parse_config(argv, "ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env)
 
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
-    setup_logging(config.log_level)
-    from ferry_txn_checker.app import CheckerApp  # after logging is set up
 
-    try:
-        asyncio.run(CheckerApp(config).run())
-    except Exception:
-        logging.getLogger("ferry_txn_checker").exception("txn-checker failed")
-        return 1
-    return 0
+    async def run() -> None:
+        from ferry_txn_checker.app import CheckerApp  # after logging is set up
+        await CheckerApp(config).run()
+
+    return run_app(config.log_level, run, "ferry_txn_checker", "txn-checker")
 
 
 if __name__ == "__main__":

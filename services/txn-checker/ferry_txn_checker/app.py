@@ -9,17 +9,21 @@ connections. Each step runs even if an earlier one failed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from aiohttp import web
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
-from ferry.lifecycle import serve_until_signalled, stop_step
+from ferry.lifecycle import (
+    cancel_task,
+    cancel_tasks,
+    package_version,
+    serve_until_signalled,
+    stop_step,
+)
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.wire import RequestCode
 
@@ -33,13 +37,6 @@ from ferry_txn_checker.state import Book
 log = logging.getLogger("ferry_txn_checker")
 
 CHECKPOINT_DUTY_FACTOR = 10  # the pause after a save is at least 10x its duration
-
-
-def _version() -> str:
-    try:
-        return version("ferry-txn-checker")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 class CheckerApp:
@@ -75,7 +72,8 @@ class CheckerApp:
         log.info("txn-checker starting", extra={
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
-        app = build_app(self.book, self.stats_document, lambda: self.ready, _version())
+        app = build_app(self.book, self.stats_document, lambda: self.ready,
+                        package_version("ferry-txn-checker"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
@@ -161,7 +159,7 @@ class CheckerApp:
         log.info("txn-checker stopping")
         await stop_step("stop scanning", self._stop_scanning)
         await stop_step("stop checking", self._stop_checking)
-        await stop_step("stop background tasks", self._cancel_tasks)
+        await stop_step("stop background tasks", lambda: cancel_tasks(self._tasks))
         if self._ready:
             await stop_step("save the checkpoint", self.save_checkpoint)
         if self._runner is not None:
@@ -171,23 +169,12 @@ class CheckerApp:
         log.info("txn-checker stopped")
 
     async def _stop_scanning(self) -> None:
-        await self._cancel("scan")
+        await cancel_task(self._tasks, "scan")
         await self.scanner.stop()
 
     async def _stop_checking(self) -> None:
-        await self._cancel("check")
+        await cancel_task(self._tasks, "check")
         await self.checker.drain(self.config.shutdown_timeout_ms / 1000)
-
-    async def _cancel_tasks(self) -> None:
-        for name in list(self._tasks):
-            await self._cancel(name)
-
-    async def _cancel(self, name: str) -> None:
-        task = self._tasks.pop(name, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def run(self) -> None:
         """Start, serve until SIGTERM/SIGINT, stop."""
