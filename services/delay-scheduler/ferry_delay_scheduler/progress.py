@@ -14,9 +14,10 @@ fdatasync, rename, fsync the directory) about once a second:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ferry.atomic_file import replace_durably
 
 PROGRESS_FILE = "progress.json"
 PROGRESS_VERSION = 1
@@ -56,17 +57,4 @@ def load_progress(root: Path) -> Progress | None:
 
 def save_progress(root: Path, progress: Progress) -> None:
     """Replace the progress file atomically and durably."""
-    path = root / PROGRESS_FILE
-    tmp = root / (PROGRESS_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, progress.to_json())
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_durably(root / PROGRESS_FILE, progress.to_json())

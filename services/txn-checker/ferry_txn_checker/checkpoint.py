@@ -22,10 +22,11 @@ records after it are pulled again, and the book skips none and counts none twice
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from ferry.atomic_file import replace_durably
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
@@ -54,19 +55,4 @@ def load(root: Path) -> dict[str, Any] | None:
 
 def save(root: Path, payload: bytes) -> None:
     """Replace the checkpoint atomically and durably (`payload` from `encode`)."""
-    path = root / CHECKPOINT_FILE
-    tmp = root / (CHECKPOINT_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_durably(root / CHECKPOINT_FILE, payload)

@@ -11,12 +11,12 @@ them) and counted per topic for `/v1/stats`.
 from __future__ import annotations
 
 import json
-import os
 import struct
 import time
 from collections import Counter
 from pathlib import Path
 
+from ferry.atomic_file import replace_durably
 from ferry.codec import TTL_MS, MessageFlag
 from ferry.codec.properties import decode_properties
 from ferry.codec.record import (
@@ -79,9 +79,7 @@ class TtlQueues:
             raise MalformedRequestError(f"more than {MAX_TTL_QUEUES} queues hold TTL messages")
         self._queues.add(key)
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(self._queues)))
-        os.replace(tmp, self._path)
+        replace_durably(self._path, json.dumps(sorted(self._queues)).encode())
 
 
 class TtlHook(PutHook):

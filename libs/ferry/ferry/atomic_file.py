@@ -1,0 +1,29 @@
+"""Replacing a small state file so that a crash leaves the old contents or the new, never part.
+
+Used for the services' progress, checkpoint and registry files: write a temp
+file beside it, fdatasync it, rename it over the old one, fsync the directory
+(so the rename itself survives a power loss).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def replace_durably(path: Path, payload: bytes) -> None:
+    """Make `payload` the whole content of `path`, atomically and durably."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:  # os.write may write less than asked
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
