@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
+K = TypeVar("K", bound=Hashable)
 
 
 async def serve_until_signalled(start: Callable[[], Awaitable[None]],
@@ -66,3 +68,39 @@ def package_version(distribution: str) -> str:
         return version(distribution)
     except PackageNotFoundError:
         return "0.0.0"
+
+
+class KeyedTasks(Generic[K]):
+    """One background task per key, kept in line with the keys wanted now.
+
+    What the services' pull loops need: one task per (broker, queue) of a route
+    that changes; a key no longer wanted, or whose task ended, is cancelled (and
+    started again next time if still wanted).
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[K, asyncio.Task[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def reconcile(self, want: set[K], start: Callable[[K], Coroutine[Any, Any, None]],
+                        name: Callable[[K], str]) -> list[K]:
+        """Cancel the tasks not in `want` (or finished), start the missing ones; the started keys."""
+        for key in list(self._tasks):
+            if key not in want or self._tasks[key].done():
+                await self.cancel(key)
+        started = [key for key in want if key not in self._tasks]
+        for key in started:
+            self._tasks[key] = asyncio.create_task(start(key), name=name(key))
+        return started
+
+    async def cancel(self, key: K) -> None:
+        task = self._tasks.pop(key)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    async def stop(self) -> None:
+        for key in list(self._tasks):
+            await self.cancel(key)

@@ -26,6 +26,7 @@ from ferry.errors import (
     MessageNotFoundError,
     TopicNotFoundError,
 )
+from ferry.lifecycle import KeyedTasks
 from ferry.names import SCHEDULE_TOPIC
 from ferry.wire import RequestCode
 
@@ -69,7 +70,7 @@ class Ingestor:
         self.on_added = on_added  # wakes the delivery loop
         #: broker name -> master address, from the last %SCHEDULE% route
         self.brokers: dict[str, str] = {}
-        self._tasks: dict[tuple[str, str, int], asyncio.Task[None]] = {}
+        self._tasks: KeyedTasks[tuple[str, str, int]] = KeyedTasks()
         # Local queue offsets of appends still waiting for the local fsync (see bucketed_through).
         self._unsettled: dict[int, int] = {}
         self._tokens = itertools.count()
@@ -103,22 +104,11 @@ class Ingestor:
             if self.is_leader():
                 want = {(b.name, b.master, q) for b in route.brokers
                         if b.master and b.readable for q in range(b.queues)}
-        for key in list(self._tasks):
-            if key not in want or self._tasks[key].done():
-                await self._cancel(key)
-        for key in want - self._tasks.keys():
-            self._tasks[key] = asyncio.create_task(self._pull_loop(*key),
-                                                   name=f"pull-{key[0]}-{key[2]}")
-
-    async def _cancel(self, key: tuple[str, str, int]) -> None:
-        task = self._tasks.pop(key)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await self._tasks.reconcile(want, lambda key: self._pull_loop(*key),
+                                    lambda key: f"pull-{key[0]}-{key[2]}")
 
     async def stop(self) -> None:
-        for key in list(self._tasks):
-            await self._cancel(key)
+        await self._tasks.stop()
 
     @property
     def pulling(self) -> int:

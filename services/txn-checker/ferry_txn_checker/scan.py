@@ -11,7 +11,6 @@ book holds `max_open` open halves (memory stays bounded; nothing is skipped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -19,6 +18,7 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
 from ferry.codec import iter_records
 from ferry.errors import CorruptRecordError, FerryError, MessageNotFoundError, TopicNotFoundError
+from ferry.lifecycle import KeyedTasks
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.wire import RequestCode
 
@@ -60,7 +60,7 @@ class Scanner:
         self.book = book
         #: broker name -> master address, from the last %HALF% route
         self.brokers: dict[str, str] = {}
-        self._tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        self._tasks: KeyedTasks[tuple[str, str, str]] = KeyedTasks()
         self._full_logged_at = 0.0
 
     async def run(self) -> None:
@@ -85,23 +85,13 @@ class Scanner:
         self.brokers = {b.name: b.master for b in route.brokers if b.master}
         want = {(name, addr, topic) for name, addr in self.brokers.items()
                 for topic in (HALF_TOPIC, OP_TOPIC)}
-        for key in list(self._tasks):
-            if key not in want or self._tasks[key].done():
-                await self._cancel(key)
-        for key in want - self._tasks.keys():
+        for key in want:
             self.book.broker(key[0])
-            self._tasks[key] = asyncio.create_task(self._pull_loop(*key),
-                                                   name=f"scan-{key[0]}-{key[2]}")
-
-    async def _cancel(self, key: tuple[str, str, str]) -> None:
-        task = self._tasks.pop(key)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await self._tasks.reconcile(want, lambda key: self._pull_loop(*key),
+                                    lambda key: f"scan-{key[0]}-{key[2]}")
 
     async def stop(self) -> None:
-        for key in list(self._tasks):
-            await self._cancel(key)
+        await self._tasks.stop()
 
     @property
     def pulling(self) -> int:
