@@ -156,6 +156,25 @@ class TransactionStateError(FerryError):
     code = 22
 
 
+class InvalidFilterError(FerryError, ValueError):
+    """A subscription's tag or SQL92 expression does not parse or breaks a filter limit.
+
+    Raised locally (`Consumer.start()`, `ferry.filter.compile_sql`) it carries
+    where the expression went wrong: `line` and `column` (1-based; 0 when not
+    about a position) and `expected` (what the parser could have taken there).
+    From the wire only the message is known; it says the same in words.
+    """
+
+    code = 23
+
+    def __init__(self, message: str, *, line: int = 0, column: int = 0,
+                 expected: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+        self.expected = expected
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -44,6 +44,8 @@ class RequestCode(IntEnum):
     DELIVER_DUE = 22    # the delay scheduler re-sends due messages to their real topic
     END_TRANSACTION = 30    # commit or roll back a transactional half message
     CHECK_TRANSACTION = 31  # txn-checker -> broker; broker -> a live producer of the group
+    LOCK = 32               # an ordered consumer locks (or renews) its queues at their broker
+    UNLOCK = 33             # ... and releases them once their in-flight message is committed
 
 
 class Flag(IntFlag):
