@@ -82,6 +82,29 @@ async def test_route_groups_master_and_slaves(etcd: Etcd, prefix: str,
             await reg.stop()
 
 
+async def test_listed_broker_stays_in_route_while_down(etcd: Etcd, prefix: str,
+                                                       registry: EtcdRegistry,
+                                                       cache: RouteCache) -> None:
+    """Ordered keys hash over the route: a listed broker that is down keeps its queues there."""
+    reg = await registered(etcd, prefix, MASTER_B)
+    try:
+        rev = await registry.put_topic(TopicConfig("orders", queues=2,
+                                                   brokers=("broker-a", "broker-b")))
+        await cache.wait_revision(rev)
+        await eventually(lambda: MASTER_B.key in cache.brokers)
+        route = cache.route("orders")
+        assert route is not None
+        assert [(b["name"], b["master"], b["queues"]) for b in route["brokers"]] == [
+            ("broker-a", None, 2), ("broker-b", MASTER_B.addr, 2)]
+        rev = await registry.put_topic(TopicConfig("unlisted", queues=2))
+        await cache.wait_revision(rev)
+        route = cache.route("unlisted")   # "every master": only the live ones
+        assert route is not None and [b["name"] for b in route["brokers"]] == ["broker-b"]
+    finally:
+        await reg.unregister_broker()
+        await reg.stop()
+
+
 async def test_expired_lease_removes_broker_from_cache(etcd: Etcd, prefix: str,
                                                        cache: RouteCache) -> None:
     reg = await registered(etcd, prefix, MASTER_A, ttl_s=2)

@@ -254,7 +254,11 @@ class RouteCache:
         advertise (created on a broker) is routed to those brokers. Each
         broker group appears once, with its master's address (None while the
         master is down, so consumers can still read from slaves) and its
-        slaves' addresses.
+        slaves' addresses. A group named in the topic's `brokers` list stays in
+        the route while none of its brokers is registered (no master, no
+        slaves): ordered keys hash over the route's queues, and a key must not
+        move to another broker's queue (overtaking what it sent before) just
+        because its broker restarts.
         """
         cfg = self.topics.get(topic)
         groups: dict[tuple[str, str], list[BrokerInfo]] = {}
@@ -263,6 +267,9 @@ class RouteCache:
         if cfg is not None:
             wanted = set(cfg.brokers)
             chosen = {k: v for k, v in groups.items() if not wanted or k[1] in wanted}
+            listed = {name for _, name in chosen}
+            for name in sorted(wanted - listed):   # configured, but down right now
+                chosen[("", name)] = []
         else:
             chosen = {k: v for k, v in groups.items() if any(topic in b.topics for b in v)}
             if not chosen:
