@@ -143,16 +143,16 @@ def _record_evaluator(sql: SqlFilter, props_only: bool) -> Evaluator:
 def _record_fetch(name: str) -> Fetch:
     """A fetch over a full record context; an empty tag string or keys are NULL."""
     if name == TAGS_NAME:
-        return lambda ctx: ctx[1][ctx[2]:ctx[3]].tobytes().decode() or None
+        return lambda ctx: ctx[1][ctx[2]:ctx[3]].tobytes().decode("utf-8", "replace") or None
     if name == KEYS_NAME:
-        return lambda ctx: ctx[1][ctx[3]:ctx[4]].tobytes().decode() or None
+        return lambda ctx: ctx[1][ctx[3]:ctx[4]].tobytes().decode("utf-8", "replace") or None
     fetch = _props_fetch(name)
     return lambda ctx: fetch(ctx[0])
 
 
 def _props_fetch(name: str) -> Fetch:
-    """A fetch of one property from b"\\x02" + encoded properties. A value that is not
-    UTF-8 raises UnicodeDecodeError, which match_sql turns into "no match"."""
+    """A fetch of one property from b"\\x02" + encoded properties; a value that is not
+    UTF-8 cannot be compared with anything and reads as NULL."""
     pair = _END + name.encode() + _KV
     skip = len(pair)
 
@@ -161,5 +161,8 @@ def _props_fetch(name: str) -> Fetch:
         if start < 0:
             return None
         start += skip
-        return raw[start:raw.find(_END, start)].decode()
+        try:
+            return raw[start:raw.find(_END, start)].decode()
+        except UnicodeDecodeError:
+            return None
     return fetch_property
