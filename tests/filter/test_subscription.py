@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from ferry.codec.properties import encode_properties
 from ferry.codec.record import MessageIn, encode_record
+from ferry.codec.tags import tag_hash
 from ferry.errors import InvalidFilterError
 from ferry.filter import (
     MAX_SUBSCRIBED_TAGS,
@@ -61,6 +62,12 @@ def test_subscription_wire_fields_round_trip() -> None:
     assert Subscription().to_fields() == {"tags": None, "sql": None}
     assert Subscription.from_fields(["*"], None).is_all
     assert not Subscription.from_fields(None, "TRUE").is_all
+
+
+def test_tag_hashes_are_those_of_the_consume_queue() -> None:
+    assert Subscription.of("a || b").tag_hashes == frozenset({tag_hash("a"), tag_hash("b")})
+    assert Subscription.of("*").tag_hashes is None
+    assert Subscription(sql=compile_sql("TRUE")).tag_hashes is None
 
 
 def test_subscription_of_what_a_user_passes() -> None:

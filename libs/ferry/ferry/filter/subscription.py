@@ -18,6 +18,7 @@ from typing import Any
 
 from ferry.codec.properties import PROP_END, PROP_KV
 from ferry.codec.record import HEADER_LAYOUT, HEADER_SIZE
+from ferry.codec.tags import tag_hash
 from ferry.errors import InvalidFilterError
 from ferry.filter.compiler import compile_tree
 from ferry.filter.evaluators import Evaluator, Fetch
@@ -66,6 +67,11 @@ class Subscription:
         """The wire fields: {"tags": sorted list or None, "sql": str or None}."""
         return {"tags": None if self.tags is None else sorted(self.tags),
                 "sql": None if self.sql is None else self.sql.expression}
+
+    @property
+    def tag_hashes(self) -> frozenset[int] | None:
+        """The tag hashes a consume-queue entry must carry to be read (None = any)."""
+        return None if self.tags is None else frozenset(tag_hash(t) for t in self.tags)
 
     @property
     def is_all(self) -> bool:
