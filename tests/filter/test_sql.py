@@ -163,3 +163,15 @@ def test_huge_digit_strings_are_text_not_errors() -> None:
     assert f.evaluate({"n": "9" * 10_000}) is False
     assert f.evaluate({"n": "9" * 4000}) is True
     assert compile_sql("n = '" + "9" * 4000 + "'").evaluate({"n": "9" * 4000})
+
+
+def test_a_refused_selector_is_refused_again_alike() -> None:
+    errors = []
+    for _ in range(2):
+        with pytest.raises(InvalidFilterError) as caught:
+            compile_sql("amount > 100 AND @")
+        errors.append(caught.value)
+    first, again = errors
+    assert first is not again
+    assert (str(again), again.line, again.column, again.expected) == \
+        (str(first), first.line, first.column, first.expected)

@@ -82,7 +82,21 @@ def compile_sql(text: str) -> SqlFilter:
     if len(text) > MAX_SQL_CHARS:
         raise InvalidFilterError(f"the SQL expression is {len(text)} characters long; "
                                  f"the limit is {MAX_SQL_CHARS}")
-    return _compile_cached(text)
+    refused = _REFUSED.get(text)
+    if refused is not None:  # a client repeating a bad selector costs a dict lookup, not a parse
+        raise InvalidFilterError(refused[0], line=refused[1], column=refused[2],
+                                 expected=refused[3])
+    try:
+        return _compile_cached(text)
+    except InvalidFilterError as err:
+        if len(_REFUSED) >= MAX_CACHED_FILTERS:
+            _REFUSED.clear()
+        _REFUSED[text] = (str(err), err.line, err.column, err.expected)
+        raise
+
+
+#: Selectors refused lately, by text: (message, line, column, expected) to raise again.
+_REFUSED: dict[str, tuple[str, int, int, tuple[str, ...]]] = {}
 
 
 @lru_cache(maxsize=MAX_CACHED_FILTERS)
