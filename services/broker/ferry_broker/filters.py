@@ -11,8 +11,7 @@ the SQL on its properties, TAGS and KEYS).
 Compiling costs a parse; consumers send the same few filters with every pull,
 so compiled filters are kept in a bounded LRU keyed by the fields as sent.
 A filter that does not compile is not cached: `InvalidFilterError` each time
-(`compile_sql` refuses an over-long one before parsing, and keeps its own
-bounded cache of parsed text, so a repeated bad one is cheap too).
+(`compile_sql` refuses an over-long one, MAX_SQL_CHARS, before parsing).
 """
 from __future__ import annotations
 
