@@ -3,7 +3,9 @@ release on UNREGISTER and on heartbeat expiry, bounds, and the stats count."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from ferry.errors import InvalidNameError, MalformedRequestError
 from ferry.wire import RequestCode
 
 from tests.broker.conftest import Broker, start_broker
-from tests.broker.wire_client import WireClient
+from tests.broker.wire_client import WireClient, message
 from tests.support.procs import Etcd
 
 pytestmark = pytest.mark.integration
@@ -112,6 +114,33 @@ async def test_a_member_whose_heartbeats_stop_loses_its_locks(short_broker: Brok
         assert (await lock(c, "hg", "b", "t", [3]))["locked"] == [3]
     finally:
         await c.close()
+
+
+async def test_a_restarted_broker_grants_no_lock_for_half_an_expiry(tmp_path: Path,
+                                                                      etcd: Etcd) -> None:
+    # Its old locks are gone with its memory, but their holders may take messages
+    # for up to half an expiry after their last grant: nobody may lock meanwhile.
+    env = {"FERRY_BROKER_LOCK_EXPIRY_MS": "10000"}
+    b = start_broker(tmp_path, etcd, **env)
+    try:
+        c = await b.client()
+        await c.send("rl", 0, [message(b"x")])
+        assert (await lock(c, "rg", "a", "rl", [0]))["locked"] == [0]  # a fresh store: at once
+        await c.close()
+    finally:
+        b.proc.stop()
+    b = start_broker(tmp_path, etcd, data_dir=b.data_dir, prefix=b.env["FERRY_BROKER_ETCD_PREFIX"],
+                     **env)
+    try:
+        c = await b.client()
+        started = time.monotonic()
+        assert (await lock(c, "rg", "b", "rl", [0]))["locked"] == []
+        while not (await lock(c, "rg", "b", "rl", [0]))["locked"]:
+            assert time.monotonic() - started < 15, "never granted after the grace"
+            await asyncio.sleep(0.2)
+        await c.close()
+    finally:
+        b.proc.stop()
 
 
 def test_lock_expiry_is_configured_from_the_environment() -> None:

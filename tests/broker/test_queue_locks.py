@@ -18,10 +18,9 @@ def test_locks_are_exclusive_per_group_renewed_and_expire() -> None:
     assert table.lock("g", "a", "t", [0, 1]) == [0, 1]  # renewed until 110 s
     now[0] = 60_001  # queue 2 was not renewed: expired, b takes it
     assert table.lock("g", "b", "t", [0, 1, 2]) == [2]
-    assert table.holder("g", "t", 2) == "b"
     assert table.lock("g", "a", "t", [2]) == []
     now[0] = 110_001  # only b's t/2 (granted at 60_001) still lives
-    assert table.holder("g", "t", 0) is None and len(table) == 1
+    assert len(table) == 1
     assert table.purge_expired() == 5
     assert table.lock("g", "a", "t", [0, 1, 2, 3]) == [0, 1, 3]
 
@@ -48,6 +47,17 @@ def test_the_table_is_bounded() -> None:
     assert table.lock("g", "b", "t", [4]) == [4] and len(table) == 1
 
 
+def test_no_lock_is_granted_during_the_grace_after_a_restart() -> None:
+    now = [1000.0]
+    table = QueueLockTable(expiry_ms=60_000, clock_ms=lambda: now[0])
+    table.start_grace(30_000)
+    assert table.lock("g", "a", "t", [0]) == []
+    now[0] += 29_999
+    assert table.lock("g", "a", "t", [0]) == []
+    now[0] += 1
+    assert table.lock("g", "a", "t", [0]) == [0]
+
+
 def test_a_member_leaving_its_group_drops_its_locks() -> None:
     now = [0.0]
     consumers = ConsumerManager(expiry_ms=30_000, clock_ms=lambda: now[0])
@@ -58,7 +68,8 @@ def test_a_member_leaving_its_group_drops_its_locks() -> None:
     table.lock("g", "a", "t", [0])
     table.lock("g", "b", "t", [1])
     consumers.unregister("a", "g")
-    assert table.holder("g", "t", 0) is None and table.holder("g", "t", 1) == "b"
+    assert table.lock("g", "c", "t", [0, 1]) == [0]  # a's went, b's stays
+    table.unlock("g", "c", "t", [0])
     now[0] = 31_000  # b's heartbeat expired, its lock has not
     assert consumers.members("g") == []
-    assert table.holder("g", "t", 1) is None
+    assert table.lock("g", "c", "t", [1]) == [1]
