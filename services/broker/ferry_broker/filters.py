@@ -20,14 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ferry.codec.limits import MAX_TAGS_BYTES
 from ferry.errors import MalformedRequestError
 from ferry.filter import MAX_SUBSCRIBED_TAGS, Subscription, record_matcher
 from ferry.store import tag_hash
 
 #: Tags in one subscription (a PULL's `tags`, a HEARTBEAT subscription's): ferry.filter's.
 MAX_TAGS = MAX_SUBSCRIBED_TAGS
-#: Characters of one tag.
-MAX_TAG_CHARS = 255
+#: Characters of one tag: no stored tag is longer (the record's tags_len is a u16 of bytes).
+MAX_TAG_CHARS = MAX_TAGS_BYTES
 #: Compiled (tags, sql) filters kept by a broker.
 MAX_CACHED_FILTERS = 1024
 
