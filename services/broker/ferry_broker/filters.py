@@ -10,8 +10,9 @@ the SQL on its properties, TAGS and KEYS).
 
 Compiling costs a parse; consumers send the same few filters with every pull,
 so compiled filters are kept in a bounded LRU keyed by the fields as sent.
-A filter that does not compile is not cached: `InvalidFilterError` each time
-(`compile_sql` refuses an over-long one, MAX_SQL_CHARS, before parsing).
+A filter that does not compile is not cached here: `InvalidFilterError` each
+time (`compile_sql` refuses an over-long one, MAX_SQL_CHARS, before parsing,
+and remembers the refusal of a repeated one).
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from typing import Any
 from ferry.codec.limits import MAX_TAGS_BYTES
 from ferry.errors import MalformedRequestError
 from ferry.filter import MAX_SUBSCRIBED_TAGS, Subscription, record_matcher
-from ferry.store import tag_hash
 
 #: Tags in one subscription (a PULL's `tags`, a HEARTBEAT subscription's): ferry.filter's.
 MAX_TAGS = MAX_SUBSCRIBED_TAGS
@@ -73,8 +73,7 @@ def compile_filter(key: FilterKey) -> CompiledFilter:
     tags, sql = key
     tags_field = list(tags) if isinstance(tags, tuple) else tags
     sub = Subscription.from_fields(tags_field, sql)
-    hashes = None if sub.tags is None else frozenset(tag_hash(t) for t in sub.tags)
-    return CompiledFilter(sub, hashes, record_matcher(sub))
+    return CompiledFilter(sub, sub.tag_hashes, record_matcher(sub))
 
 
 class FilterCache:

@@ -51,9 +51,9 @@ def _subscriptions(value: object, filters: FilterCache) -> Mapping[str, SubField
         if not isinstance(sub, dict) or not sub.keys() <= SUBSCRIPTION_KEYS:
             raise MalformedRequestError(f"subscription of topic {topic!r} must be a map with "
                                         f"'tags' and 'sql' (either nil), not {sub!r:.200}")
-        got = filters.get(sub.get("tags"), sub.get("sql")).subscription.to_fields()
-        tags = got["tags"]
-        out[topic] = (None if tags is None else tuple(tags), got["sql"])
+        got = filters.get(sub.get("tags"), sub.get("sql")).subscription
+        out[topic] = (None if got.tags is None else tuple(sorted(got.tags)),
+                      None if got.sql is None else got.sql.expression)
     return out
 
 
