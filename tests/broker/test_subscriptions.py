@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 async def heartbeat(c: WireClient, client_id: str, group: str, topics: list[str],
                     subscriptions: Any = None, **extra: Any) -> None:
     fields = {"client_id": client_id, "group": group, "topics": topics, "mode": "clustering",
-              **extra}
+              **extra}  # extra may override the mode
     if subscriptions is not None:
         fields["subscriptions"] = subscriptions
     await c.call(RequestCode.HEARTBEAT, fields)
@@ -64,6 +64,14 @@ async def test_old_clients_without_subscriptions_keep_working(broker: Broker,
     resp = await client.call(RequestCode.GET_CONSUMERS, {"group": "gold", "topic": "orders"})
     assert resp.fields["members"] == ["new", "old"]
     assert "gold" not in conflicts(broker)  # an unknown filter is not compared
+
+
+
+async def test_broadcasting_members_may_differ(broker: Broker, client: WireClient) -> None:
+    for cid, tags in (("x", ["a"]), ("y", ["b"])):
+        await heartbeat(client, cid, "gcast", ["orders"], {"orders": {"tags": tags, "sql": None}},
+                        mode="broadcasting")
+    assert "gcast" not in conflicts(broker)
 
 
 async def test_bad_subscriptions_are_refused(broker: Broker, client: WireClient) -> None:

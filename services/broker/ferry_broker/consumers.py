@@ -34,7 +34,8 @@ class ConsumerInfo:
     subscriptions: Mapping[str, SubFields] | None = None
 
     def same_interest(self, other: ConsumerInfo) -> bool:
-        return self.topics == other.topics and self.subscriptions == other.subscriptions
+        return (self.topics, self.mode, self.subscriptions) == (other.topics, other.mode,
+                                                                other.subscriptions)
 
 
 class ConsumerManager:
@@ -116,5 +117,8 @@ class ConsumerManager:
 
     def _check_conflicts(self, group: str) -> None:
         members = self._groups.get(group, {})
+        # Only clustering members share queues: a broadcasting member reads every queue
+        # for itself, so what its filter skips costs nobody else anything.
         self.conflicts.update(group, group_conflicts(
-            {cid: (info.topics, info.subscriptions) for cid, info in members.items()}))
+            {cid: (info.topics, info.subscriptions) for cid, info in members.items()
+             if info.mode == "clustering"}))
