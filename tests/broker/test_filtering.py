@@ -84,6 +84,15 @@ async def test_walking_a_queue_one_match_at_a_time(client: WireClient, sql_topic
     assert nexts == [1, 3, 6, 7]  # each answer stops right after the record it serves
 
 
+async def test_committing_the_next_offset_of_a_filtered_pull_leaves_no_lag(
+        broker: Broker, client: WireClient, sql_topic: str) -> None:
+    fields, msgs = await client.pull(sql_topic, 0, 6, group="glag", sql="amount > 100")
+    assert (fields["status"], msgs) == ("NO_MATCHED_MESSAGE", [])
+    await client.call(RequestCode.COMMIT_OFFSET, {"group": "glag", "topic": sql_topic,
+                                                  "queue_id": 0, "offset": fields["next_offset"]})
+    assert broker.get_json("/v1/stats")["groups"]["glag"][sql_topic]["0"]["lag"] == 0
+
+
 async def test_tag_hash_collision_never_leaks(client: WireClient) -> None:
     a, b = "tag1371838", "tag2000402"  # found by search: CRC32C collision
     assert a != b and tag_hash(a) == tag_hash(b)
