@@ -3,6 +3,7 @@ positions past the skipped ones, and garbage selectors refused without harm."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from ferry.errors import FerryError, InvalidFilterError, MalformedRequestError
@@ -133,15 +134,35 @@ async def test_long_poll_moves_past_skipped_records(broker: Broker) -> None:
 
 async def test_a_long_skip_is_answered_in_steps_not_parked(client: WireClient) -> None:
     # More non-matching records than one pull scans (the store's MAX_SCAN_ENTRIES,
-    # 16,000): the answer comes at the scan bound, so the consumer moves on and pulls
-    # again instead of waiting while unscanned records sit there.
+    # 16,000, and the broker's scan time bound): each answer comes at once, at the
+    # point the scan reached, so the consumer moves on and pulls again instead of
+    # waiting out max_wait_ms while unscanned records sit there.
     batch = [message(b"", properties={"n": "0"})] * 10_000
     for _ in range(2):
         await client.send("skip", 0, batch)
-    fields, msgs = await client.pull("skip", 0, 0, sql="n = 1", max_wait_ms=5000)
-    assert (fields["status"], msgs, fields["next_offset"]) == ("NO_MATCHED_MESSAGE", [], 16_000)
-    fields, msgs = await client.pull("skip", 0, 16_000, sql="n = 1", max_wait_ms=200)
-    assert msgs == [] and fields["next_offset"] == 20_000
+    await client.send("skip", 0, [message(b"match", properties={"n": "1"})])
+    offset, got = 0, []
+    while not got:
+        started = time.monotonic()
+        fields, got = await client.pull("skip", 0, offset, sql="n = 1", max_wait_ms=10_000)
+        assert time.monotonic() - started < 5, "parked although records were left to scan"
+        assert offset < fields["next_offset"] <= offset + 16_000
+        offset = fields["next_offset"]
+    assert [m.body for m in got] == [b"match"] and offset == 20_001
+
+
+async def test_a_costly_selector_is_scanned_in_bounded_steps(client: WireClient) -> None:
+    # 400 ANDs cost some hundreds of microseconds a record: one pull stops scanning
+    # after MAX_FILTER_SCAN_MS (the broker serves others meanwhile) and says how far
+    # it got; pulling on from there crosses the queue.
+    await client.send("costly", 0, [message(b"", properties={"a": "1"})] * 5000)
+    sql = "a = 1 AND " * 399 + "a = 2"
+    offset, steps = 0, 0
+    while offset < 5000:
+        fields, msgs = await client.pull("costly", 0, offset, sql=sql, max_wait_ms=1000)
+        assert msgs == [] and fields["next_offset"] > offset
+        offset, steps = fields["next_offset"], steps + 1
+    assert offset == 5000 and steps > 1
 
 
 NASTY_SQL = [

@@ -153,6 +153,23 @@ def test_match_predicate_skips_records_and_moves_past_them(store: MessageStore) 
     assert (got.status, got.next_queue_offset, seen) == (GetStatus.NO_MATCHED_MESSAGE, 21, [])
 
 
+def test_a_slow_match_stops_at_the_scan_time_bound(store: MessageStore) -> None:
+    for _ in range(5):
+        store.put_batch([MessageIn("slow", 0, b"x")] * 200)
+
+    def slow_no(raw: memoryview) -> bool:
+        time.sleep(0.001)
+        return False
+
+    got = store.get_messages("slow", 0, 0, match=slow_no, max_scan_ms=20)
+    # stopped early, at a run boundary, with the offset it reached (one run at least)
+    assert got.status is GetStatus.NO_MATCHED_MESSAGE and 1 <= got.next_queue_offset < 1000
+    got = store.get_messages("slow", 0, 0, match=lambda raw: True, max_scan_ms=20)
+    assert len(got.records) == 32  # a cheap predicate fills the pull as usual
+    got = store.get_messages("slow", 0, 0, max_count=1000, max_scan_ms=0)  # no match: no bound
+    assert len(got.records) == 1000
+
+
 def test_replay_by_time(store: MessageStore) -> None:
     stamps = []
     for i in range(30):

@@ -37,6 +37,11 @@ DEFAULT_MAX_COUNT = 32
 MAX_PULL_COUNT = 1024
 DEFAULT_MAX_BYTES = 1 << 20
 MAX_PULL_BYTES = 8 << 20  # keeps a response under the 16 MiB frame limit
+# How long one filtered pull may scan (on the event loop, under the store lock): a
+# selector can cost hundreds of microseconds a record, and 16,000 of them would
+# stall every other client for seconds. The scan stops there; the answer's
+# next_offset says how far it got, and the consumer pulls again at once.
+MAX_FILTER_SCAN_MS = 20
 # Statuses after which a pull waits for new messages instead of answering at once.
 _WAIT_STATUSES = frozenset({GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
                             GetStatus.NO_MATCHED_MESSAGE})
@@ -60,7 +65,7 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
 
     def get(at: int) -> GetResult:
         got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes,
-                                     match)
+                                     match, MAX_FILTER_SCAN_MS)
         if ttl_queue and got.records:
             live = expiry.live(topic, got.records)
             if len(live) != len(got.records):
