@@ -9,8 +9,9 @@ from ferry_broker.filters import MAX_TAGS, FilterCache
 
 def test_fields_become_tag_hashes_and_a_matcher() -> None:
     cache = FilterCache()
-    assert cache.get(None, None).is_all and cache.get("*", None).is_all
-    assert cache.get(["a", "*"], None).is_all
+    for tags in (None, "*", ["a", "*"], [], ""):
+        every = cache.get(tags, None)
+        assert every.tag_hashes is None and every.match is None
     tags = cache.get(["a", "b"], None)
     assert tags.tag_hashes == {tag_hash("a"), tag_hash("b")} and tags.match is not None
     assert cache.get("a || b", None).tag_hashes == tags.tag_hashes

@@ -44,13 +44,13 @@ class CompiledFilter:
     tag_hashes: frozenset[int] | None  # None: no consume-queue filter
     match: Callable[[memoryview], bool] | None  # None: every record the hashes let through
 
-    @property
-    def is_all(self) -> bool:
-        return self.tag_hashes is None and self.match is None
-
 
 def filter_key(tags: Any, sql: Any) -> FilterKey:
-    """The fields checked for type and size, as a hashable key (MalformedRequestError)."""
+    """The fields checked for type and size, as a hashable key (MalformedRequestError).
+
+    A tag string ("a || b") or a selector is bounded by the frame header (64 KiB);
+    `compile_sql` refuses a selector over MAX_SQL_CHARS before parsing it.
+    """
     if isinstance(tags, list):
         if len(tags) > MAX_TAGS or not all(type(t) is str and len(t) <= MAX_TAG_CHARS
                                            for t in tags):
@@ -60,8 +60,6 @@ def filter_key(tags: Any, sql: Any) -> FilterKey:
     elif tags is not None and type(tags) is not str:
         raise MalformedRequestError(f"field 'tags' must be a list of strings, a string or "
                                     f"null, not {type(tags).__name__}")
-    elif isinstance(tags, str) and len(tags) > MAX_TAGS * (MAX_TAG_CHARS + 2):
-        raise MalformedRequestError("field 'tags' is too long")
     if sql is not None and type(sql) is not str:
         raise MalformedRequestError(f"field 'sql' must be a string or null, not "
                                     f"{type(sql).__name__}")
