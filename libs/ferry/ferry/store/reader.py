@@ -4,10 +4,22 @@ Every served record is checked against its consume-queue entry (size, magic,
 CRC) and skipped with an error log if it fails (see store-format.md, "Reads
 verify as well", for why a read keeps its CRC check). Records are returned as
 zero-copy read-only views of the commit log's mapping.
+
+A reader may filter twice: `tag_hashes` on the consume-queue entry (before the
+commit log is touched), then `match`, a predicate over the checked record (the
+broker's exact tag and SQL92 check, `ferry.filter.record_matcher`; the store
+only calls it). A record either rejects is skipped for good: the returned next
+offset is past it. A predicate may be slow (a selector of thousands of
+characters takes hundreds of microseconds a record), so a caller can bound a
+scan's time too (`max_scan_ms`): it is checked between runs of entries (sized
+by the cost seen so far), and the scan stops there with what it found and the
+offset reached.
 """
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from crc32c import crc32c
 
@@ -32,30 +44,62 @@ log = logging.getLogger(__name__)
 # A filtered pull scans at most this many consume-queue entries ("a limit on everything").
 MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
+# Entries of the first run of a scan whose time is bounded: small enough that a
+# slow predicate stays within some tens of milliseconds; later runs are sized
+# by the cost seen (`_next_chunk`).
+_FIRST_TIMED_CHUNK = 64
 _unpack_check = SIZE_MAGIC_CRC.unpack_from
+
+#: A predicate over one checked stored record (its bytes, as a view): keep it?
+RecordMatch = Callable[[memoryview], bool]
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
-                 max_bytes: int, tag_hashes: set[int] | frozenset[int] | None
+                 max_bytes: int, tag_hashes: set[int] | frozenset[int] | None,
+                 match: RecordMatch | None = None, max_scan_ms: float | None = None
                  ) -> tuple[list[memoryview], int]:
-    """The records of cq from queue_offset on, within the limits; and the next offset."""
+    """The records of cq from queue_offset on, within the limits; and the next offset.
+
+    With `max_scan_ms` (used only with `match`) the scan stops once that long
+    passed, at a run boundary (at least one run is always read).
+    """
     records: list[memoryview] = []
     nxt = queue_offset
     scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
+    filtered = tag_hashes is not None or match is not None
+    deadline = (None if match is None or max_scan_ms is None
+                else time.monotonic() + max_scan_ms / 1000.0)
+    chunk = _SCAN_CHUNK if deadline is None else _FIRST_TIMED_CHUNK
     while nxt < scan_limit and len(records) < max_count:
-        want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
+        want = chunk if filtered else max_count - len(records)
         entries = cq.get(nxt, min(want, scan_limit - nxt))
         if not entries:
             break
-        nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes)
+        started = time.monotonic() if deadline is not None else 0.0
+        nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes,
+                              match)
         if full:
             break
+        if deadline is not None:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            chunk = _next_chunk(now - started, len(entries), deadline - now)
     return records, nxt
+
+
+def _next_chunk(took_s: float, entries: int, left_s: float) -> int:
+    """Entries for the next run of a timed scan: what the time left allows at the
+    cost per entry just seen (a cheap predicate soon reads full runs)."""
+    if took_s <= 0:
+        return _SCAN_CHUNK
+    return max(_FIRST_TIMED_CHUNK, min(_SCAN_CHUNK, int(left_s * entries / took_s)))
 
 
 def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int]], nxt: int,
               records: list[memoryview], max_count: int, max_bytes: int,
-              tag_hashes: set[int] | frozenset[int] | None) -> tuple[int, bool]:
+              tag_hashes: set[int] | frozenset[int] | None, match: RecordMatch | None
+              ) -> tuple[int, bool]:
     """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit)."""
     add = records.append
     total = sum(len(r) for r in records)
@@ -82,6 +126,8 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
             log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
                       cq.topic, cq.queue_id, nxt - 1)
             continue  # never served
+        if match is not None and not match(raw):
+            continue  # filtered out: skipped for good (nxt is already past it)
         add(raw)
         total += size
         if len(records) >= max_count:
