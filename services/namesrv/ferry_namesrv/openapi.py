@@ -7,9 +7,9 @@ from ferry.routing import MAX_QUEUES, MIN_QUEUES
 from ferry.routing.models import (
     CONSUME_FROM,
     DEFAULT_RETRY_BACKOFF_MS,
+    MAX_PRIORITY_LEVELS,
     MAX_RETRY,
     MAX_RETRY_BACKOFF_MS,
-    MAX_PRIORITY_LEVELS,
     MAX_RETRY_BACKOFF_STEPS,
     MIN_PRIORITY_LEVELS,
     TOPIC_PERMS,
