@@ -36,7 +36,6 @@ class _Operand:
 
     fetch: Fetch | None
     value: Value
-    token: Token
 
 
 def compile_tree(tree: Tree | Token, fetcher: Callable[[str], Fetch]) -> Compiled:
@@ -135,8 +134,8 @@ class _Compiler:
             fetch = self.names.get(name)
             if fetch is None:
                 fetch = self.names[name] = self.fetcher(name)
-            return _Operand(fetch, None, token)
-        return _Operand(None, _literal(token), token)
+            return _Operand(fetch, None)
+        return _Operand(None, _literal(token))
 
     def truth(self, token: Token) -> Evaluator:
         """An operand used as a condition: TRUE/FALSE/NULL or a property holding 'true'/'false'."""

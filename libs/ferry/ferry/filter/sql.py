@@ -19,7 +19,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from ferry.errors import InvalidFilterError
 from ferry.filter.compiler import MAX_NESTING_DEPTH, compile_tree
 from ferry.filter.evaluators import Evaluator, Fetch
-from ferry.filter.grammar import PARSER, words_for
+from ferry.filter.grammar import parser, words_for
 
 #: Longest selector accepted, in characters.
 MAX_SQL_CHARS = 4096
@@ -82,13 +82,27 @@ def compile_sql(text: str) -> SqlFilter:
     if len(text) > MAX_SQL_CHARS:
         raise InvalidFilterError(f"the SQL expression is {len(text)} characters long; "
                                  f"the limit is {MAX_SQL_CHARS}")
-    return _compile_cached(text)
+    refused = _REFUSED.get(text)
+    if refused is not None:  # a client repeating a bad selector costs a dict lookup, not a parse
+        raise InvalidFilterError(refused[0], line=refused[1], column=refused[2],
+                                 expected=refused[3])
+    try:
+        return _compile_cached(text)
+    except InvalidFilterError as err:
+        if len(_REFUSED) >= MAX_CACHED_FILTERS:
+            _REFUSED.clear()
+        _REFUSED[text] = (str(err), err.line, err.column, err.expected)
+        raise
+
+
+#: Selectors refused lately, by text: (message, line, column, expected) to raise again.
+_REFUSED: dict[str, tuple[str, int, int, tuple[str, ...]]] = {}
 
 
 @lru_cache(maxsize=MAX_CACHED_FILTERS)
 def _compile_cached(text: str) -> SqlFilter:
     try:
-        tree = PARSER.parse(text)
+        tree = parser().parse(text)
         compiled = compile_tree(tree, _mapping_fetch)
     except InvalidFilterError:
         raise
@@ -151,7 +165,7 @@ def _end_position(text: str) -> tuple[int, int]:
 def _expected_before(prefix: str) -> tuple[str, ...]:
     """What the parser could take after `prefix` (for a character no token starts with)."""
     try:
-        interactive = PARSER.parse_interactive(prefix)
+        interactive = parser().parse_interactive(prefix)
         interactive.exhaust_lexer()
         return words_for(interactive.accepts())
     except Exception:  # noqa: BLE001 - only a better message is lost

@@ -18,6 +18,7 @@ from typing import Any
 
 from ferry.codec.properties import PROP_END, PROP_KV
 from ferry.codec.record import HEADER_LAYOUT, HEADER_SIZE
+from ferry.codec.tags import tag_hash
 from ferry.errors import InvalidFilterError
 from ferry.filter.compiler import compile_tree
 from ferry.filter.evaluators import Evaluator, Fetch
@@ -66,6 +67,11 @@ class Subscription:
         """The wire fields: {"tags": sorted list or None, "sql": str or None}."""
         return {"tags": None if self.tags is None else sorted(self.tags),
                 "sql": None if self.sql is None else self.sql.expression}
+
+    @property
+    def tag_hashes(self) -> frozenset[int] | None:
+        """The tag hashes a consume-queue entry must carry to be read (None = any)."""
+        return None if self.tags is None else frozenset(tag_hash(t) for t in self.tags)
 
     @property
     def is_all(self) -> bool:
@@ -143,16 +149,16 @@ def _record_evaluator(sql: SqlFilter, props_only: bool) -> Evaluator:
 def _record_fetch(name: str) -> Fetch:
     """A fetch over a full record context; an empty tag string or keys are NULL."""
     if name == TAGS_NAME:
-        return lambda ctx: ctx[1][ctx[2]:ctx[3]].tobytes().decode() or None
+        return lambda ctx: ctx[1][ctx[2]:ctx[3]].tobytes().decode("utf-8", "replace") or None
     if name == KEYS_NAME:
-        return lambda ctx: ctx[1][ctx[3]:ctx[4]].tobytes().decode() or None
+        return lambda ctx: ctx[1][ctx[3]:ctx[4]].tobytes().decode("utf-8", "replace") or None
     fetch = _props_fetch(name)
     return lambda ctx: fetch(ctx[0])
 
 
 def _props_fetch(name: str) -> Fetch:
-    """A fetch of one property from b"\\x02" + encoded properties. A value that is not
-    UTF-8 raises UnicodeDecodeError, which match_sql turns into "no match"."""
+    """A fetch of one property from b"\\x02" + encoded properties; a value that is not
+    UTF-8 cannot be compared with anything and reads as NULL."""
     pair = _END + name.encode() + _KV
     skip = len(pair)
 
@@ -161,5 +167,8 @@ def _props_fetch(name: str) -> Fetch:
         if start < 0:
             return None
         start += skip
-        return raw[start:raw.find(_END, start)].decode()
+        try:
+            return raw[start:raw.find(_END, start)].decode()
+        except UnicodeDecodeError:
+            return None
     return fetch_property
