@@ -47,7 +47,7 @@ from typing import Any
 
 from ferry.client.allocation import allocator
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import FetchConfig, QueueFetcher
+from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.group_settings import RESETS, GroupSettings
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
@@ -251,7 +251,7 @@ class Consumer:
         out: dict[TopicQueue, list[ConsumerRecord]] = {}
         taken = 0
         while taken < limit:
-            fetchers = self._servable()
+            fetchers = servable(self._fetchers.values(), self._levels)
             if not fetchers:
                 break
             self._next_queue = (self._next_queue + 1) % len(fetchers)
@@ -269,17 +269,6 @@ class Consumer:
                     break
         return out
 
-    def _servable(self) -> list[QueueFetcher]:
-        """The fetchers with buffered records, without those below a buffered higher level."""
-        fetchers = [f for f in self._fetchers.values() if f.buffered]
-        levels = self._levels
-        if not levels or len(fetchers) < 2:
-            return fetchers
-        top: dict[tuple[str, str], int] = {}
-        for f in fetchers:
-            where = (f.tq.topic, f.tq.broker)
-            top[where] = max(top.get(where, 0), levels.get(f.tq, 0))
-        return [f for f in fetchers if levels.get(f.tq, 0) == top[(f.tq.topic, f.tq.broker)]]
 
     def _promote(self) -> None:
         """What was handed out before counts as processed now."""

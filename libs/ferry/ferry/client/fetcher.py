@@ -20,6 +20,7 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,3 +297,20 @@ class QueueFetcher:
             self._push([], next_offset)
             self.fetch_offset = next_offset
         return False
+
+
+def servable(fetchers: Iterable[QueueFetcher],
+             levels: Mapping[TopicQueue, int]) -> list[QueueFetcher]:
+    """The fetchers with buffered records, without those below a buffered higher level.
+
+    `levels` holds the priority level of every queue above level 0; of each
+    (topic, broker), only the highest level with buffered records is served.
+    """
+    buffered = [f for f in fetchers if f.buffered]
+    if not levels or len(buffered) < 2:
+        return buffered
+    top: dict[tuple[str, str], int] = {}
+    for f in buffered:
+        where = (f.tq.topic, f.tq.broker)
+        top[where] = max(top.get(where, 0), levels.get(f.tq, 0))
+    return [f for f in buffered if levels.get(f.tq, 0) == top[(f.tq.topic, f.tq.broker)]]
