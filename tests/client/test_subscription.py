@@ -152,3 +152,17 @@ async def test_heartbeat_carries_subscriptions_but_not_the_retry_topic() -> None
                                        sent["subscriptions"]["a"].items()}).tags == {"x", "y"}
     await consumer._pool.close()
     await consumer._namesrv.close()
+
+
+async def test_heartbeat_of_a_consumer_taking_everything_says_so() -> None:
+    """An empty map, not a missing field: the broker compares only members that said."""
+    consumer = Consumer("a", group="g", namesrv=f"127.0.0.1:{free_port()}", subscription="*")
+    consumer._subscribe()
+    pool = _Pool([{}])
+    consumer._members.pool = pool  # type: ignore[assignment]
+
+    class _R:
+        brokers = [type("B", (), {"master": "127.0.0.1:1"})()]
+
+    await consumer._members.heartbeat([_R()])  # type: ignore[list-item]
+    assert pool.asked[0]["subscriptions"] == {}

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from ferry import Admin, Consumer, Producer, Sql
@@ -207,3 +210,29 @@ async def test_several_topics_each_with_its_own_subscription(mesh: Mesh) -> None
         assert sorted(r.body.decode() for r in got) == want
         for topic in topics:
             await _lag_reaches_zero(mesh, consumer, group, topic)
+
+
+def _stats(mesh: Mesh, broker: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{mesh.brokers[broker].http_port}/v1/stats"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+async def test_members_subscribing_differently_show_in_the_broker_stats(mesh: Mesh) -> None:
+    topic, group = unique("conflict"), unique("g")
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_topic(topic, queues=2, brokers=["broker-a"])
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, subscription="paid",
+                        **FAST) as paid, \
+            Consumer(topic, group=group, namesrv=mesh.namesrv, **FAST) as everything:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        while True:
+            conflicts = _stats(mesh, "broker-a").get("subscription_conflicts", {})
+            members = conflicts.get(group, {}).get(topic, {})
+            if set(members) == {paid.client_id, everything.client_id}:
+                break
+            assert loop.time() < deadline, conflicts
+            await asyncio.sleep(0.2)
+        assert members[paid.client_id] == {"tags": ["paid"], "sql": None}
+        assert members[everything.client_id] == {"tags": None, "sql": None}

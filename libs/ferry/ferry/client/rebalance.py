@@ -60,10 +60,10 @@ class GroupMembership:
 
     async def heartbeat(self, routes: Iterable[TopicRoute]) -> None:
         """HEARTBEAT to every broker serving a subscribed topic; failures are logged."""
-        fields: dict[str, Any] = {"client_id": self.client_id, "group": self.group,
-                                  "topics": self.topics, "mode": self.mode}
-        if self.subscriptions:
-            fields["subscriptions"] = self.subscriptions
+        # `subscriptions` is sent even when empty (every topic takes everything): the broker
+        # compares members' filters only when each member said what it takes.
+        fields = {"client_id": self.client_id, "group": self.group, "topics": self.topics,
+                  "mode": self.mode, "subscriptions": self.subscriptions}
         for addr in self.broker_addrs(routes):
             try:
                 await self.pool.request(addr, RequestCode.HEARTBEAT, fields)
