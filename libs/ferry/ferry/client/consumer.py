@@ -257,6 +257,7 @@ class Consumer:
             self._next_queue = (self._next_queue + 1) % len(fetchers)
             fetchers = fetchers[self._next_queue:] + fetchers[:self._next_queue]
             share = max(1, (limit - taken) // len(fetchers))
+            before = taken
             for fetcher in fetchers:
                 records = fetcher.take(min(share, limit - taken))
                 if records:
@@ -267,8 +268,9 @@ class Consumer:
                     taken += len(records)
                 if taken >= limit:
                     break
+            if taken == before:   # nothing to take after all: never spin
+                break
         return out
-
 
     def _promote(self) -> None:
         """What was handed out before counts as processed now."""
