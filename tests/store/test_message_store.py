@@ -112,6 +112,47 @@ def test_get_statuses_limits_and_tag_filter(store: MessageStore) -> None:
     assert [m.queue_offset for m in iter_records(body)] == list(range(10))
 
 
+def test_match_predicate_skips_records_and_moves_past_them(store: MessageStore) -> None:
+    for i in range(20):
+        store.put(MessageIn("m", 0, str(i).encode(), tags="even" if i % 2 == 0 else "odd",
+                            properties=encode_properties({"n": str(i)})))
+    seen: list[int] = []
+
+    def every_fifth(raw: memoryview) -> bool:
+        msg = decode_record(raw)  # the predicate gets the whole checked record
+        seen.append(msg.queue_offset)
+        return int(msg.properties["n"]) % 5 == 0
+
+    got = store.get_messages("m", 0, 0, max_count=100, match=every_fifth)
+    assert [decode_record(r).body for r in got.records] == [b"0", b"5", b"10", b"15"]
+    assert (got.status, got.next_queue_offset) == (GetStatus.FOUND, 20)
+    assert seen == list(range(20))
+    # max_count stops the scan right after the last record served
+    got = store.get_messages("m", 0, 1, max_count=1, match=every_fifth)
+    assert [decode_record(r).body for r in got.records] == [b"5"] and got.next_queue_offset == 6
+    # both filters: the tag hash first (the predicate never sees an odd record)
+    seen.clear()
+    got = store.get_messages("m", 0, 0, max_count=100, tag_hashes={tag_hash("odd")},
+                             match=every_fifth)
+    assert [decode_record(r).body for r in got.records] == [b"5", b"15"]
+    assert seen == list(range(1, 20, 2))
+    # nothing matches: NO_MATCHED_MESSAGE, the next offset past every skipped record
+    got = store.get_messages("m", 0, 3, match=lambda raw: False)
+    assert (got.status, got.records, got.next_queue_offset) == (GetStatus.NO_MATCHED_MESSAGE,
+                                                                [], 20)
+    # a corrupt record is never offered to the predicate (the CRC check comes first)
+    res = store.put(MessageIn("m", 0, b"20", properties=encode_properties({"n": "20"})))
+    seg_bytes = SMALL["commitlog_segment_bytes"]
+    seg_start = res.phy_offset - res.phy_offset % seg_bytes
+    path = Path(store.config.root_dir) / "commitlog" / f"{seg_start:020d}"
+    with open(path, "r+b") as f:  # the store maps the file shared: it sees the flip
+        f.seek(res.phy_offset % seg_bytes + res.size - 1)
+        f.write(b"X")
+    seen.clear()
+    got = store.get_messages("m", 0, 20, match=every_fifth)
+    assert (got.status, got.next_queue_offset, seen) == (GetStatus.NO_MATCHED_MESSAGE, 21, [])
+
+
 def test_replay_by_time(store: MessageStore) -> None:
     stamps = []
     for i in range(30):

@@ -9,7 +9,9 @@
   live consumers and the held pulls; the store's health (whether it takes
   writes, commit-log min/max and flushed offsets, disk used ratio); the
   transactions since start (halves stored, committed, rolled back, checks
-  forwarded) and the live transactional producers per group.
+  forwarded) and the live transactional producers per group; the groups
+  whose members subscribe differently to a topic (`subscription_conflicts`)
+  and the number of queue locks held.
 """
 from __future__ import annotations
 
@@ -72,6 +74,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
             "expired": dict(sorted(ctx.expiry.expired.items())),
+            "subscription_conflicts": ctx.consumers.conflicts.as_json(),
+            "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()}}
 
 

@@ -189,6 +189,7 @@ class BrokerApp:
             expired = self.ctx.consumers.expire()
             if expired:
                 log.info("%d consumers expired without a heartbeat", expired)
+            self.ctx.locks.purge_expired()
             expired = self.ctx.producers.expire()
             if expired:
                 log.info("%d transactional producers expired without a heartbeat", expired)

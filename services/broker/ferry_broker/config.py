@@ -59,6 +59,8 @@ class BrokerConfig:
     shutdown_timeout_ms: int = 10_000
     # The furthest a delayed message's delivery time may lie ahead (30 days).
     max_delay_ms: int = 30 * 86_400_000
+    # How long a queue lock (LOCK, ordered consumers) lives after its last grant or renewal.
+    lock_expiry_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:

@@ -4,12 +4,19 @@ Consumers send HEARTBEAT every few seconds with the topics they subscribe to;
 a client that stays silent for `expiry_ms` (30 s by default) is dropped, and
 UNREGISTER drops it at once. GET_CONSUMERS answers the sorted live ids so that
 every member of a group computes the same queue assignment (rebalance).
+
+A heartbeat may carry the member's subscriptions (topic -> tags and sql, as
+checked by the handler); the manager keeps them, compares a group's members
+whenever its membership or a subscription changes (`subscription_conflicts`),
+and tells its `on_leave` listeners (the queue lock table) when a member goes.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+from ferry_broker.subscription_conflicts import ConflictTracker, SubFields, group_conflicts
 
 MAX_CLIENTS_PER_GROUP = 10_000
 MAX_GROUPS = 100_000
@@ -23,6 +30,11 @@ class ConsumerInfo:
     topics: frozenset[str]
     mode: str
     last_seen_ms: float
+    # topic -> normalized subscription; None when the client sent none (an old client)
+    subscriptions: Mapping[str, SubFields] | None = None
+
+    def same_interest(self, other: ConsumerInfo) -> bool:
+        return self.topics == other.topics and self.subscriptions == other.subscriptions
 
 
 class ConsumerManager:
@@ -32,8 +44,12 @@ class ConsumerManager:
         self._expiry_ms = expiry_ms
         self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
         self._groups: dict[str, dict[str, ConsumerInfo]] = {}
+        self.conflicts = ConflictTracker()
+        #: Called with (group, client_id) when a member unregisters or expires.
+        self.on_leave: list[Callable[[str, str], object]] = []
 
-    def heartbeat(self, client_id: str, group: str, topics: frozenset[str], mode: str) -> bool:
+    def heartbeat(self, client_id: str, group: str, topics: frozenset[str], mode: str,
+                  subscriptions: Mapping[str, SubFields] | None = None) -> bool:
         """Record a heartbeat; returns False when a limit refuses a new client or group."""
         members = self._groups.get(group)
         if members is None:
@@ -42,9 +58,14 @@ class ConsumerManager:
                 if len(self._groups) >= MAX_GROUPS:
                     return False
             members = self._groups[group] = {}
-        if client_id not in members and len(members) >= MAX_CLIENTS_PER_GROUP:
+        before = members.get(client_id)
+        if before is None and len(members) >= MAX_CLIENTS_PER_GROUP:
             return False
-        members[client_id] = ConsumerInfo(client_id, topics, mode, self._clock_ms())
+        info = ConsumerInfo(client_id, topics, mode, self._clock_ms(), subscriptions)
+        members[client_id] = info
+        if before is None or not before.same_interest(info):
+            self._expire_group(group)  # compare live members only
+            self._check_conflicts(group)
         return True
 
     def unregister(self, client_id: str, group: str) -> bool:
@@ -53,6 +74,7 @@ class ConsumerManager:
             return False
         if not members:
             del self._groups[group]
+        self._left(group, [client_id])
         return True
 
     def members(self, group: str, topic: str | None = None) -> list[str]:
@@ -77,8 +99,22 @@ class ConsumerManager:
             return 0
         cutoff = self._clock_ms() - self._expiry_ms
         dead = [cid for cid, info in members.items() if info.last_seen_ms < cutoff]
+        if not dead:
+            return 0
         for cid in dead:
             del members[cid]
         if not members:
             del self._groups[group]
+        self._left(group, dead)
         return len(dead)
+
+    def _left(self, group: str, client_ids: list[str]) -> None:
+        for cid in client_ids:
+            for listener in self.on_leave:
+                listener(group, cid)
+        self._check_conflicts(group)
+
+    def _check_conflicts(self, group: str) -> None:
+        members = self._groups.get(group, {})
+        self.conflicts.update(group, group_conflicts(
+            {cid: (info.topics, info.subscriptions) for cid, info in members.items()}))

@@ -17,6 +17,7 @@ from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.durability import DurabilityWaiter
+from ferry_broker.filters import FilterCache
 from ferry_broker.health import StoreHealth
 from ferry_broker.hooks.delay import DelayHook
 from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
@@ -24,6 +25,7 @@ from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutPipeline, WakePullsHook
+from ferry_broker.queue_locks import QueueLockTable
 from ferry_broker.topics import TopicManager
 from ferry_broker.transactions import TxnStats
 from ferry_broker.txn_batch import EndBatcher
@@ -58,12 +60,14 @@ class BrokerContext:
     topics: TopicManager
     durability: DurabilityWaiter
     health: StoreHealth = field(default_factory=StoreHealth)
+    filters: FilterCache = field(default_factory=FilterCache)  # compiled PULL/HEARTBEAT filters
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)
     producers: ProducerManager = field(init=False)
     txn_stats: TxnStats = field(init=False)
     txn_ends: EndBatcher = field(init=False)
+    locks: QueueLockTable = field(init=False)
 
     def __post_init__(self) -> None:
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
@@ -78,6 +82,9 @@ class BrokerContext:
             TxnHook(self.topics, self.txn_stats),
             DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)])
         self.txn_ends = EndBatcher(self.pipeline)
+        self.locks = QueueLockTable(self.config.lock_expiry_ms)
+        # A member that unregisters or stops heart-beating loses its queue locks.
+        self.consumers.on_leave.append(self.locks.drop_client)
 
 
 Handler = Callable[[BrokerContext, ConnInfo, Frame], Awaitable[Frame | None]]

@@ -32,7 +32,7 @@ from .encode_context import Staged
 from .flush import FlushService
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
-from .reader import read_checked, read_entries, read_message
+from .reader import RecordMatch, read_checked, read_entries, read_message
 from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, GetStatus, PutResult
 from .retention_runner import RetentionReport, run_retention
@@ -194,12 +194,15 @@ class MessageStore:
 
     @os_errors_as_store_errors
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
-                     max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None
-                     ) -> GetResult:
+                     max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None,
+                     match: RecordMatch | None = None) -> GetResult:
         """Read up to max_count records (and max_bytes, but at least one) from a queue.
 
         `tag_hashes` filters in the consume queue, before the commit log is read;
-        None means no filter.
+        `match` then filters the checked records (a predicate over a record's bytes,
+        called under the store's lock: keep it quick and free of I/O). None means
+        no filter. Records either filter rejects are skipped: `next_queue_offset`
+        is past them, and the status is NO_MATCHED_MESSAGE when none was left.
         """
         with self._lock:
             self._check_readable()
@@ -215,7 +218,7 @@ class MessageStore:
             if queue_offset > hi:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
             records, nxt = read_entries(self._cl, cq, queue_offset, hi, max_count, max_bytes,
-                                        tag_hashes)
+                                        tag_hashes, match)
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
 

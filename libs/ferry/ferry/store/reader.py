@@ -4,10 +4,17 @@ Every served record is checked against its consume-queue entry (size, magic,
 CRC) and skipped with an error log if it fails (see store-format.md, "Reads
 verify as well", for why a read keeps its CRC check). Records are returned as
 zero-copy read-only views of the commit log's mapping.
+
+A reader may filter twice: `tag_hashes` on the consume-queue entry (before the
+commit log is touched), then `match`, a predicate over the checked record (the
+broker's exact tag and SQL92 check, `ferry.filter.record_matcher`; the store
+only calls it). A record either rejects is skipped for good: the returned next
+offset is past it.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from crc32c import crc32c
 
@@ -34,20 +41,25 @@ MAX_SCAN_ENTRIES = 16_000
 _SCAN_CHUNK = 1024
 _unpack_check = SIZE_MAGIC_CRC.unpack_from
 
+#: A predicate over one checked stored record (its bytes, as a view): keep it?
+RecordMatch = Callable[[memoryview], bool]
+
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
-                 max_bytes: int, tag_hashes: set[int] | frozenset[int] | None
-                 ) -> tuple[list[memoryview], int]:
+                 max_bytes: int, tag_hashes: set[int] | frozenset[int] | None,
+                 match: RecordMatch | None = None) -> tuple[list[memoryview], int]:
     """The records of cq from queue_offset on, within the limits; and the next offset."""
     records: list[memoryview] = []
     nxt = queue_offset
     scan_limit = min(hi, queue_offset + MAX_SCAN_ENTRIES)
+    filtered = tag_hashes is not None or match is not None
     while nxt < scan_limit and len(records) < max_count:
-        want = max_count - len(records) if tag_hashes is None else _SCAN_CHUNK
+        want = _SCAN_CHUNK if filtered else max_count - len(records)
         entries = cq.get(nxt, min(want, scan_limit - nxt))
         if not entries:
             break
-        nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes)
+        nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes,
+                              match)
         if full:
             break
     return records, nxt
@@ -55,7 +67,8 @@ def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, ma
 
 def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int]], nxt: int,
               records: list[memoryview], max_count: int, max_bytes: int,
-              tag_hashes: set[int] | frozenset[int] | None) -> tuple[int, bool]:
+              tag_hashes: set[int] | frozenset[int] | None, match: RecordMatch | None
+              ) -> tuple[int, bool]:
     """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit)."""
     add = records.append
     total = sum(len(r) for r in records)
@@ -82,6 +95,8 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
             log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
                       cq.topic, cq.queue_id, nxt - 1)
             continue  # never served
+        if match is not None and not match(raw):
+            continue  # filtered out: skipped for good (nxt is already past it)
         add(raw)
         total += size
         if len(records) >= max_count:

@@ -11,6 +11,7 @@ from ferry_broker.handlers.clients import (
     handle_unregister,
 )
 from ferry_broker.handlers.deliver import handle_deliver_due
+from ferry_broker.handlers.locks import handle_lock, handle_unlock
 from ferry_broker.handlers.offsets import (
     handle_commit_offset,
     handle_get_min_max,
@@ -56,6 +57,8 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.HEARTBEAT: handle_heartbeat,
     RequestCode.UNREGISTER: handle_unregister,
     RequestCode.GET_CONSUMERS: handle_get_consumers,
+    RequestCode.LOCK: handle_lock,
+    RequestCode.UNLOCK: handle_unlock,
     # END_TRANSACTION writes through the put pipeline (which answers a store that
     # refuses writes); its lookups before, and CHECK's, read the store.
     RequestCode.END_TRANSACTION: hide_store_errors(handle_end_transaction),

@@ -2,21 +2,29 @@
 
 A HEARTBEAT with `role` "producer" registers a transactional producer (on the
 connection it came on, which then receives its checks: see `producers`);
-without a role, or with "consumer", a consumer.
+without a role, or with "consumer", a consumer, with its `subscriptions`
+(topic -> tags and sql) when it sends them: each is compiled (so checked,
+`InvalidFilterError` for a bad one) through the broker's filter cache, which
+its pulls then hit. A member leaving drops its queue locks.
 """
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from ferry.errors import BusyError, MalformedRequestError
 from ferry.names import validate_topic
 from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
+from ferry_broker.filters import FilterCache
 from ferry_broker.handlers.fields import group_field, str_field
+from ferry_broker.subscription_conflicts import SubFields
 
 MAX_CLIENT_ID_CHARS = 255
 MAX_SUBSCRIBED_TOPICS = 1024
 MODES = ("clustering", "broadcasting")
 ROLES = ("consumer", "producer")
+SUBSCRIPTION_KEYS = frozenset({"tags", "sql"})
 
 
 def _topics(value: object) -> frozenset[str]:
@@ -26,6 +34,27 @@ def _topics(value: object) -> frozenset[str]:
         raise MalformedRequestError(f"field 'topics' must be a list of at most "
                                     f"{MAX_SUBSCRIBED_TOPICS} topic names")
     return frozenset(validate_topic(t, allow_internal=True) for t in value)
+
+
+def _subscriptions(value: object, filters: FilterCache) -> Mapping[str, SubFields] | None:
+    """The `subscriptions` field checked and normalized; None when not sent."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > MAX_SUBSCRIBED_TOPICS:
+        raise MalformedRequestError(f"field 'subscriptions' must be a map of at most "
+                                    f"{MAX_SUBSCRIBED_TOPICS} topics to {{tags, sql}}")
+    out: dict[str, SubFields] = {}
+    for topic, sub in value.items():
+        topic = validate_topic(topic, allow_internal=True)
+        if sub is None:
+            sub = {}
+        if not isinstance(sub, dict) or not sub.keys() <= SUBSCRIPTION_KEYS:
+            raise MalformedRequestError(f"subscription of topic {topic!r} must be a map with "
+                                        f"'tags' and 'sql' (either nil), not {sub!r:.200}")
+        got = filters.get(sub.get("tags"), sub.get("sql")).subscription.to_fields()
+        tags = got["tags"]
+        out[topic] = (None if tags is None else tuple(tags), got["sql"])
+    return out
 
 
 def _role(fields: dict[str, object]) -> str:
@@ -48,7 +77,8 @@ async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
     mode = str_field(f, "mode", 32, "clustering")
     if mode not in MODES:
         raise MalformedRequestError(f"field 'mode' must be one of {', '.join(MODES)}")
-    if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode):
+    subs = _subscriptions(f.get("subscriptions"), ctx.filters)
+    if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode, subs):
         raise BusyError("too many consumers or groups on this broker")
     return response(req)
 
@@ -59,7 +89,8 @@ async def handle_unregister(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> F
     if _role(f) == "producer":
         ctx.producers.unregister(client_id, group)
     else:
-        ctx.consumers.unregister(client_id, group)
+        ctx.consumers.unregister(client_id, group)  # drops its locks (on_leave) if a member
+        ctx.locks.drop_client(group, client_id)  # and if it locked without heart-beating
     return response(req)
 
 

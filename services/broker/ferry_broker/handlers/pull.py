@@ -8,10 +8,13 @@ can correct its position. When the queue has nothing new (or nothing that
 matches the tags), the pull is parked for up to `max_wait_ms` (capped by the
 broker) and answered as soon as a matching message is stored.
 
-Records of queues that have held TTL messages are checked for expiry (see
-`hooks/ttl.py`): an expired one is left out, as if filtered. Tag filtering is
-by tag hash at the broker; like RocketMQ, the client checks
-the tag string again, since two tags can share a hash.
+Filtering (`filters.py`): `tags` and `sql` become a compiled filter, cached;
+the store skips consume-queue entries whose tag hash is not wanted, then
+records failing the exact check (tag string, SQL92). Skipped records are
+passed for good: `next_offset` moves past them in every answer, the long
+poll's included, so that a consumer's position (and lag) moves too. Records
+of queues that have held TTL messages are checked for expiry (see
+`hooks/ttl.py`): an expired one is left out, as if filtered.
 """
 from __future__ import annotations
 
@@ -19,8 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ferry.errors import MalformedRequestError
-from ferry.store import GetResult, GetStatus, tag_hash
+from ferry.store import GetResult, GetStatus
 from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
@@ -36,27 +38,9 @@ DEFAULT_MAX_COUNT = 32
 MAX_PULL_COUNT = 1024
 DEFAULT_MAX_BYTES = 1 << 20
 MAX_PULL_BYTES = 8 << 20  # keeps a response under the 16 MiB frame limit
-MAX_TAGS = 64
 # Statuses after which a pull waits for new messages instead of answering at once.
 _WAIT_STATUSES = frozenset({GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
                             GetStatus.NO_MATCHED_MESSAGE})
-
-
-def parse_tags(value: Any) -> set[int] | None:
-    """The tag filter as tag hashes; None (or "*", or a list with "*") means every message."""
-    if value is None or value == "*":
-        return None
-    if isinstance(value, str):
-        value = [t.strip() for t in value.split("||")]
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise MalformedRequestError(f"field 'tags' must be a list of strings or null, "
-                                    f"not {value!r}")
-    if len(value) > MAX_TAGS:
-        raise MalformedRequestError(f"at most {MAX_TAGS} tags per subscription")
-    tags = [t for t in value if t]
-    if not tags or "*" in tags:
-        return None
-    return {tag_hash(t) for t in tags}
 
 
 async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
@@ -68,17 +52,16 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     max_count = int_field(f, "max_count", 1, MAX_PULL_COUNT, DEFAULT_MAX_COUNT)
     max_bytes = int_field(f, "max_bytes", 1, MAX_PULL_BYTES, DEFAULT_MAX_BYTES)
     max_wait_ms = min(int_field(f, "max_wait_ms", 0, 2**31, 0), ctx.config.max_pull_wait_ms)
-    tag_hashes = parse_tags(f.get("tags"))
-    if f.get("sql") is not None:
-        raise MalformedRequestError("SQL92 filtering is not available on this broker yet; "
-                                    "send 'sql': null and filter by tags")
+    compiled = ctx.filters.get(f.get("tags"), f.get("sql"))
+    tag_hashes, match = compiled.tag_hashes, compiled.match
     ctx.topics.check_readable(topic)
 
     expiry = ctx.expiry
     ttl_queue = (topic, queue_id) in expiry.queues if expiry.queues else False
 
     def get(at: int) -> GetResult:
-        got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes)
+        got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes,
+                                     match)
         if ttl_queue and got.records:
             live = expiry.live(topic, got.records)
             if len(live) != len(got.records):
@@ -88,7 +71,7 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
         return got
 
     got = get(offset)
-    if got.status in _WAIT_STATUSES and max_wait_ms > 0 and not ctx.long_poll.closing:
+    if _caught_up(got) and max_wait_ms > 0 and not ctx.long_poll.closing:
         got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get)
     fields = {"status": got.status.name, "next_offset": got.next_queue_offset,
               "min_offset": got.min_offset, "max_offset": got.max_offset}
@@ -99,20 +82,31 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     return response(req, fields, b"".join(got.records))
 
 
+def _caught_up(got: GetResult) -> bool:
+    """Nothing to serve and nothing left to scan: the pull may wait for new messages.
+
+    A NO_MATCHED_MESSAGE that stopped at the store's scan bound (entries remain
+    past `next_offset`) is answered at once instead: the consumer moves there
+    and pulls again, rather than waiting while unscanned messages sit there.
+    """
+    if got.status is GetStatus.NO_MATCHED_MESSAGE:
+        return got.next_queue_offset >= got.max_offset
+    return got.status in _WAIT_STATUSES
+
+
 async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
                      offset: int, got: GetResult, max_wait_ms: int,
                      get: Callable[[int], GetResult]) -> GetResult:
     """Park until a matching message arrives or the wait runs out; the last result."""
     deadline = time.monotonic() + max_wait_ms / 1000.0
     async with ctx.long_poll.slot(conn.conn_id):
-        while got.status in _WAIT_STATUSES:
+        while _caught_up(got):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or ctx.long_poll.closing:
                 break
-            if got.status is GetStatus.NO_MATCHED_MESSAGE:
-                # Messages that did not match the tags are skipped for good: the
-                # next look starts after them.
-                offset = max(offset, got.next_queue_offset)
+            # Messages that did not match are skipped for good: the next look starts
+            # after them (and so does the answer's next_offset).
+            offset = max(offset, got.next_queue_offset)
             woke = await ctx.long_poll.wait(topic, queue_id, remaining)
             got = get(offset)
             if not woke:
