@@ -159,18 +159,20 @@ class OrderedQueues:
         locks = self.locks
         assert locks is not None
         consumer = self.consumer
-        next_renew = time.monotonic() + self._renew_s()
+        renewed = time.monotonic()
         try:
             while True:
-                await asyncio.sleep(max(0.0, self._next_wake(next_renew) - time.monotonic()))
+                # the interval shrinks once a broker told its expiry: computed each round
+                await asyncio.sleep(max(0.0, self._next_wake(renewed + self._renew_s())
+                                        - time.monotonic()))
                 try:
                     async with consumer._rebalance_lock:
-                        if time.monotonic() >= next_renew:
+                        if time.monotonic() >= renewed + self._renew_s():
+                            renewed = time.monotonic()
                             # A queue whose lock lapsed already is not renewed: it is dropped
                             # below and served again only from its committed position.
                             held = {tq for tq in consumer._fetchers if locks.valid(tq)}
                             await locks.lock(held | set(self.releasing))
-                            next_renew = time.monotonic() + self._renew_s()
                         await consumer._apply(self.wanted)
                 except Exception:   # keep renewing whatever happened to one round
                     log.exception("lock renewal round failed; retrying")
