@@ -258,7 +258,15 @@ class OrderedRunner(Runner):
 
     async def _dead_letter(self, tq: TopicQueue, record: ConsumerRecord, limit: int,
                            exc: Exception) -> bool:
-        """SEND_BACK past the limit: the broker stores it in `%DLQ%<group>`. False if stopped."""
+        """SEND_BACK past the limit: the broker stores it in `%DLQ%<group>`. False if stopped.
+
+        Broadcasting groups have no dead-letter queue: the record is dropped (logged).
+        """
+        if self.consumer.mode == "broadcasting":
+            log.warning("handler failed on %s (%s offset %d) %d times: %r; dropped "
+                        "(broadcasting groups do not retry)", record.msg_id, tq,
+                        record.queue_offset, record.reconsume_times + 1, exc)
+            return True
         log.warning("handler failed on %s (%s offset %d) %d times: %r; sending it to the "
                     "dead-letter queue", record.msg_id, tq, record.queue_offset,
                     record.reconsume_times + 1, exc)
