@@ -6,6 +6,8 @@ renew every second and a lock lapses locally after 1.5 s without renewal.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -147,6 +149,62 @@ async def test_a_queue_locked_by_another_member_is_not_served_until_unlocked(
         assert [r.body.decode() for r in got if r.topic_queue == taken] == [f"m-{taken}"]
     finally:
         await pool.close()
+
+
+async def _until(check: Any, timeout_s: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_member_that_cannot_renew_stops_handing_out_that_queue(lock_mesh: Mesh) -> None:
+    topic, group = unique("ord-lapse"), unique("g")
+    queues = await _queues(lock_mesh, topic)
+    stuck = next(q for q in queues if q.broker == "broker-b")
+    flowing = next(q for q in queues if q.broker == "broker-a")
+    async with Producer(namesrv=lock_mesh.namesrv) as producer:
+        for i in range(5):
+            await producer.send_and_wait(topic, f"b-{i}".encode(), ordered=True,
+                                         queue_selector=_on(stuck))
+            await producer.send_and_wait(topic, f"a-{i}".encode(), ordered=True,
+                                         queue_selector=_on(flowing))
+    bodies: list[str] = []
+    first_in, let_go = asyncio.Event(), asyncio.Event()
+
+    async def handler(rec: ConsumerRecord) -> None:
+        if rec.tags == "warm-up":
+            return
+        bodies.append(rec.body.decode())
+        if rec.body == b"b-0" and not let_go.is_set():
+            first_in.set()
+            await let_go.wait()
+
+    broker = lock_mesh.brokers["broker-b"].proc.popen
+    async with Consumer(topic, group=group, namesrv=lock_mesh.namesrv, **ORDERED) as consumer:
+        task = asyncio.ensure_future(consumer.run(handler, concurrency=8))
+        await asyncio.wait_for(first_in.wait(), 20)
+        os.kill(broker.pid, signal.SIGSTOP)   # broker-b stops answering: no renewal
+        try:
+            await _until(lambda: stuck not in consumer.assignment(), 10,
+                         "the queue of the silent broker is dropped")
+            let_go.set()   # the record in flight finishes; the rest stays where it is
+            await asyncio.sleep(0.5)
+            assert [b for b in bodies if b.startswith("b")] == ["b-0"]
+            assert flowing in consumer.assignment()
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        # Answering again: locked anew and served from the committed position.
+        await _until(lambda: {f"b-{i}" for i in range(5)} <= set(bodies), 30,
+                     "the queue is served again")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    firsts = list(dict.fromkeys(b for b in bodies if b.startswith("b")))
+    assert firsts == [f"b-{i}" for i in range(5)]
+    assert [b for b in bodies if b.startswith("a")] == [f"a-{i}" for i in range(5)]
 
 
 class Checker:

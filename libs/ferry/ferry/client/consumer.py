@@ -431,7 +431,7 @@ class Consumer:
                 target.update(share)
         lost = set(self._fetchers) - target
         if self._ordered is not None:   # and those whose lock is no longer valid
-            lost |= self._ordered.lapsed()
+            self._ordered.drop_lapsed()
         for tq in sorted(lost):
             await self._release(tq)
         gained = sorted(target - set(self._fetchers))
@@ -445,14 +445,18 @@ class Consumer:
                 await self._acquire(tq)
             except FerryError as exc:
                 log.warning("cannot start %s yet: %s", tq, exc)
+        if self._ordered is not None:   # new queues: the keeper watches their locks
+            self._ordered.poke()
 
     async def _release(self, tq: TopicQueue) -> None:
-        fetcher = self._fetchers.pop(tq)
-        await fetcher.stop()
+        fetcher = self._fetchers.pop(tq, None)
+        if fetcher is None:   # ordered: dropped meanwhile (its lock lapsed)
+            return
         if self._ordered is not None:   # after its record in flight; then UNLOCK
-            self._ordered.release(tq, self._forget)
-        else:
-            await self._forget(tq)
+            self._ordered.release(tq, fetcher, self._forget)
+            return
+        await fetcher.stop()
+        await self._forget(tq)
 
     async def _forget(self, tq: TopicQueue, commit: bool = True) -> None:
         """Commit a released queue's position (unless `commit` is False) and drop it."""

@@ -27,6 +27,7 @@ one-at-a-time discipline of `runner.OrderedRunner`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +49,8 @@ RELEASE_POLL_MS = 20
 #: The renewal interval is at most this fraction of the broker's lock expiry.
 RENEWALS_PER_EXPIRY = 3
 
+_ADMIT = "%admit"   # the keeper's admission task (its other tasks are named by broker)
+
 Forget = Callable[[TopicQueue, bool], Awaitable[None]]
 
 
@@ -65,6 +68,7 @@ class OrderedQueues:
         self.releasing: dict[TopicQueue, asyncio.Task[None]] = {}
         self._waiting: set[TopicQueue] = set()
         self._keeper: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
 
     # -- what may be handed out -------------------------------------------------------------
     def serving(self, tq: TopicQueue, fetcher: QueueFetcher) -> bool:
@@ -101,10 +105,22 @@ class OrderedQueues:
         self._waiting = waiting
         return [tq for tq in ready if tq in granted]
 
-    def release(self, tq: TopicQueue, forget: Forget) -> None:
-        """Release `tq` (its fetcher already stopped) once its record in flight finished."""
+    def drop_lapsed(self) -> None:
+        """Stop handing out served queues whose lock is no longer valid, at once.
+
+        Synchronous (no await), so it needs no rebalance lock: the keeper runs it
+        on time even while a rebalance waits for a broker that does not answer.
+        """
+        for tq in sorted(self.lapsed()):
+            fetcher = self.consumer._fetchers.pop(tq)
+            log.warning("%s: the lock of %s is no longer valid (not renewed in time); "
+                        "dropping the queue", self.consumer.client_id, tq)
+            self.release(tq, fetcher, self.consumer._forget)
+
+    def release(self, tq: TopicQueue, fetcher: QueueFetcher, forget: Forget) -> None:
+        """Release `tq` (no longer handed out) once its record in flight finished."""
         self._ensure_keeper()
-        task = asyncio.get_running_loop().create_task(self._release(tq, forget),
+        task = asyncio.get_running_loop().create_task(self._release(tq, fetcher, forget),
                                                       name=f"ferry-release-{tq}")
         self.releasing[tq] = task
         task.add_done_callback(lambda t: self._released(tq, t))
@@ -115,7 +131,8 @@ class OrderedQueues:
         if not task.cancelled() and task.exception() is not None:
             log.error("release of %s failed", tq, exc_info=task.exception())
 
-    async def _release(self, tq: TopicQueue, forget: Forget) -> None:
+    async def _release(self, tq: TopicQueue, fetcher: QueueFetcher, forget: Forget) -> None:
+        await fetcher.stop()
         pending = self.consumer._pending
         while pending.floor(tq) is not None:   # a handler, a send-back still running
             await asyncio.sleep(RELEASE_POLL_MS / 1000)
@@ -128,6 +145,10 @@ class OrderedQueues:
             await self.locks.unlock([tq])
 
     # -- renewals -----------------------------------------------------------------------------
+    def poke(self) -> None:
+        """Served queues changed: the keeper looks at their lock times again."""
+        self._changed.set()
+
     def _ensure_keeper(self) -> None:
         if self.locks is None or not self.consumer.started:
             return
@@ -142,41 +163,83 @@ class OrderedQueues:
             interval_ms = min(interval_ms, self.locks.expiry_ms / RENEWALS_PER_EXPIRY)
         return interval_ms / 1000
 
+    def _waiting_queues(self) -> set[TopicQueue]:
+        return self.target - set(self.consumer._fetchers) - set(self.releasing)
+
     def _next_wake(self, next_renew: float) -> float:
         """When the keeper must look again: a renewal, a lock lapsing, a queue waiting."""
         assert self.locks is not None
         wake = next_renew
         for tq in self.consumer._fetchers:
             until = self.locks.valid_until(tq)
-            if until is not None:
-                wake = min(wake, until)
-        if self.target - set(self.consumer._fetchers) - set(self.releasing):
+            wake = min(wake, until if until is not None else 0.0)
+        if self._waiting_queues():
             wake = min(wake, time.monotonic() + LOCK_RETRY_MS / 1000)
         return wake
 
     async def _keep(self) -> None:
-        """Renew the held locks, drop lapsed queues, ask for the waiting ones; until cancelled."""
-        locks = self.locks
-        assert locks is not None
-        consumer = self.consumer
+        """Drop lapsed queues, renew the held locks, ask for the waiting ones; until cancelled.
+
+        The keeper itself never waits for a broker: renewals and admissions run as
+        tasks of their own (one of each at a time), so a broker that does not
+        answer cannot delay dropping a lapsed queue.
+        """
         renewed = time.monotonic()
+        side: dict[str, asyncio.Task[None]] = {}
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                # the interval shrinks once a broker told its expiry: computed each round
-                await asyncio.sleep(max(0.0, self._next_wake(renewed + self._renew_s())
-                                        - time.monotonic()))
-                try:
-                    async with consumer._rebalance_lock:
-                        if time.monotonic() >= renewed + self._renew_s():
-                            renewed = time.monotonic()
-                            # A queue whose lock lapsed already is not renewed: it is dropped
-                            # below and served again only from its committed position.
-                            held = {tq for tq in consumer._fetchers if locks.valid(tq)}
-                            await locks.lock(held | set(self.releasing))
-                        await consumer._apply(self.wanted)
-                except Exception:   # keep renewing whatever happened to one round
-                    log.exception("lock renewal round failed; retrying")
-                    await asyncio.sleep(LOCK_RETRY_MS / 1000)
+                self._changed.clear()
+                delay = self._next_wake(renewed + self._renew_s()) - time.monotonic()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await self._changed.wait()
+                self.drop_lapsed()
+                now = time.monotonic()
+                if now >= renewed + self._renew_s():
+                    renewed = now
+                    for broker, tqs in self._to_renew().items():
+                        # one task per broker: one that does not answer delays no other;
+                        # its renewal still waiting from last round: this round is skipped
+                        if _idle(side, broker):
+                            side[broker] = loop.create_task(self._renew(tqs),
+                                                            name=f"ferry-lock-renew-{broker}")
+                if self._waiting_queues() and _idle(side, _ADMIT):
+                    side[_ADMIT] = loop.create_task(self._admit_waiting(),
+                                                     name="ferry-lock-admit")
         finally:
-            for task in list(self.releasing.values()):
+            for task in [*side.values(), *self.releasing.values()]:
                 task.cancel()
+
+    def _to_renew(self) -> dict[str, list[TopicQueue]]:
+        """By broker: every queue served with a valid lock, and those being released."""
+        assert self.locks is not None
+        # A queue whose lock lapsed already is not renewed: it was dropped and is
+        # served again only from its committed position, once locked anew.
+        held = {tq for tq in self.consumer._fetchers if self.locks.valid(tq)}
+        out: dict[str, list[TopicQueue]] = {}
+        for tq in sorted(held | set(self.releasing)):
+            out.setdefault(tq.broker, []).append(tq)
+        return out
+
+    async def _renew(self, tqs: list[TopicQueue]) -> None:
+        assert self.locks is not None
+        try:
+            await self.locks.lock(tqs)
+        except Exception:   # the next round tries again; lapses are handled meanwhile
+            log.exception("lock renewal failed")
+        self.poke()
+
+    async def _admit_waiting(self) -> None:
+        """A rebalance step without asking for members: LOCK and start the waiting queues."""
+        try:
+            async with self.consumer._rebalance_lock:
+                await self.consumer._apply(self.wanted)
+        except Exception:
+            log.exception("starting queues waiting for their locks failed")
+
+
+def _idle(side: dict[str, asyncio.Task[None]], name: str) -> bool:
+    task = side.get(name)
+    return task is None or task.done()
