@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +23,11 @@ from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, start_mesh, unique
 from tests.client.util import FAST
-from tests.support.procs import Etcd
+from tests.support.procs import Etcd, spawn
 
 pytestmark = pytest.mark.integration
+
+CHILD = Path(__file__).with_name("ordered_child.py")
 
 LOCK_ENV = {"FERRY_BROKER_LOCK_EXPIRY_MS": "3000", "FERRY_BROKER_CONSUMER_EXPIRY_MS": "6000"}
 ORDERED: dict[str, Any] = {**FAST, "ordered": True, "auto_offset_reset": "earliest"}
@@ -300,3 +305,59 @@ async def test_per_key_order_and_no_shared_queue_while_members_join_and_leave(
     for member, _, _ in checker.deliveries:
         by_member[member] += 1
     assert set(by_member) == {"a", "b", "c"}   # all three took part
+
+
+def first_delivery_violations(calls: list[tuple[int, str, int]]) -> list[tuple[str, int, int]]:
+    """Over (time_ns, key, seq) handler calls of all members: first deliveries out of order."""
+    checker = Checker()
+    checker.deliveries = [("", key, seq) for _, key, seq in sorted(calls)]
+    return checker.order_violations()
+
+
+async def test_per_key_order_holds_when_a_member_is_killed(lock_mesh: Mesh,
+                                                           tmp_path: Path) -> None:
+    topic, group = unique("ord-kill"), unique("g")
+    await _queues(lock_mesh, topic)
+    keys, rounds = [f"k{i}" for i in range(20)], 30
+    out = tmp_path / "child.log"
+    child = spawn("ordered-child", [sys.executable, str(CHILD), lock_mesh.namesrv, topic, group,
+                                    str(out)], tmp_path / "child")
+    calls: list[tuple[int, str, int]] = []
+
+    async def handler(rec: ConsumerRecord) -> None:
+        if rec.tags == "warm-up":
+            return
+        key, seq = rec.body.decode().split(":")
+        calls.append((time.time_ns(), key, int(seq)))
+        await asyncio.sleep(0.003)
+
+    def child_calls() -> list[tuple[int, str, int]]:
+        rows = []
+        for line in out.read_text().splitlines() if out.exists() else ():
+            ts, *_, body = line.split()
+            key, seq = body.split(":")
+            rows.append((int(ts), key, int(seq)))
+        return rows
+
+    try:
+        async with Consumer(topic, group=group, namesrv=lock_mesh.namesrv, **ORDERED) as me:
+            task = asyncio.ensure_future(me.run(handler, concurrency=8))
+            async with Producer(namesrv=lock_mesh.namesrv) as producer:
+                for seq in range(rounds):
+                    for key in keys:
+                        await producer.send_and_wait(topic, f"{key}:{seq}".encode(), key=key,
+                                                     ordered=True)
+                    if seq == rounds // 2:
+                        await _until(lambda: len(child_calls()) > 0, 20, "the child consumes")
+                        child.kill9()   # mid-stream, with records in its handlers
+                    await asyncio.sleep(0.05)
+            want = {(k, s) for k in keys for s in range(rounds)}
+            await _until(lambda: {(k, s) for _, k, s in calls + child_calls()} == want, 60,
+                         "every message delivered")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    finally:
+        child.kill9()
+    assert child_calls(), "the killed member took part"
+    assert first_delivery_violations(calls + child_calls()) == []
