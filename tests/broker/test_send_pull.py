@@ -102,10 +102,7 @@ async def test_offset_out_of_range_reports_next_offset(client: WireClient) -> No
     assert fields["max_offset"] == 3 and fields["next_offset"] == 3
 
 
-async def test_pull_rejects_sql_and_bad_fields(client: WireClient) -> None:
-    with pytest.raises(MalformedRequestError, match="SQL92"):
-        await client.call(RequestCode.PULL, {"group": "g", "topic": "t", "queue_id": 0,
-                                             "offset": 0, "sql": "a > 1"})
+async def test_pull_rejects_bad_fields(client: WireClient) -> None:
     with pytest.raises(MalformedRequestError, match="offset"):
         await client.call(RequestCode.PULL, {"group": "g", "topic": "t", "queue_id": 0,
                                              "offset": "zero"})

@@ -11,7 +11,7 @@ import itertools
 import time
 from typing import Any
 
-from ferry.store import StoredMessage, iter_records, new_msg_id
+from ferry.store import StoredMessage, encode_properties, iter_records, new_msg_id
 from ferry.wire import (
     Frame,
     FrameDecoder,
@@ -25,10 +25,11 @@ from ferry.wire import (
 
 
 def message(body: bytes, tags: str = "", keys: str = "", born_ts_ms: int | None = None,
-            msg_id: bytes | None = None) -> WireMessage:
+            msg_id: bytes | None = None, properties: dict[str, str] | None = None
+            ) -> WireMessage:
     return WireMessage(body=body, msg_id=msg_id or new_msg_id(),
                        born_ts_ms=int(time.time() * 1000) if born_ts_ms is None else born_ts_ms,
-                       tags=tags, keys=keys)
+                       tags=tags, keys=keys, properties=encode_properties(properties or {}))
 
 
 class WireClient:
@@ -90,10 +91,11 @@ class WireClient:
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, group: str = "g",
                    max_count: int = 32, max_wait_ms: int = 0, tags: Any = None,
-                   timeout_s: float = 20.0) -> tuple[dict[str, Any], list[StoredMessage]]:
+                   sql: Any = None, timeout_s: float = 20.0
+                   ) -> tuple[dict[str, Any], list[StoredMessage]]:
         resp = await self.call(RequestCode.PULL, {
             "group": group, "topic": topic, "queue_id": queue_id, "offset": offset,
-            "max_count": max_count, "max_wait_ms": max_wait_ms, "tags": tags, "sql": None,
+            "max_count": max_count, "max_wait_ms": max_wait_ms, "tags": tags, "sql": sql,
         }, timeout_s=timeout_s)
         return resp.fields, list(iter_records(resp.body))
 

@@ -71,3 +71,27 @@ def test_errors_are_clear() -> None:
     res = ferry(None, "send", "bad%topic", "x")
     assert res.returncode == 1 and "InvalidNameError" in res.stderr
     assert ferry(None, "consume", "t").returncode == 2   # --group is required
+
+
+def test_sql_subscription_and_priorities(mesh: Mesh) -> None:
+    topic, group = unique("cli"), unique("g")
+    res = ferry(mesh, "topic", "create", topic, "--queues", "4", "--priority-levels", "2",
+                "--broker", "broker-a")
+    assert res.returncode == 0 and '"priority_levels": 2' in res.stdout, res.stderr
+    assert ferry(mesh, "topic", "create", unique("cli"), "--queues", "2",
+                 "--priority-levels", "3").returncode == 1   # more levels than queues
+    for amount in (50, 150, 250):
+        res = ferry(mesh, "send", topic, f"a{amount}", "--prop", f"amount={amount}",
+                    "--priority", "3" if amount == 250 else "0")
+        assert res.returncode == 0, res.stderr
+        queue_id = int(res.stdout.split("#")[1].split()[0])
+        assert (queue_id >= 2) == (amount == 250)   # level 1 is queues 2 and 3
+    assert ferry(mesh, "send", topic, "x", "--priority", "4").returncode == 2
+    res = ferry(mesh, "consume", topic, "--group", group, "--from", "earliest",
+                "--sql", "amount > 100", "--count", "2", "--timeout-ms", "20000")
+    assert res.returncode == 0, res.stderr
+    assert sorted(line.split("\t")[-1] for line in res.stdout.splitlines()) == ["a150", "a250"]
+    res = ferry(mesh, "consume", topic, "--group", group, "--sql", "amount >", "--count", "1")
+    assert res.returncode == 1 and "InvalidFilterError" in res.stderr and "column" in res.stderr
+    assert ferry(mesh, "consume", topic, "--group", group, "--sql", "a = 1",
+                 "--tags", "x").returncode == 2   # one filter or the other

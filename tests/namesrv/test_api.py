@@ -37,7 +37,7 @@ async def test_topic_crud(namesrv: Namesrv, http: aiohttp.ClientSession) -> None
     base = namesrv.url + "/v1/topics"
     status, body = await call(http, "POST", base, json={"name": "orders", "queues": 2})
     assert status == 201 and body == {"name": "orders", "queues": 2, "perm": "rw",
-                                      "type": "normal", "brokers": []}
+                                      "type": "normal", "brokers": [], "priority_levels": 1}
     status, body = await call(http, "POST", base, json={"name": "orders"})
     assert status == 409 and body["error"]["type"] == "AlreadyExistsError"
     assert (await call(http, "GET", base + "/orders"))[1]["queues"] == 2
@@ -49,6 +49,27 @@ async def test_topic_crud(namesrv: Namesrv, http: aiohttp.ClientSession) -> None
     status, body = await call(http, "DELETE", base + "/orders")
     assert status == 404 and body["error"]["code"] == 7
     assert (await call(http, "GET", base + "/orders"))[0] == 404
+
+
+async def test_topic_priority_levels(namesrv: Namesrv, http: aiohttp.ClientSession) -> None:
+    """priority_levels is stored, served in the route, and refused outside 1..4 or above queues."""
+    base = namesrv.url + "/v1/topics"
+    status, body = await call(http, "POST", base,
+                              json={"name": "urgent", "queues": 4, "priority_levels": 2})
+    assert status == 201 and body["priority_levels"] == 2
+    assert (await call(http, "GET", base + "/urgent"))[1]["priority_levels"] == 2
+    status, route = await call(http, "GET", namesrv.url + "/v1/routes/urgent")
+    assert status == 200 and route["priority_levels"] == 2
+    for bad in ({"queues": 4, "priority_levels": 5}, {"queues": 4, "priority_levels": 0},
+                {"queues": 2, "priority_levels": 3}, {"queues": 4, "priority_levels": "2"},
+                {"queues": 4, "priority_levels": True}):
+        status, body = await call(http, "PUT", base + "/urgent", json=bad)
+        assert status == 400 and "priority_levels" in body["error"]["message"], bad
+    assert (await call(http, "GET", base + "/urgent"))[1]["priority_levels"] == 2
+    status, doc = await call(http, "GET", namesrv.url + "/openapi.json")
+    schemas = doc["components"]["schemas"]
+    assert schemas["TopicConfig"]["properties"]["priority_levels"]["maximum"] == 4
+    assert "priority_levels" in schemas["Route"]["properties"]
 
 
 async def test_group_crud(namesrv: Namesrv, http: aiohttp.ClientSession) -> None:

@@ -72,7 +72,7 @@ async def test_route_groups_master_and_slaves(etcd: Etcd, prefix: str,
             {"name": "broker-a", "cluster": "c1", "master": MASTER_A.addr,
              "slaves": [SLAVE_A.addr], "queues": 3, "perm": "r"},
             {"name": "broker-b", "cluster": "c1", "master": MASTER_B.addr,
-             "slaves": [], "queues": 3, "perm": "r"}]}
+             "slaves": [], "queues": 3, "perm": "r"}], "priority_levels": 1}
         rev = await registry.put_topic(TopicConfig("orders", brokers=("broker-b",)))
         await cache.wait_revision(rev)
         assert [b["name"] for b in cache.route("orders")["brokers"]] == ["broker-b"]  # type: ignore[index]

@@ -11,6 +11,9 @@ def test_topic_round_trip_and_defaults() -> None:
     assert TopicConfig.from_json(cfg.to_json()) == cfg
     assert TopicConfig.from_dict({"name": "t"}) == TopicConfig("t", 8, "rw", "normal", ())
     assert cfg.readable and not cfg.writable
+    levels = TopicConfig("urgent", queues=4, priority_levels=3)
+    assert TopicConfig.from_json(levels.to_json()) == levels
+    assert TopicConfig.from_dict({"name": "t"}).priority_levels == 1
 
 
 def test_broker_round_trip() -> None:
@@ -55,6 +58,8 @@ def test_internal_topics_allowed_in_config() -> None:
 @pytest.mark.parametrize("fields", [
     {"queues": 0}, {"queues": 1025}, {"queues": True}, {"queues": "8"}, {"perm": "x"},
     {"type": "weird"}, {"brokers": "broker-a"}, {"brokers": ["a/b"]}, {"brokers": ["a", "a"]},
+    {"priority_levels": 0}, {"priority_levels": 5}, {"priority_levels": True},
+    {"queues": 2, "priority_levels": 3},
 ])
 def test_invalid_topic_fields(fields: dict[str, object]) -> None:
     with pytest.raises((InvalidConfigError, InvalidNameError)) as info:

@@ -94,6 +94,10 @@ class BrokerApp:
             topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms),
         )
         self.ctx.health.add_listener(self._on_store_failure)
+        if store.commit_log_max_offset > 0:
+            # It may have granted queue locks before it stopped, whose holders still
+            # take messages for up to half an expiry: grant none meanwhile.
+            self.ctx.locks.start_grace(cfg.lock_expiry_ms / 2)
         self.server = BrokerServer(self.ctx, HANDLERS)
         await self.server.start(cfg.host, cfg.port)
         if cfg.http_port:

@@ -10,7 +10,8 @@ the SQL on its properties, TAGS and KEYS).
 
 Compiling costs a parse; consumers send the same few filters with every pull,
 so compiled filters are kept in a bounded LRU keyed by the fields as sent.
-A filter that does not compile is not cached: `InvalidFilterError` each time.
+A filter that does not compile is not cached: `InvalidFilterError` each time
+(`compile_sql` refuses an over-long one, MAX_SQL_CHARS, before parsing).
 """
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ferry.errors import InvalidFilterError, MalformedRequestError
-from ferry.filter import MAX_SQL_CHARS, Subscription, record_matcher
+from ferry.errors import MalformedRequestError
+from ferry.filter import MAX_SUBSCRIBED_TAGS, Subscription, record_matcher
 from ferry.store import tag_hash
 
-#: Tags in one subscription (a PULL's `tags`, a HEARTBEAT subscription's).
-MAX_TAGS = 64
+#: Tags in one subscription (a PULL's `tags`, a HEARTBEAT subscription's): ferry.filter's.
+MAX_TAGS = MAX_SUBSCRIBED_TAGS
 #: Characters of one tag.
 MAX_TAG_CHARS = 255
 #: Compiled (tags, sql) filters kept by a broker.
@@ -63,8 +64,6 @@ def filter_key(tags: Any, sql: Any) -> FilterKey:
     if sql is not None and type(sql) is not str:
         raise MalformedRequestError(f"field 'sql' must be a string or null, not "
                                     f"{type(sql).__name__}")
-    if sql is not None and len(sql) > MAX_SQL_CHARS:  # refused before any parsing
-        raise InvalidFilterError(f"SQL expression longer than {MAX_SQL_CHARS} characters")
     return tags, sql
 
 
@@ -73,8 +72,6 @@ def compile_filter(key: FilterKey) -> CompiledFilter:
     tags, sql = key
     tags_field = list(tags) if isinstance(tags, tuple) else tags
     sub = Subscription.from_fields(tags_field, sql)
-    if sub.tags is not None and len(sub.tags) > MAX_TAGS:
-        raise MalformedRequestError(f"at most {MAX_TAGS} tags per subscription")
     hashes = None if sub.tags is None else frozenset(tag_hash(t) for t in sub.tags)
     return CompiledFilter(sub, hashes, record_matcher(sub))
 

@@ -5,9 +5,15 @@ messages from it and renews the locks every 20 s; a lock lives `expiry_ms`
 (60 s by default) after its last grant. A queue held by another member is not
 granted until that member unlocks it (UNLOCK), unregisters, stops
 heart-beating (ConsumerManager expiry drops its locks) or lets the lock
-expire. Locks live in memory only: after a broker restart every member locks
-again, and since a member stops taking messages from a queue once half the
-expiry passed without a renewal, the new holder never overlaps an old one.
+expire.
+
+Locks live in memory only, so a restarted broker does not know who held
+what. A member stops taking messages from a queue once half the expiry passed
+since its last grant; a restarted broker therefore grants nothing during its
+first half expiry (`start_grace`, called by the app only when its store
+already held messages, i.e. it may have granted locks before). Otherwise a member that
+sees a partial member list right after the restart could lock a queue whose
+old holder still takes messages from it, and break the queue's order.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ class QueueLockTable:
         self.expiry_ms = expiry_ms
         self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
         self._max_locks = max_locks
+        self._grant_from_ms = 0.0  # see start_grace
         self._locks: dict[LockKey, tuple[str, float]] = {}
         self._by_client: dict[ClientKey, set[LockKey]] = {}
 
@@ -44,10 +51,13 @@ class QueueLockTable:
     def lock(self, group: str, client_id: str, topic: str, queue_ids: Iterable[int]) -> list[int]:
         """Grant or renew each queue this client may hold; the ones now held, sorted.
 
-        A queue held by another client whose lock has not expired is left out.
-        BusyError when the table is full of live locks.
+        A queue held by another client whose lock has not expired is left out; so
+        is every queue during the grace period after a restart. BusyError when the
+        table is full of live locks.
         """
         now = self._clock_ms()
+        if now < self._grant_from_ms:
+            return []
         expires_at = now + self.expiry_ms
         mine = self._by_client.get((group, client_id))
         held: list[int] = []
@@ -89,10 +99,9 @@ class QueueLockTable:
             del self._locks[key]
         return len(keys)
 
-    def holder(self, group: str, topic: str, queue_id: int) -> str | None:
-        """The client holding this queue now, if any."""
-        holder = self._locks.get((group, topic, queue_id))
-        return holder[0] if holder is not None and holder[1] > self._clock_ms() else None
+    def start_grace(self, grace_ms: float) -> None:
+        """Grant no lock for `grace_ms` from now (a restart: see the module doc)."""
+        self._grant_from_ms = self._clock_ms() + grace_ms
 
     def purge_expired(self) -> int:
         """Forget every expired lock; returns how many."""

@@ -7,9 +7,11 @@ from ferry.routing import MAX_QUEUES, MIN_QUEUES
 from ferry.routing.models import (
     CONSUME_FROM,
     DEFAULT_RETRY_BACKOFF_MS,
+    MAX_PRIORITY_LEVELS,
     MAX_RETRY,
     MAX_RETRY_BACKOFF_MS,
     MAX_RETRY_BACKOFF_STEPS,
+    MIN_PRIORITY_LEVELS,
     TOPIC_PERMS,
     TOPIC_TYPES,
 )
@@ -30,6 +32,11 @@ def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
 
 
+_PRIORITY_LEVELS = {
+    "type": "integer", "minimum": MIN_PRIORITY_LEVELS, "maximum": MAX_PRIORITY_LEVELS,
+    "default": 1, "description": "priority levels (at most queues): queue q of a broker's Q "
+                                 "serves level q * priority_levels // Q; higher drains first"}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object", "required": ["error"],
@@ -48,7 +55,8 @@ _SCHEMAS: dict[str, Any] = {
             "perm": {"type": "string", "enum": list(TOPIC_PERMS), "default": "rw"},
             "type": {"type": "string", "enum": list(TOPIC_TYPES), "default": "normal"},
             "brokers": {"type": "array", "items": _NAME, "uniqueItems": True, "default": [],
-                        "description": "broker groups serving the topic; empty = every master"}}},
+                        "description": "broker groups serving the topic; empty = every master"},
+            "priority_levels": _PRIORITY_LEVELS}},
     "GroupConfig": {
         "type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {
@@ -88,7 +96,8 @@ _SCHEMAS: dict[str, Any] = {
                                "description": "master wire address; null while it is down"},
                     "slaves": {"type": "array", "items": {"type": "string"}},
                     "queues": {"type": "integer"},
-                    "perm": {"type": "string", "enum": list(TOPIC_PERMS)}}}}}},
+                    "perm": {"type": "string", "enum": list(TOPIC_PERMS)}}}},
+            "priority_levels": _PRIORITY_LEVELS}},
 }
 
 _BAD = _error("invalid name or body")

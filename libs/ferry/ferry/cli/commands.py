@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ferry.client import Admin, Consumer, Producer
+from ferry.client import Admin, Consumer, Producer, Sql
 from ferry.client.delay import DelaySchedulerClient
 from ferry.client.txn_checker import TxnCheckerClient
 from ferry.codec import ORIGIN_TOPIC
@@ -23,7 +23,8 @@ def _print_json(data: Any) -> None:
 async def topic_create(args: argparse.Namespace) -> int:
     async with Admin(namesrv=args.namesrv) as admin:
         cfg = await admin.create_topic(args.name, queues=args.queues, perm=args.perm,
-                                       type=args.type, brokers=args.brokers)
+                                       type=args.type, brokers=args.brokers,
+                                       priority_levels=args.priority_levels)
     _print_json(cfg)
     return 0
 
@@ -75,7 +76,8 @@ async def send(args: argparse.Namespace) -> int:
     async with Producer(namesrv=args.namesrv) as producer:
         futs = [await producer.send(args.topic, args.body.encode(), key=args.key, tags=args.tags,
                                     properties=props, ordered=args.ordered,
-                                    delay_ms=args.delay_ms, ttl_ms=args.ttl_ms)
+                                    delay_ms=args.delay_ms, ttl_ms=args.ttl_ms,
+                                    priority=args.priority)
                 for _ in range(args.count)]
         results = await asyncio.gather(*futs)
     for r in results:
@@ -131,7 +133,8 @@ async def consume(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms > 0 else None
     seen = 0
     async with Consumer(args.topic, group=args.group, namesrv=args.namesrv, mode=mode,
-                        auto_offset_reset=args.from_, tags=args.tags) as consumer:
+                        auto_offset_reset=args.from_,
+                        subscription=Sql(args.sql) if args.sql else args.tags) as consumer:
         while args.count <= 0 or seen < args.count:
             wait_ms = 1000
             if deadline is not None:

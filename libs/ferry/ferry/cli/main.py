@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["normal", "fifo", "delay", "transaction"])
     create.add_argument("--broker", action="append", default=[], dest="brokers",
                         help="broker group to place it on (repeat; default every master)")
+    create.add_argument("--priority-levels", type=int, default=1, metavar="L",
+                        help="priority levels 1..4 (at most --queues; default 1): queue q of Q "
+                             "serves level q*L//Q, consumers drain higher levels first")
     create.set_defaults(func=commands.topic_create)
     tsub.add_parser("list", help="list topics").set_defaults(func=commands.topic_list)
     describe = tsub.add_parser("describe", help="config, route and queue offsets of a topic")
@@ -72,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "cancel with `ferry delay cancel ID`)")
     send.add_argument("--ttl-ms", type=int, default=None, metavar="N",
                       help="never deliver once N ms have passed since it was stored in the topic")
+    send.add_argument("--priority", type=int, default=0, choices=range(4), metavar="P",
+                      help="0..3, 3 highest (default 0), on a topic with priority levels")
     send.set_defaults(func=commands.send)
 
     consume = sub.add_parser("consume", help="consume and print messages with their offsets")
@@ -83,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--count", type=int, default=0, help="exit after N messages")
     consume.add_argument("--timeout-ms", type=int, default=0,
                          help="exit after this long without reaching --count (0 = never)")
-    consume.add_argument("--tags", help="tag filter, e.g. 'a||b'")
+    which = consume.add_mutually_exclusive_group()
+    which.add_argument("--tags", help="tag filter, e.g. 'a||b'")
+    which.add_argument("--sql", help="SQL92 filter on properties, TAGS and KEYS, e.g. "
+                                     "\"amount > 100 AND region IN ('eu', 'us')\"")
     consume.add_argument("--broadcast", action="store_true", help="broadcasting mode")
     consume.set_defaults(func=commands.consume)
 

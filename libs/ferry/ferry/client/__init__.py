@@ -7,6 +7,7 @@ from ferry.client.message import ConsumerRecord, Message, SendResult, TopicQueue
 from ferry.client.producer import Producer
 from ferry.client.transaction import Transaction, TransactionProducer
 from ferry.client.txn_checks import TxnState
+from ferry.filter import Sql
 
 __all__ = [
     "Admin",
@@ -17,6 +18,7 @@ __all__ = [
     "QueueInfo",
     "QueueLag",
     "SendResult",
+    "Sql",
     "TopicQueue",
     "Transaction",
     "TransactionProducer",

@@ -41,6 +41,7 @@ class PendingMessage:
     key: str | None = None
     ordered: bool = False
     encoded: bytes = b""   # its SEND-batch entry; encoded here when not given
+    priority: int = 0      # kept when a failed send moves it to another queue (of its level)
 
     def __post_init__(self) -> None:
         if not self.encoded:
@@ -76,6 +77,7 @@ class PendingGroup:
     key: str | None = None
     ordered: bool = False
     flags: int = 0             # the OR of its messages' flags
+    priority: int = 0          # its first message's: kept when moved to another queue
 
     @property
     def size_bytes(self) -> int:

@@ -62,10 +62,14 @@ class Admin:
 
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(self, name: str, *, queues: int = 8, perm: str = "rw",
-                           type: str = "normal", brokers: Sequence[str] = ()) -> dict[str, Any]:
-        """Create a topic (AlreadyExistsError if it exists); returns its config."""
+                           type: str = "normal", brokers: Sequence[str] = (),
+                           priority_levels: int = 1) -> dict[str, Any]:
+        """Create a topic (AlreadyExistsError if it exists); returns its config.
+
+        `priority_levels` (1..4, at most `queues`): see `Producer.send(priority=)`.
+        """
         body = {"name": validate_topic(name), "queues": queues, "perm": perm, "type": type,
-                "brokers": list(brokers)}
+                "brokers": list(brokers), "priority_levels": priority_levels}
         return await self._namesrv.call("POST", "/v1/topics", json=body)  # type: ignore[no-any-return]
 
     async def delete_topic(self, name: str) -> None:
@@ -94,6 +98,7 @@ class Admin:
             queues.append({"broker": broker, "queue_id": qid, "min_offset": low,
                            "max_offset": high})
         return {"name": name, "config": config, "type": route.type, "perm": route.perm,
+                "priority_levels": route.priority_levels,
                 "brokers": [{"name": b.name, "master": b.master, "queues": b.queues,
                              "perm": b.perm} for b in route.brokers],
                 "queues": queues}

@@ -29,6 +29,14 @@ not retry: `nack` logs the failure and drops it (RocketMQ's behaviour).
 Ordered (`ordered=True`, or `run(handler, ordered=True)`): queues are served
 only while locked at their broker, released only at a committed position, and
 `run` takes one record per queue at a time (see `ordered` and `runner`).
+
+Subscriptions (`subscription=`, see `subscriptions`): a tag expression, an
+`Sql(...)` selector, or a dict of them per topic, filtered at the broker;
+compiled at `start()`, where a bad expression raises InvalidFilterError. The
+HEARTBEAT carries them so the broker can warn about members that differ.
+`allocation=` picks the strategy of `allocation` ("average" or
+"consistent_hash"). On a topic with priority levels, buffered records of a
+higher level are handed out before any of a lower level of the same broker.
 """
 from __future__ import annotations
 
@@ -38,11 +46,12 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ferry.client.allocation import allocator
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import FetchConfig, QueueFetcher, normalize_tags
+from ferry.client.fetcher import FetchConfig, QueueFetcher
 from ferry.client.group_settings import RESETS, GroupSettings
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
@@ -58,6 +67,7 @@ from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
 from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, OrderedRunner, Runner
+from ferry.client.subscriptions import Spec, compile_subscriptions, subscription_specs
 from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
 from ferry.wire import RequestCode
@@ -80,7 +90,9 @@ class Consumer:
                  offset_store_path: str | os.PathLike[str] | None = None,
                  client_id: str | None = None, route_refresh_interval_ms: int = 30_000,
                  max_reconsume_times: int | None = None,
-                 retry_backoff_ms: Sequence[int] | None = None, ordered: bool = False,
+                 retry_backoff_ms: Sequence[int] | None = None,
+                 subscription: Spec | Mapping[str, Spec] = None,
+                 allocation: str = "average", ordered: bool = False,
                  suspend_ms: int = 1_000, lock_renew_interval_ms: int = 20_000) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
@@ -92,6 +104,8 @@ class Consumer:
         self.topics = [validate_topic(t, allow_internal=True) for t in topics]
         self.group = validate_group(group)
         self.mode = mode
+        self.allocation = allocation
+        self._specs = subscription_specs(self.topics, subscription, tags)
         # What is pulled: the topics, and in clustering mode the group's retry topic.
         self._subscribed = list(self.topics)
         if mode == "clustering" and retry_topic(self.group) not in self._subscribed:
@@ -110,10 +124,11 @@ class Consumer:
         self._pool = ConnectionPool(request_timeout_ms=min(10_000, request_timeout_ms))
         self._fetch_config = FetchConfig(
             group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
-            request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue,
-            tags=normalize_tags(tags))
+            request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue)
         self._members = GroupMembership(self._pool, self._routes, client_id=self.client_id,
-                                        group=self.group, topics=self._subscribed, mode=mode)
+                                        group=self.group, topics=self._subscribed, mode=mode,
+                                        allocate=allocator(allocation))
+        self._levels: dict[TopicQueue, int] = {}   # priority level of queues above level 0
         self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
                                       if mode == "clustering" else LocalOffsetStore(offset_store_path))
         self._fetchers: dict[TopicQueue, QueueFetcher] = {}
@@ -151,6 +166,7 @@ class Consumer:
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        self._subscribe()   # a bad expression fails here, before any network call
         await self._namesrv.start()
         if self._settings.auto_offset_reset is None or self.mode == "clustering":
             try:
@@ -239,23 +255,43 @@ class Consumer:
         return out
 
     def _take(self, limit: int) -> dict[TopicQueue, list[ConsumerRecord]]:
-        """Round-robin over the queues, so that a busy queue does not starve the others."""
+        """Round-robin over the queues, so that a busy queue does not starve the others.
+
+        Of a topic with priority levels, only the highest level with buffered
+        records on each broker is served; lower levels get the rest of `limit`.
+        """
         out: dict[TopicQueue, list[ConsumerRecord]] = {}
-        fetchers = [f for f in self._fetchers.values() if f.buffered]
-        if not fetchers:
-            return out
-        self._next_queue = (self._next_queue + 1) % len(fetchers)
-        fetchers = fetchers[self._next_queue:] + fetchers[:self._next_queue]
-        share = max(1, limit // len(fetchers))
         taken = 0
-        for fetcher in fetchers:
-            records = fetcher.take(min(share, limit - taken))
-            if records:
-                out[fetcher.tq] = records
-                taken += len(records)
-            if taken >= limit:
+        while taken < limit:
+            fetchers = self._servable()
+            if not fetchers:
                 break
+            self._next_queue = (self._next_queue + 1) % len(fetchers)
+            fetchers = fetchers[self._next_queue:] + fetchers[:self._next_queue]
+            share = max(1, (limit - taken) // len(fetchers))
+            for fetcher in fetchers:
+                records = fetcher.take(min(share, limit - taken))
+                if records:
+                    if fetcher.tq in out:
+                        out[fetcher.tq] += records
+                    else:
+                        out[fetcher.tq] = records
+                    taken += len(records)
+                if taken >= limit:
+                    break
         return out
+
+    def _servable(self) -> list[QueueFetcher]:
+        """The fetchers with buffered records, without those below a buffered higher level."""
+        fetchers = [f for f in self._fetchers.values() if f.buffered]
+        levels = self._levels
+        if not levels or len(fetchers) < 2:
+            return fetchers
+        top: dict[tuple[str, str], int] = {}
+        for f in fetchers:
+            where = (f.tq.topic, f.tq.broker)
+            top[where] = max(top.get(where, 0), levels.get(f.tq, 0))
+        return [f for f in fetchers if levels.get(f.tq, 0) == top[(f.tq.topic, f.tq.broker)]]
 
     def _promote(self) -> None:
         """What was handed out before counts as processed now."""
@@ -403,6 +439,12 @@ class Consumer:
         return await queue_bounds(self._pool, self._routes, tq)
 
     # -- membership and rebalance -----------------------------------------------------------
+    def _subscribe(self) -> None:
+        """Compile the subscriptions; they go with every PULL and HEARTBEAT."""
+        subscriptions = compile_subscriptions(self._specs)
+        self._fetch_config.subscribe(subscriptions)
+        self._members.subscriptions = {t: s.to_fields() for t, s in subscriptions.items()}
+
     async def _coordinate(self) -> None:
         await periodically(self.heartbeat_interval_ms, self.rebalance_interval_ms,
                            self._heartbeat_and_rebalance)
@@ -411,6 +453,9 @@ class Consumer:
         async with self._rebalance_lock:
             routes = await self._members.known_routes()
             self._routes_seen.update(routes)
+            self._levels = {TopicQueue(t, b, q): level for t, r in routes.items()
+                            if r.priority_levels > 1 for b, q in r.readable_queues()
+                            if (level := r.queue_level(b, q)) > 0}
             if heartbeat:
                 await self._members.heartbeat(routes.values())
             if not rebalance:

@@ -2,10 +2,15 @@
 
 One `QueueFetcher` per assigned queue. It PULLs from its position with
 `max_wait_ms` (the broker parks the pull until a message arrives), decodes the
-records, checks their tag again (two tags can share a hash at the broker), and
-appends them to its buffer. When `prefetch_records` are buffered it stops
-pulling until the consumer takes some. OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY
-move the position to the broker's `next_offset`; errors back off and retry.
+records, checks their tag again (a broker older than tag filtering sends every
+record), and appends them to its buffer. The topic's subscription (tags and
+SQL) travels with each PULL and the broker skips what does not match: an answer
+with no records whose `next_offset` is beyond the fetch offset (NO_MATCHED_MESSAGE,
+OFFSET_OVERFLOW_ONE after skipped records) moves the position past them, so the
+committed offset reaches the queue's end and the lag counts only what this
+consumer will receive. When `prefetch_records` are buffered it stops pulling
+until the consumer takes some. OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY move the
+position to the broker's `next_offset`; errors back off and retry.
 """
 from __future__ import annotations
 
@@ -15,8 +20,8 @@ import logging
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from crc32c import crc32c
 
@@ -47,6 +52,7 @@ from ferry.codec.record import (
     RECORD_MAGIC,
 )
 from ferry.errors import CorruptRecordError, FerryError
+from ferry.filter import Subscription
 from ferry.names import RETRY_PREFIX
 from ferry.wire import RequestCode
 
@@ -56,25 +62,32 @@ _ERROR_BACKOFF_S = 1.0
 _EMPTY_FAST_S = 0.05   # an empty answer faster than this is not a long poll: pause a little
 
 
-def normalize_tags(tags: str | Iterable[str] | None) -> list[str] | None:
-    """A tag filter as a sorted list ("a||b" or a list); None (every tag) for None or "*"."""
-    if tags is None:
-        return None
-    items = [t.strip() for t in tags.split("||")] if isinstance(tags, str) else list(tags)
-    items = [t for t in items if t]
-    return None if not items or "*" in items else sorted(set(items))
+_TAKE_ALL: dict[str, Any] = {"tags": None, "sql": None}
 
 
 @dataclass(slots=True)
 class FetchConfig:
-    """How one fetcher pulls (shared by all fetchers of a consumer)."""
+    """How one fetcher pulls (shared by all fetchers of a consumer).
+
+    `subscriptions`: each filtered topic's Subscription (a topic missing takes
+    everything); set with `subscribe()` when the consumer starts.
+    """
 
     group: str
     max_count: int = 256
     max_wait_ms: int = 15_000
     request_timeout_ms: int = 30_000
     prefetch_records: int = 1000
-    tags: list[str] | None = None
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    _fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def subscribe(self, subscriptions: dict[str, Subscription]) -> None:
+        self.subscriptions = dict(subscriptions)
+        self._fields = {t: sub.to_fields() for t, sub in subscriptions.items()}
+
+    def filter_fields(self, topic: str) -> dict[str, Any]:
+        """The PULL fields `tags` and `sql` of `topic`."""
+        return self._fields.get(topic, _TAKE_ALL)
 
 
 @dataclass(slots=True)
@@ -191,6 +204,10 @@ class QueueFetcher:
             if stop >= len(chunk.records):
                 chunks.popleft()
                 self.delivered = max(self.delivered, chunk.next_offset)
+        # Chunks with nothing left (skipped offsets) pass now: with no record buffered the
+        # consumer does not call take() again, and the position must reach them.
+        while chunks and chunks[0].taken >= len(chunks[0].records):
+            self.delivered = max(self.delivered, chunks.popleft().next_offset)
         self._buffered -= len(out)
         if self._buffered < self.config.prefetch_records:
             self._space.set()
@@ -249,13 +266,15 @@ class QueueFetcher:
         resp = await self.pool.request(addr, RequestCode.PULL, {
             "group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
             "offset": self.fetch_offset, "max_count": c.max_count, "max_wait_ms": c.max_wait_ms,
-            "tags": c.tags, "sql": None}, timeout_ms=c.request_timeout_ms)
+            **c.filter_fields(self.tq.topic)}, timeout_ms=c.request_timeout_ms)
         status = str(resp.fields.get("status", ""))
         next_offset = int(resp.fields.get("next_offset", self.fetch_offset))
         if status == "FOUND":
             records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
-            if c.tags is not None:
-                records = [r for r in records if r.tags in c.tags]
+            sub = c.subscriptions.get(self.tq.topic)
+            if sub is not None and sub.tags is not None:
+                tags = sub.tags
+                records = [r for r in records if r.tags in tags]
             if self.tq.topic.startswith(RETRY_PREFIX):
                 records = [r.with_topic(r.properties.get(ORIGIN_TOPIC) or r.topic)
                            for r in records]
@@ -271,7 +290,9 @@ class QueueFetcher:
             else:
                 self._chunks.append(_Chunk([], next_offset))
             return False
-        if status == "NO_MATCHED_MESSAGE" and next_offset > self.fetch_offset:
+        if next_offset > self.fetch_offset:
+            # NO_MATCHED_MESSAGE, OFFSET_OVERFLOW_ONE...: the broker skipped records that do
+            # not match; the position passes them (and is committed there).
             self._push([], next_offset)
             self.fetch_offset = next_offset
         return False

@@ -50,8 +50,8 @@ class Message:
 
     `key` is the one key used for ordering (hashing to a queue); `keys` are
     extra index keys. Both are stored space-separated in the record's keys.
-    `delay_ms` / `deliver_at_ms` (epoch ms) and `ttl_ms` are as for
-    `Producer.send`.
+    `delay_ms` / `deliver_at_ms` (epoch ms), `ttl_ms` and `priority` (0..3)
+    are as for `Producer.send`.
     """
 
     body: bytes
@@ -62,6 +62,7 @@ class Message:
     delay_ms: int | None = None
     deliver_at_ms: int | None = None
     ttl_ms: int | None = None
+    priority: int = 0
 
     def all_keys(self) -> str:
         """The record's keys field: `key` first, then `keys`, space-separated."""

@@ -27,6 +27,8 @@ from ferry.errors import (
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 ROUTE_REFRESH_INTERVAL_MS = 30_000
+#: Message priorities 0..PRIORITIES-1 (3 highest), mapped onto a topic's priority levels.
+PRIORITIES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +53,16 @@ class BrokerRoute:
 
 @dataclass(frozen=True, slots=True)
 class TopicRoute:
-    """Where a topic lives: the brokers serving it and their queues."""
+    """Where a topic lives: the brokers serving it and their queues.
+
+    `priority_levels` > 1 splits each broker's queues into levels (see `queue_level`).
+    """
 
     topic: str
     type: str
     perm: str
     brokers: tuple[BrokerRoute, ...]
+    priority_levels: int = 1
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicRoute:
@@ -71,8 +77,23 @@ class TopicRoute:
                 name=str(b["name"]), cluster=str(b.get("cluster", "")), master=master or None,
                 queues=int(b.get("queues", 0)), perm=str(b.get("perm", "rw")), slaves=slaves))
         brokers.sort(key=lambda br: br.name)
+        levels = data.get("priority_levels")
         return cls(topic=str(data.get("topic", "")), type=str(data.get("type", "normal")),
-                   perm=str(data.get("perm", "rw")), brokers=tuple(brokers))
+                   perm=str(data.get("perm", "rw")), brokers=tuple(brokers),
+                   priority_levels=levels if isinstance(levels, int) and levels >= 1 else 1)
+
+    def queue_level(self, broker: str, queue_id: int) -> int:
+        """The priority level queue `queue_id` of `broker` serves: `queue_id * levels // queues`."""
+        if self.priority_levels <= 1:
+            return 0
+        for b in self.brokers:
+            if b.name == broker:
+                return queue_id * self.priority_levels // b.queues if b.queues > 0 else 0
+        return 0
+
+    def level_of_priority(self, priority: int) -> int:
+        """The level a message of `priority` (0..3, 3 highest) goes to: `priority * levels // 4`."""
+        return priority * self.priority_levels // PRIORITIES
 
     def broker_addr(self, name: str) -> str | None:
         for b in self.brokers:

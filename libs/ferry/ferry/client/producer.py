@@ -55,7 +55,7 @@ from ferry.client.encoding import (
 )
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache
-from ferry.client.queues import QueueChooser, QueueSelector, pinned
+from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.codec.msg_id import new_msg_id
 from ferry.errors import FerryError, SystemError_, TopicNotFoundError
 from ferry.names import validate_topic
@@ -153,22 +153,27 @@ class Producer:
                    tags: str | None = None, properties: Mapping[str, str] | None = None,
                    ordered: bool = False, queue_selector: QueueSelector | None = None,
                    keys: Sequence[str] = (), *, delay_ms: int | None = None,
-                   deliver_at_ms: int | None = None,
-                   ttl_ms: int | None = None) -> asyncio.Future[SendResult]:
+                   deliver_at_ms: int | None = None, ttl_ms: int | None = None,
+                   priority: int = 0) -> asyncio.Future[SendResult]:
         """Queue one message; the returned future resolves to its SendResult.
 
         `delay_ms` (from now) or `deliver_at_ms` (epoch ms) hold the message
         back until then (InvalidDelayError beyond `max_delay_ms`; 0, or a time
         not in the future, means now); its SendResult then has queue_offset -1.
         `ttl_ms` > 0: never delivered once that long has passed since it was
-        stored in its topic. Waits while the buffer is full (up to
-        `max_block_ms`, then BusyError).
+        stored in its topic. `priority` 0..3 (3 highest; ValueError otherwise):
+        on a topic with priority levels the message goes to a queue of level
+        `priority * levels // 4`, which consumers drain before lower levels (a
+        key keeps its order within one level). Waits while the buffer is full
+        (up to `max_block_ms`, then BusyError).
         """
         # The checks of _check_topic and check_body, inline: they run for every message.
         if not self._started or topic not in self._valid_topics:
             self._check_topic(topic)
         if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
+        if priority:
+            check_priority(priority)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if (key is None and not keys and not tags and not properties
                 and delay_ms is None and deliver_at_ms is None and ttl_ms is None):
@@ -195,6 +200,8 @@ class Producer:
                 wire = make_wire(body, key, tuple(keys), tags, properties)
             item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
             nbytes = len(item.encoded)
+        if priority:
+            item.priority = priority
         if ordered and (key or queue_selector is not None):
             item.ordered = True
         route = await self._routes.route(topic)
@@ -206,10 +213,10 @@ class Producer:
         try:
             if queue_selector is not None:
                 msg = Message(body=body, key=key, keys=tuple(keys), tags=tags,
-                              properties=properties or {})
+                              properties=properties or {}, priority=priority)
                 tq = self._chooser.choose(topic, route, msg, ordered, queue_selector)
             else:
-                tq = self._chooser.by_key(topic, route, key, ordered)
+                tq = self._chooser.by_key(topic, route, key, ordered, priority)
             batcher = self._batcher(tq)
         except BaseException:
             budget.release(nbytes)
@@ -223,10 +230,11 @@ class Producer:
                             tags: str | None = None, properties: Mapping[str, str] | None = None,
                             ordered: bool = False, queue_selector: QueueSelector | None = None,
                             keys: Sequence[str] = (), *, delay_ms: int | None = None,
-                            deliver_at_ms: int | None = None,
-                            ttl_ms: int | None = None) -> SendResult:
+                            deliver_at_ms: int | None = None, ttl_ms: int | None = None,
+                            priority: int = 0) -> SendResult:
         fut = await self.send(topic, body, key, tags, properties, ordered, queue_selector, keys,
-                              delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, ttl_ms=ttl_ms)
+                              delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, ttl_ms=ttl_ms,
+                              priority=priority)
         return await fut
 
     async def _send_wire(self, topic: str, wire: WireMessage,
@@ -258,11 +266,14 @@ class Producer:
 
         The messages are encoded once, here, and wait as one entry with one
         future. A batch over `max_batch_bytes` is split over several frames
-        of the same queue.
+        of the same queue (of the first message's priority level).
         """
         if not messages:
             return []
         self._check_topic(topic)
+        for m in messages:
+            if m.priority:
+                check_priority(m.priority)
         msg_ids, encoded, flags = encode_group(messages, self.max_delay_ms)
         if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
             futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
@@ -272,7 +283,8 @@ class Producer:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         group = PendingGroup(msg_ids=msg_ids, encoded=encoded, future=fut, topic=topic,
                              first_body=bytes(first.body), key=first.key,
-                             ordered=pinned(ordered, first.key, queue_selector), flags=flags)
+                             ordered=pinned(ordered, first.key, queue_selector), flags=flags,
+                             priority=first.priority)
         route = await self._routes.route(topic)
         await self._budget.take(group.size_bytes, self.max_block_ms)
         try:
@@ -362,7 +374,8 @@ class Producer:
             items.append(PendingMessage(wire=to_wire(msg, self.max_delay_ms),
                                         future=loop.create_future(),
                                         topic=topic, key=msg.key,
-                                        ordered=pinned(ordered, msg.key, selector)))
+                                        ordered=pinned(ordered, msg.key, selector),
+                                        priority=msg.priority))
         route = await self._routes.route(topic)
         tq = self._chooser.choose(topic, route, msgs[0], ordered, selector) if together else None
         for msg, item in zip(msgs, items, strict=True):
@@ -476,7 +489,7 @@ class Producer:
         try:
             route = await self._routes.route(topic)
             for it in items:
-                self._add(self._chooser.round_robin(topic, route), it)
+                self._add(self._chooser.round_robin(topic, route, it.priority), it)
                 done += 1
         except Exception as exc:
             err = exc if isinstance(exc, FerryError) else \

@@ -6,6 +6,11 @@ Ordered messages (a key, or a queue selector, with `ordered=True`) are placed
 over the STABLE list of the route's writable queues, whether their broker is
 up or not: a key keeps its queue while a broker is down (its sends fail, they
 are not moved) and moves only when the route itself changes.
+
+Priorities: on a topic with `priority_levels` L > 1, a message of priority p
+(0..3) goes only to the queues of level `p * L // 4` (queue q of a broker's Q
+serves level `q * L // Q`), round robin or by key hash within them, so a key
+keeps its order within one level.
 """
 from __future__ import annotations
 
@@ -14,10 +19,21 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from ferry.client.message import Message, TopicQueue
-from ferry.client.namesrv import TopicRoute
+from ferry.client.namesrv import PRIORITIES, TopicRoute
 from ferry.errors import TopicNotFoundError
 
 QueueSelector = Callable[[Sequence[TopicQueue], Message], TopicQueue]
+
+
+def check_priority(priority: int) -> int:
+    """`priority` if it is 0..3 (3 highest), else ValueError."""
+    if type(priority) is not int or not 0 <= priority < PRIORITIES:
+        raise ValueError(f"priority must be an integer 0..{PRIORITIES - 1}, got {priority!r}")
+    return priority
+
+
+def _of_level(queues: list[TopicQueue], route: TopicRoute, level: int) -> list[TopicQueue]:
+    return [tq for tq in queues if route.queue_level(tq.broker, tq.queue_id) == level]
 
 
 def pinned(ordered: bool, key: str | None, selector: QueueSelector | None) -> bool:
@@ -35,18 +51,45 @@ class QueueChooser:
         # per topic: the route the list was built from, and the list
         self._queue_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
         self._key_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
+        # per (topic, priority): the route the lists were built from, its queues (plain, keyed)
+        self._level_lists: dict[tuple[str, int],
+                                tuple[TopicRoute, list[TopicQueue], list[TopicQueue]]] = {}
 
     def mark_faulty(self, broker: str) -> None:
         """Skip `broker` for plain messages during the next `broker_backoff_ms`."""
         self._faulty[broker] = time.monotonic() + self.broker_backoff_ms / 1000
 
-    def usable(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
-        """The writable queues with a live master, without brokers that failed recently."""
+    def _levelled(self, topic: str, route: TopicRoute, priority: int,
+                  ) -> tuple[list[TopicQueue], list[TopicQueue]]:
+        """The plain and the keyed queue lists of `priority`'s level."""
+        cached = self._level_lists.get((topic, priority))
+        if cached is None or cached[0] is not route:
+            level = route.level_of_priority(priority)
+            plain = _of_level(self._all_usable(topic, route), route, level)
+            keyed = _of_level(self._all_keyed(topic, route), route, level)
+            self._level_lists[(topic, priority)] = cached = (route, plain, keyed)
+        return cached[1], cached[2]
+
+    def _all_usable(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
         cached = self._queue_lists.get(topic)
         if cached is None or cached[0] is not route:
             queues = [TopicQueue(topic, b, q) for b, q in route.writable_queues()]
             self._queue_lists[topic] = cached = (route, queues)
-        queues = cached[1]
+        return cached[1]
+
+    def _all_keyed(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
+        cached = self._key_lists.get(topic)
+        if cached is None or cached[0] is not route:
+            queues = [TopicQueue(topic, b, q) for b, q in route.key_queues()]
+            self._key_lists[topic] = cached = (route, queues)
+        return cached[1]
+
+    def usable(self, topic: str, route: TopicRoute, priority: int = 0) -> list[TopicQueue]:
+        """The writable queues with a live master, without brokers that failed recently."""
+        if route.priority_levels > 1:
+            queues = self._levelled(topic, route, priority)[0]
+        else:
+            queues = self._all_usable(topic, route)
         if not queues:
             raise TopicNotFoundError(f"topic {topic} has no writable queue on a live broker")
         if not self._faulty:
@@ -57,34 +100,37 @@ class QueueChooser:
         healthy = [tq for tq in queues if tq.broker not in self._faulty]
         return healthy or queues  # every broker looks faulty: try them anyway
 
-    def key_queues(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
-        """Every writable queue of the route, up or down: the stable list keys hash over."""
-        cached = self._key_lists.get(topic)
-        if cached is None or cached[0] is not route:
-            queues = [TopicQueue(topic, b, q) for b, q in route.key_queues()]
-            self._key_lists[topic] = cached = (route, queues)
-        if not cached[1]:
+    def key_queues(self, topic: str, route: TopicRoute, priority: int = 0) -> list[TopicQueue]:
+        """Every writable queue of the route (of the priority's level), up or down: the
+        stable list keys hash over."""
+        if route.priority_levels > 1:
+            queues = self._levelled(topic, route, priority)[1]
+        else:
+            queues = self._all_keyed(topic, route)
+        if not queues:
             raise TopicNotFoundError(f"topic {topic} has no writable queue")
-        return cached[1]
+        return queues
 
-    def round_robin(self, topic: str, route: TopicRoute) -> TopicQueue:
-        queues = self.usable(topic, route)
+    def round_robin(self, topic: str, route: TopicRoute, priority: int = 0) -> TopicQueue:
+        queues = self.usable(topic, route, priority)
         n = self._round_robin.get(topic, 0)
         self._round_robin[topic] = n + 1
         return queues[n % len(queues)]
 
-    def by_key(self, topic: str, route: TopicRoute, key: str | None, ordered: bool) -> TopicQueue:
-        """The key's stable queue when ordered, else the next healthy queue."""
+    def by_key(self, topic: str, route: TopicRoute, key: str | None, ordered: bool,
+               priority: int = 0) -> TopicQueue:
+        """The key's stable queue when ordered, else the next healthy queue (of the level)."""
         if ordered and key:
-            queues = self.key_queues(topic, route)
+            queues = self.key_queues(topic, route, priority)
             return queues[zlib.crc32(key.encode()) % len(queues)]
-        return self.round_robin(topic, route)
+        return self.round_robin(topic, route, priority)
 
     def choose(self, topic: str, route: TopicRoute, msg: Message, ordered: bool,
                selector: QueueSelector | None) -> TopicQueue:
         if selector is not None:
             # An ordered selector sees the stable list, so its choice does not move
             # with broker health; a plain one sees the healthy queues.
-            queues = self.key_queues(topic, route) if ordered else self.usable(topic, route)
+            queues = (self.key_queues(topic, route, msg.priority) if ordered
+                      else self.usable(topic, route, msg.priority))
             return selector(queues, msg)
-        return self.by_key(topic, route, msg.key, ordered)
+        return self.by_key(topic, route, msg.key, ordered, msg.priority)

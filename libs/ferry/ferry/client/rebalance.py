@@ -1,10 +1,10 @@
 """Which queues each member of a consumer group owns, and the heartbeats that define members.
 
-Allocation is RocketMQ's "averagely" strategy, computed by every member on its
-own from the same inputs: the topic's queues sorted, the group's members sorted;
-member i takes one contiguous range, and the first `len(queues) % len(members)`
-members take one queue more. Every member computing it from the same inputs
-gets a disjoint cover of all queues, so no coordinator is needed. Members are
+Allocation is one of the strategies of `allocation` ("average", RocketMQ's
+"averagely", by default; or "consistent_hash"), computed by every member on its
+own from the same inputs: the topic's queues and the group's members. Every
+member computing it from the same inputs gets a disjoint cover of all queues,
+so no coordinator is needed. Members are
 what the brokers know from heartbeats (a member missing heartbeats for 30 s is
 dropped by the broker, one that stops sends UNREGISTER at once).
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
+from ferry.client.allocation import Allocator, allocate_all, allocate_averagely
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import RouteCache, TopicRoute
@@ -23,39 +24,26 @@ from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
 
-Q = TypeVar("Q")
-
-
-def allocate_averagely(queues: Sequence[Q], members: Sequence[str], me: str) -> list[Q]:
-    """The queues `me` owns: a contiguous range of the sorted queues; [] if not a member."""
-    qs = sorted(queues)  # type: ignore[type-var]
-    ms = sorted(set(members))
-    if me not in ms or not qs:
-        return []
-    idx = ms.index(me)
-    base, extra = divmod(len(qs), len(ms))
-    start = idx * base + min(idx, extra)
-    count = base + (1 if idx < extra else 0)
-    return qs[start:start + count]
-
-
-def allocate_all(queues: Sequence[Q], members: Iterable[str]) -> dict[str, list[Q]]:
-    """Every member's share (used by tests and the admin view)."""
-    ms = sorted(set(members))
-    return {m: allocate_averagely(queues, ms, m) for m in ms}
+__all__ = ["GroupMembership", "allocate_all", "allocate_averagely", "broadcasting_assignment",
+           "periodically"]
 
 
 class GroupMembership:
     """Heartbeats of one consumer to the brokers, and the group's members per topic."""
 
     def __init__(self, pool: ConnectionPool, routes: RouteCache, *, client_id: str, group: str,
-                 topics: Sequence[str], mode: str) -> None:
+                 topics: Sequence[str], mode: str,
+                 allocate: Allocator = allocate_averagely,
+                 subscriptions: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.pool = pool
         self.routes = routes
         self.client_id = client_id
         self.group = group
         self.topics = list(topics)
         self.mode = mode
+        self.allocate = allocate
+        # topic -> {"tags", "sql"} for HEARTBEAT; topics missing take every message
+        self.subscriptions = dict(subscriptions or {})
 
     async def known_routes(self) -> dict[str, TopicRoute]:
         """The routes of the subscribed topics that exist now (missing topics are skipped)."""
@@ -72,8 +60,10 @@ class GroupMembership:
 
     async def heartbeat(self, routes: Iterable[TopicRoute]) -> None:
         """HEARTBEAT to every broker serving a subscribed topic; failures are logged."""
-        fields = {"client_id": self.client_id, "group": self.group, "topics": self.topics,
-                  "mode": self.mode}
+        fields: dict[str, Any] = {"client_id": self.client_id, "group": self.group,
+                                  "topics": self.topics, "mode": self.mode}
+        if self.subscriptions:
+            fields["subscriptions"] = self.subscriptions
         for addr in self.broker_addrs(routes):
             try:
                 await self.pool.request(addr, RequestCode.HEARTBEAT, fields)
@@ -117,7 +107,7 @@ class GroupMembership:
                 owned[topic] = None
                 continue
             queues = [TopicQueue(topic, b, q) for b, q in route.readable_queues()]
-            owned[topic] = set(allocate_averagely(queues, members, self.client_id))
+            owned[topic] = set(self.allocate(queues, members, self.client_id))
         return owned
 
 

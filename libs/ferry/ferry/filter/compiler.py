@@ -14,7 +14,7 @@ from lark import Token, Tree
 
 from ferry.errors import InvalidFilterError
 from ferry.filter import evaluators as ev
-from ferry.filter.evaluators import Evaluator
+from ferry.filter.evaluators import Evaluator, Fetch
 from ferry.filter.values import Value
 
 #: How deep operators may nest (NOT NOT ..., AND inside OR inside AND in parentheses):
@@ -24,7 +24,7 @@ MAX_NESTING_DEPTH = 64
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    """A compiled selector: its evaluator and the property names it reads, by index."""
+    """A compiled selector: its evaluator and the names it reads (properties, TAGS, KEYS)."""
 
     evaluate: Evaluator
     names: tuple[str, ...]
@@ -32,20 +32,18 @@ class Compiled:
 
 @dataclass(frozen=True, slots=True)
 class _Operand:
-    """One side of a predicate: a property (`index` into v) or a literal (`value`; None = NULL)."""
+    """One side of a predicate: a property (read by `fetch`) or a literal (`value`; None = NULL)."""
 
-    index: int
+    fetch: Fetch | None
     value: Value
-    token: Token
-
-    @property
-    def is_property(self) -> bool:
-        return self.index >= 0
 
 
-def compile_tree(tree: Tree | Token) -> Compiled:
-    """Compile a parse tree; raises InvalidFilterError for what the grammar lets through."""
-    compiler = _Compiler()
+def compile_tree(tree: Tree | Token, fetcher: Callable[[str], Fetch]) -> Compiled:
+    """Compile a parse tree, reading each property with `fetcher(name)`'s closure.
+
+    Raises InvalidFilterError for what the grammar lets through but means nothing.
+    """
+    compiler = _Compiler(fetcher)
     fn = compiler.node(tree, 1)
     return Compiled(fn, tuple(compiler.names))
 
@@ -81,10 +79,11 @@ _TEXT_TESTS: dict[str, tuple[Callable[[str, str], bool], bool]] = {
 
 
 class _Compiler:
-    """One compilation: the property names met so far (name -> index into v)."""
+    """One compilation: how properties are read, and the names met so far (one fetch each)."""
 
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
+    def __init__(self, fetcher: Callable[[str], Fetch]) -> None:
+        self.fetcher = fetcher
+        self.names: dict[str, Fetch] = {}
 
     def node(self, tree: Tree | Token, depth: int) -> Evaluator:
         if depth > MAX_NESTING_DEPTH:
@@ -110,15 +109,18 @@ class _Compiler:
             return self.compare(str(kids[1]), left, self.operand(kids[2]))
         if rule in ("between", "not_between"):
             low, high = self.operand(kids[1]), self.operand(kids[2])
-            fn = ev.and_([self.compare(">=", left, low), self.compare("<=", left, high)])
+            if left.fetch is not None and _is_number(low.value) and _is_number(high.value):
+                fn = ev.property_between(left.fetch, low.value, high.value)  # type: ignore[arg-type]
+            else:
+                fn = ev.and_([self.compare(">=", left, low), self.compare("<=", left, high)])
             return ev.not_(fn) if rule == "not_between" else fn
         if rule in ("in_", "not_in"):
             fn = self.in_list(left, [self.operand(k) for k in kids[1:]])
             return ev.not_(fn) if rule == "not_in" else fn
         if rule in ("is_null", "is_not_null"):
             null = rule == "is_null"
-            if left.is_property:
-                return ev.property_is_null(left.index, null)
+            if left.fetch is not None:
+                return ev.property_is_null(left.fetch, null)
             return ev.const((left.value is None) is null)
         if rule in _TEXT_TESTS:
             test, negated = _TEXT_TESTS[rule]
@@ -129,45 +131,51 @@ class _Compiler:
     def operand(self, token: Token) -> _Operand:
         if token.type == "NAME":
             name = str(token)
-            index = self.names.setdefault(name, len(self.names))
-            return _Operand(index, None, token)
-        return _Operand(-1, _literal(token), token)
+            fetch = self.names.get(name)
+            if fetch is None:
+                fetch = self.names[name] = self.fetcher(name)
+            return _Operand(fetch, None)
+        return _Operand(None, _literal(token))
 
     def truth(self, token: Token) -> Evaluator:
         """An operand used as a condition: TRUE/FALSE/NULL or a property holding 'true'/'false'."""
         operand = self.operand(token)
-        if operand.is_property:
-            return ev.property_truth(operand.index)
+        if operand.fetch is not None:
+            return ev.property_truth(operand.fetch)
         if operand.value is None or isinstance(operand.value, bool):
             return ev.const(operand.value)
         raise _error_at(token, f"{token!s} is not a condition (compare it with something)")
 
     def compare(self, op: str, left: _Operand, right: _Operand) -> Evaluator:
-        if left.is_property and right.is_property:
-            return ev.properties_compare(op, left.index, right.index)
-        if left.is_property:
-            return ev.property_vs_literal(op, left.index, right.value)
-        if right.is_property:
-            return ev.property_vs_literal(ev.FLIPPED[op], right.index, left.value)
+        if left.fetch is not None and right.fetch is not None:
+            return ev.properties_compare(op, left.fetch, right.fetch)
+        if left.fetch is not None:
+            return ev.property_vs_literal(op, left.fetch, right.value)
+        if right.fetch is not None:
+            return ev.property_vs_literal(ev.FLIPPED[op], right.fetch, left.value)
         return ev.const(ev.compare_literals(op, left.value, right.value))
 
     def in_list(self, left: _Operand, items: list[_Operand]) -> Evaluator:
         values = [item.value for item in items]
         texts = [v for v in values if isinstance(v, str)]
         has_null = any(v is None for v in values)
-        if left.is_property and len(texts) + has_null == len(values):
-            return ev.property_in_strings(left.index, frozenset(texts), has_null)
+        if left.fetch is not None and len(texts) + has_null == len(values):
+            return ev.property_in_strings(left.fetch, frozenset(texts), has_null)
         return ev.or_([self.compare("=", left, item) for item in items]) if len(items) > 1 \
             else self.compare("=", left, items[0])
 
     def text_test(self, left: _Operand, test: Callable[[str, str], bool],
                   literal: Value) -> Evaluator:
         assert isinstance(literal, str)  # the grammar only takes a string here
-        if left.is_property:
-            return ev.property_text_test(left.index, lambda s: test(s, literal))
+        if left.fetch is not None:
+            return ev.property_text_test(left.fetch, lambda s: test(s, literal))
         if isinstance(left.value, str):
             return ev.const(test(left.value, literal))
         return ev.const(None)  # NULL, a number or a boolean is not text
+
+
+def _is_number(value: Value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _first_token(tree: Tree | Token) -> Token:

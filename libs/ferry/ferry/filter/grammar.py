@@ -7,6 +7,8 @@ one, so that a keyword is a keyword wherever it appears.
 """
 from __future__ import annotations
 
+from functools import cache
+
 from lark import Lark
 
 GRAMMAR = r"""
@@ -79,8 +81,11 @@ TERMINAL_WORDS = {
     "$END": "the end of the expression",
 }
 
-#: One parser for the process: a lark LALR parser is reusable and builds its tables once.
-PARSER = Lark(GRAMMAR, parser="lalr", lexer="basic", maybe_placeholders=False)
+@cache
+def parser() -> Lark:
+    """The process's one parser, built on first use: building the LALR tables takes ~20 ms,
+    which every `import ferry` would pay otherwise. A lark LALR parser is reusable."""
+    return Lark(GRAMMAR, parser="lalr", lexer="basic", maybe_placeholders=False)
 
 
 def words_for(terminals: set[str] | frozenset[str]) -> tuple[str, ...]:

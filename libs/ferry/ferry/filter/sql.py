@@ -8,16 +8,18 @@ compiles whatever a client sends. Compiled filters are cached by text.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
+from lark import Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ferry.errors import InvalidFilterError
 from ferry.filter.compiler import MAX_NESTING_DEPTH, compile_tree
-from ferry.filter.evaluators import Evaluator
-from ferry.filter.grammar import PARSER, words_for
+from ferry.filter.evaluators import Evaluator, Fetch
+from ferry.filter.grammar import parser, words_for
 
 #: Longest selector accepted, in characters.
 MAX_SQL_CHARS = 4096
@@ -45,23 +47,26 @@ class Sql:
 class SqlFilter:
     """A compiled selector: `evaluate` is True only when the expression is TRUE.
 
-    `names` are the identifiers it reads (properties, `TAGS`, `KEYS`), in the
-    order `test_values` takes their values. Equal and hashed by expression.
+    `names` are the identifiers it reads (properties, `TAGS`, `KEYS`). `tree`
+    is the parse tree, kept so that `record_matcher` can compile the same
+    selector with fetchers that read a stored record. Equal and hashed by
+    expression.
     """
 
     expression: str
     names: tuple[str, ...]
+    tree: Tree = field(repr=False)
     _fn: Evaluator = field(repr=False)
 
     def evaluate(self, props: Mapping[str, str], tags: str = "", keys: str = "") -> bool:
-        """Does a message with these user properties, tag string and keys match?"""
-        values = [(tags or None) if n == TAGS_NAME else (keys or None) if n == KEYS_NAME
-                  else props.get(n) for n in self.names]
-        return self._fn(values) is True
+        """Does a message with these user properties, tag string and keys match?
 
-    def test_values(self, values: Sequence[str | None]) -> bool:
-        """Evaluate on the values of `names`, in order (None = missing): the hot path's entry."""
-        return self._fn(values) is True
+        A missing property, an empty tag string and empty keys are NULL. Never raises.
+        """
+        try:
+            return self._fn((props, tags, keys)) is True
+        except Exception:  # noqa: BLE001 - only a foreign Mapping could raise; that is no match
+            return False
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SqlFilter) and other.expression == self.expression
@@ -77,14 +82,28 @@ def compile_sql(text: str) -> SqlFilter:
     if len(text) > MAX_SQL_CHARS:
         raise InvalidFilterError(f"the SQL expression is {len(text)} characters long; "
                                  f"the limit is {MAX_SQL_CHARS}")
-    return _compile_cached(text)
+    refused = _REFUSED.get(text)
+    if refused is not None:  # a client repeating a bad selector costs a dict lookup, not a parse
+        raise InvalidFilterError(refused[0], line=refused[1], column=refused[2],
+                                 expected=refused[3])
+    try:
+        return _compile_cached(text)
+    except InvalidFilterError as err:
+        if len(_REFUSED) >= MAX_CACHED_FILTERS:
+            _REFUSED.clear()
+        _REFUSED[text] = (str(err), err.line, err.column, err.expected)
+        raise
+
+
+#: Selectors refused lately, by text: (message, line, column, expected) to raise again.
+_REFUSED: dict[str, tuple[str, int, int, tuple[str, ...]]] = {}
 
 
 @lru_cache(maxsize=MAX_CACHED_FILTERS)
 def _compile_cached(text: str) -> SqlFilter:
     try:
-        tree = PARSER.parse(text)
-        compiled = compile_tree(tree)
+        tree = parser().parse(text)
+        compiled = compile_tree(tree, _mapping_fetch)
     except InvalidFilterError:
         raise
     except UnexpectedInput as exc:
@@ -93,7 +112,24 @@ def _compile_cached(text: str) -> SqlFilter:
         raise InvalidFilterError("the SQL expression nests too deeply") from None
     except Exception as exc:  # noqa: BLE001 - the broker compiles any client's text: never crash
         raise InvalidFilterError(f"the SQL expression cannot be compiled: {exc}") from None
-    return SqlFilter(text, compiled.names, compiled.evaluate)
+    return SqlFilter(text, compiled.names, tree, compiled.evaluate)
+
+
+def _mapping_fetch(name: str) -> Fetch:
+    """A fetch over `SqlFilter.evaluate`'s context (props, tags, keys); "" tags/keys are NULL."""
+    if name == TAGS_NAME:
+        return _tags_of
+    if name == KEYS_NAME:
+        return _keys_of
+    return lambda ctx: ctx[0].get(name)
+
+
+def _tags_of(ctx: Any) -> str | None:
+    return ctx[1] or None
+
+
+def _keys_of(ctx: Any) -> str | None:
+    return ctx[2] or None
 
 
 def _syntax_error(text: str, exc: UnexpectedInput) -> InvalidFilterError:
@@ -129,7 +165,7 @@ def _end_position(text: str) -> tuple[int, int]:
 def _expected_before(prefix: str) -> tuple[str, ...]:
     """What the parser could take after `prefix` (for a character no token starts with)."""
     try:
-        interactive = PARSER.parse_interactive(prefix)
+        interactive = parser().parse_interactive(prefix)
         interactive.exhaust_lexer()
         return words_for(interactive.accepts())
     except Exception:  # noqa: BLE001 - only a better message is lost

@@ -2,7 +2,8 @@
 
 `record_matcher` is on the broker's pull path: it reads one record as stored
 (the `ferry.codec.record` layout) without decoding it. The tag check compares
-the raw tag bytes; the SQL reads only the properties the selector names,
+the raw tag bytes; the SQL reads only the properties the selector needs for
+this record (lazily: `a > 1 AND b = 'x'` never looks for `b` when `a` is 0),
 found by searching the encoded properties (`key\\x01value\\x02` pairs, whose
 keys and values never hold the separators, so `\\x02key\\x01` only matches at
 a pair boundary).
@@ -12,12 +13,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ferry.codec.properties import PROP_END, PROP_KV
 from ferry.codec.record import HEADER_LAYOUT, HEADER_SIZE
+from ferry.codec.tags import tag_hash
 from ferry.errors import InvalidFilterError
-from ferry.filter.sql import KEYS_NAME, TAGS_NAME, Sql, SqlFilter, compile_sql
+from ferry.filter.compiler import compile_tree
+from ferry.filter.evaluators import Evaluator, Fetch
+from ferry.filter.sql import KEYS_NAME, MAX_CACHED_FILTERS, TAGS_NAME, Sql, SqlFilter, compile_sql
 from ferry.filter.tags import parse_tags
 
 RecordMatcher = Callable[[memoryview], bool]
@@ -64,6 +69,11 @@ class Subscription:
                 "sql": None if self.sql is None else self.sql.expression}
 
     @property
+    def tag_hashes(self) -> frozenset[int] | None:
+        """The tag hashes a consume-queue entry must carry to be read (None = any)."""
+        return None if self.tags is None else frozenset(tag_hash(t) for t in self.tags)
+
+    @property
     def is_all(self) -> bool:
         """True when it takes every message (no tag list, no selector)."""
         return self.tags is None and self.sql is None
@@ -107,43 +117,58 @@ def _tag_matcher(tag_set: frozenset[bytes]) -> RecordMatcher:
 def _sql_matcher(tag_set: frozenset[bytes] | None, sql: SqlFilter) -> RecordMatcher:
     lengths = _PART_LENGTHS.unpack_from
     at = _AT_PART_LENGTHS
-    test = sql.test_values
-    # Per name: what starts the pair when it is the first, and when it is not.
-    wanted = [(name, (name.encode() + _KV), (_END + name.encode() + _KV)) for name in sql.names]
+    props_only = TAGS_NAME not in sql.names and KEYS_NAME not in sql.names
+    evaluate = _record_evaluator(sql, props_only)
 
     def match_sql(record: memoryview) -> bool:
         try:
             topic_len, born_len, store_len, _, tags_len, keys_len, props_len = lengths(record, at)
             tags_at = HEADER_SIZE + topic_len + born_len + store_len
             keys_at = tags_at + tags_len
-            props_at = keys_at + keys_len
-            tags = record[tags_at:keys_at].tobytes()
-            if tag_set is not None and tags not in tag_set:
+            if tag_set is not None and record[tags_at:keys_at].tobytes() not in tag_set:
                 return False
-            raw = record[props_at:props_at + props_len].tobytes()
-            values: list[str | None] = []
-            for name, first, pair in wanted:
-                if name == TAGS_NAME:
-                    values.append(tags.decode("utf-8", "replace") if tags else None)
-                elif name == KEYS_NAME:
-                    values.append(record[keys_at:props_at].tobytes().decode("utf-8", "replace")
-                                  if keys_len else None)
-                else:
-                    values.append(_property(raw, first, pair))
-            return test(values)
+            props_at = keys_at + keys_len
+            # A leading separator makes every pair, the first included, read `\x02key\x01`.
+            raw = _END + record[props_at:props_at + props_len].tobytes()
+            if props_only:  # the usual selector: its context is the properties alone
+                return evaluate(raw) is True
+            return evaluate((raw, record, tags_at, keys_at, props_at)) is True
         except Exception:  # noqa: BLE001 - on the broker's pull path: never raise
             return False
     return match_sql
 
 
-def _property(raw: bytes, first: bytes, pair: bytes) -> str | None:
-    """The value of one property in encoded properties, None when it is absent."""
-    if raw.startswith(first):
-        start = len(first)
-    else:
-        found = raw.find(pair)
-        if found < 0:
+@lru_cache(maxsize=MAX_CACHED_FILTERS)
+def _record_evaluator(sql: SqlFilter, props_only: bool) -> Evaluator:
+    """`sql` compiled again with fetchers that read a stored record (see match_sql): its
+    context is b"\\x02" + the properties when `props_only`, else the tuple
+    (b"\\x02" + properties, record, tags_at, keys_at, props_at)."""
+    return compile_tree(sql.tree, _props_fetch if props_only else _record_fetch).evaluate
+
+
+def _record_fetch(name: str) -> Fetch:
+    """A fetch over a full record context; an empty tag string or keys are NULL."""
+    if name == TAGS_NAME:
+        return lambda ctx: ctx[1][ctx[2]:ctx[3]].tobytes().decode("utf-8", "replace") or None
+    if name == KEYS_NAME:
+        return lambda ctx: ctx[1][ctx[3]:ctx[4]].tobytes().decode("utf-8", "replace") or None
+    fetch = _props_fetch(name)
+    return lambda ctx: fetch(ctx[0])
+
+
+def _props_fetch(name: str) -> Fetch:
+    """A fetch of one property from b"\\x02" + encoded properties; a value that is not
+    UTF-8 cannot be compared with anything and reads as NULL."""
+    pair = _END + name.encode() + _KV
+    skip = len(pair)
+
+    def fetch_property(raw: bytes) -> str | None:
+        start = raw.find(pair)
+        if start < 0:
             return None
-        start = found + len(pair)
-    end = raw.find(_END, start)
-    return raw[start:end if end >= 0 else len(raw)].decode("utf-8", "replace")
+        start += skip
+        try:
+            return raw[start:raw.find(_END, start)].decode()
+        except UnicodeDecodeError:
+            return None
+    return fetch_property

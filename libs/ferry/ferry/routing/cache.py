@@ -281,7 +281,8 @@ class RouteCache:
                 "queues": queues, "perm": cfg.perm if cfg else "rw",
             })
         return {"topic": topic, "type": cfg.type if cfg else "normal",
-                "perm": cfg.perm if cfg else "rw", "brokers": entries}
+                "perm": cfg.perm if cfg else "rw", "brokers": entries,
+                "priority_levels": cfg.priority_levels if cfg else 1}
 
 
 def _diff(kind: str, old: dict[Any, Any], new: dict[Any, Any]) -> list[CacheChange]:

@@ -33,6 +33,10 @@ TOPIC_PERMS = ("rw", "r", "w")
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 CONSUME_FROM = ("latest", "earliest", "timestamp")
 MAX_ADDR_LENGTH = 255
+#: Priority levels a topic may have: each level is a set of its queues on every broker
+#: (queue q of Q serves level q * levels // Q), drained highest first by consumers.
+MIN_PRIORITY_LEVELS = 1
+MAX_PRIORITY_LEVELS = 4
 
 # Cluster and broker names follow the same rule as user topic names.
 _BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
@@ -176,6 +180,9 @@ class TopicConfig:
 
     `queues` is the queue count on each broker group that serves the topic;
     `brokers` names those broker groups, and empty means every master.
+    `priority_levels` (1..4, at most `queues`) splits each broker's queues into
+    that many levels: queue q serves level `q * priority_levels // queues`, and a
+    consumer drains a higher level before a lower one (see docs/client.md).
     """
 
     name: str
@@ -183,10 +190,16 @@ class TopicConfig:
     perm: str = "rw"
     type: str = "normal"
     brokers: tuple[str, ...] = ()
+    priority_levels: int = MIN_PRIORITY_LEVELS
 
     def __post_init__(self) -> None:
         validate_topic(self.name, allow_internal=True)
         _int_in(self.queues, "queues", MIN_QUEUES, MAX_QUEUES)
+        _int_in(self.priority_levels, "priority_levels", MIN_PRIORITY_LEVELS,
+                MAX_PRIORITY_LEVELS)
+        _require(self.priority_levels <= self.queues,
+                 f"priority_levels ({self.priority_levels}) may not exceed queues "
+                 f"({self.queues}): each level needs a queue on every broker")
         _choice(self.perm, "perm", TOPIC_PERMS)
         _choice(self.type, "type", TOPIC_TYPES)
         _require(isinstance(self.brokers, tuple), "brokers must be a tuple of broker names")
@@ -204,7 +217,8 @@ class TopicConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queues": self.queues, "perm": self.perm,
-                "type": self.type, "brokers": list(self.brokers)}
+                "type": self.type, "brokers": list(self.brokers),
+                "priority_levels": self.priority_levels}
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
@@ -222,14 +236,15 @@ class TopicConfig:
         _require(isinstance(brokers, list | tuple), "brokers must be a list of broker names")
         return cls(name=body_name, queues=d.get("queues", DEFAULT_QUEUES),
                    perm=d.get("perm", "rw"), type=d.get("type", "normal"),
-                   brokers=tuple(brokers))
+                   brokers=tuple(brokers),
+                   priority_levels=d.get("priority_levels", MIN_PRIORITY_LEVELS))
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, strict: bool = False) -> TopicConfig:
         return cls.from_dict(_loads(raw, "topic"), strict=strict)
 
 
-_TOPIC_FIELDS = frozenset({"name", "queues", "perm", "type", "brokers"})
+_TOPIC_FIELDS = frozenset({"name", "queues", "perm", "type", "brokers", "priority_levels"})
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ferry.store import GetResult, GetStatus
 from ferry.wire import Frame, response
