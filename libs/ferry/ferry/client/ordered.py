@@ -95,7 +95,13 @@ class OrderedQueues:
         self.target = set(target)
         self._ensure_keeper()
         ready = [tq for tq in gained if tq not in self.releasing]
-        if self.locks is None or not ready:
+        if self.locks is None:
+            return ready
+        # Locked once but never served (it could not start) and no longer wanted: let it go.
+        stale = self.locks.held() - self.target - set(self.consumer._fetchers) - set(self.releasing)
+        if stale:
+            await self.locks.unlock(stale)
+        if not ready:
             return ready
         granted = await self.locks.lock(ready)
         waiting = set(ready) - granted
