@@ -212,6 +212,42 @@ async def test_a_member_that_cannot_renew_stops_handing_out_that_queue(lock_mesh
     assert [b for b in bodies if b.startswith("a")] == [f"a-{i}" for i in range(5)]
 
 
+async def test_run_ordered_turns_ordered_mode_on_for_a_plain_consumer(lock_mesh: Mesh) -> None:
+    topic, group = unique("ord-turn"), unique("g")
+    queues = await _queues(lock_mesh, topic)
+    async with Producer(namesrv=lock_mesh.namesrv) as producer:
+        for i in range(10):
+            await producer.send_and_wait(topic, f"m-{i}".encode(), ordered=True,
+                                         queue_selector=_on(queues[0]))
+    got: list[str] = []
+    in_handler = 0
+    overlapped = False
+
+    async def handler(rec: ConsumerRecord) -> None:
+        nonlocal in_handler, overlapped
+        if rec.tags == "warm-up":
+            return
+        in_handler += 1
+        overlapped |= in_handler > 1   # one queue: never two of its records at once
+        got.append(rec.body.decode())
+        await asyncio.sleep(0.01)
+        in_handler -= 1
+
+    async with Consumer(topic, group=group, namesrv=lock_mesh.namesrv, auto_offset_reset="earliest",
+                        **FAST) as consumer:
+        assert not consumer.ordered
+        task = asyncio.ensure_future(consumer.run(handler, concurrency=8, ordered=True))
+        await _until(lambda: len(got) >= 10, 20, "all ten handled")
+        assert consumer.ordered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert got == [f"m-{i}" for i in range(10)] and not overlapped
+    async with Consumer(topic, group=group, namesrv=lock_mesh.namesrv, **ORDERED) as ordered:
+        with pytest.raises(ValueError, match="ordered"):
+            await ordered.run(handler, ordered=False)
+
+
 class Checker:
     """Every handler call: who ran it on which queue; overlaps of two members on one queue."""
 
@@ -361,3 +397,54 @@ async def test_per_key_order_holds_when_a_member_is_killed(lock_mesh: Mesh,
         child.kill9()
     assert child_calls(), "the killed member took part"
     assert first_delivery_violations(calls + child_calls()) == []
+
+
+async def test_per_key_order_holds_through_a_broker_restart(etcd: Etcd, tmp_path: Path) -> None:
+    """Locks live in the broker's memory: after a kill -9 and restart members lock again."""
+    mesh = start_mesh(etcd, tmp_path / "mesh", broker_env=LOCK_ENV)
+    try:
+        topic, group = unique("ord-restart"), unique("g")
+        await _queues(mesh, topic)
+        keys, rounds = [f"k{i}" for i in range(12)], 30
+        calls: list[tuple[int, str, int]] = []
+
+        async def handler(rec: ConsumerRecord) -> None:
+            if rec.tags != "warm-up":
+                key, seq = rec.body.decode().split(":")
+                calls.append((time.time_ns(), key, int(seq)))
+
+        async def send(producer: Producer, key: str, seq: int) -> None:
+            for _ in range(100):   # its broker may be down: the same queue, again
+                try:
+                    await producer.send_and_wait(topic, f"{key}:{seq}".encode(), key=key,
+                                                 ordered=True)
+                    return
+                except Exception:
+                    await asyncio.sleep(0.2)
+            raise AssertionError(f"{key}:{seq} never stored")
+
+        members = [Consumer(topic, group=group, namesrv=mesh.namesrv,
+                            client_id=f"{group}-{i}", **ORDERED) for i in range(2)]
+        for m in members:
+            await m.start()
+        runs = [asyncio.ensure_future(m.run(handler, concurrency=8)) for m in members]
+        try:
+            async with Producer(namesrv=mesh.namesrv) as producer:
+                for seq in range(rounds):
+                    await asyncio.gather(*(send(producer, key, seq) for key in keys))
+                    if seq == rounds // 3:
+                        mesh.brokers["broker-a"].proc.kill9()
+                        await asyncio.sleep(1.0)
+                        await asyncio.to_thread(mesh.start_broker, "broker-a")
+                    await asyncio.sleep(0.05)
+            want = {(k, s) for k in keys for s in range(rounds)}
+            await _until(lambda: {(k, s) for _, k, s in calls} >= want, 90,
+                         "every message delivered")
+        finally:
+            for m in members:
+                await m.stop()
+            for run in runs:
+                await asyncio.wait_for(run, 10)
+        assert first_delivery_violations(calls) == []
+    finally:
+        mesh.stop()
