@@ -26,6 +26,10 @@ style (see `runner`). No position is committed past a record whose nack is
 not yet stored or whose `run` handler has not finished. Broadcasting groups do
 not retry: `nack` logs the failure and drops it (RocketMQ's behaviour).
 
+Ordered (`ordered=True`, or `run(handler, ordered=True)`): queues are served
+only while locked at their broker, released only at a committed position, and
+`run` takes one record per queue at a time (see `ordered` and `runner`).
+
 Subscriptions (`subscription=`, see `subscriptions`): a tag expression, an
 `Sql(...)` selector, or a dict of them per topic, filtered at the broker;
 compiled at `start()`, where a bad expression raises InvalidFilterError. The
@@ -58,10 +62,11 @@ from ferry.client.offsets import (
     broker_addr,
     queue_bounds,
 )
+from ferry.client.ordered import OrderedQueues
 from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
-from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, Runner
+from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, OrderedRunner, Runner
 from ferry.client.subscriptions import Spec, compile_subscriptions, subscription_specs
 from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
@@ -87,7 +92,8 @@ class Consumer:
                  max_reconsume_times: int | None = None,
                  retry_backoff_ms: Sequence[int] | None = None,
                  subscription: Spec | Mapping[str, Spec] = None,
-                 allocation: str = "average") -> None:
+                 allocation: str = "average", ordered: bool = False,
+                 suspend_ms: int = 1_000, lock_renew_interval_ms: int = 20_000) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
         if mode not in MODES or (auto_offset_reset is not None
@@ -142,6 +148,12 @@ class Consumer:
         self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
         self._started = False
+        # Ordered consumption (see `ordered`): its queue locks, when on.
+        if suspend_ms < 0 or lock_renew_interval_ms <= 0:
+            raise ValueError("suspend_ms must be >= 0 and lock_renew_interval_ms > 0")
+        self.suspend_ms = suspend_ms
+        self.lock_renew_interval_ms = lock_renew_interval_ms
+        self._ordered: OrderedQueues | None = OrderedQueues(self) if ordered else None
 
     @property
     def started(self) -> bool:
@@ -299,17 +311,45 @@ class Consumer:
                 await self._settings.load()
         await self._nacker.nack(record, delay_ms)
 
-    async def run(self, handler: Handler, *, concurrency: int = 1) -> None:
+    @property
+    def ordered(self) -> bool:
+        """True when records are handed out only from queues locked by this member."""
+        return self._ordered is not None
+
+    async def run(self, handler: Handler, *, concurrency: int = 1,
+                  ordered: bool | None = None) -> None:
         """Push style: call `await handler(record)` for each record, up to `concurrency` at once.
 
         A handler that returns consumed its record; one that raises has it
         nacked (with the retry policy's back-off). Offsets commit only up to
         the lowest record still in a handler on each queue. Returns once the
         consumer stops (see `runner` for what happens to running handlers).
+
+        Ordered (`ordered=True`, the default of a consumer made with
+        `ordered=True`; it turns ordered mode on for one made without): one
+        record per queue at a time in offset order, queues in parallel
+        (`concurrency` caps the handlers running), a failing record called
+        again in place after `suspend_ms`, then dead-lettered (`OrderedRunner`).
         """
         if not self._started:
             raise RuntimeError("the consumer is not started: call start() or use `async with`")
-        runner = Runner(self, handler, concurrency, self._pending)
+        if ordered is False and self._ordered is not None:
+            raise ValueError("this consumer is ordered: its run() is ordered too")
+        if ordered and self._ordered is None:
+            async with self._rebalance_lock:
+                self._ordered = OrderedQueues(self)
+                await self._ordered.adopt()
+        runner: Runner
+        if self._ordered is not None:
+            if not self._nacker.configured:   # the dead-letter limit is the group's
+                with contextlib.suppress(FerryError):
+                    await self._settings.load()
+            runner = OrderedRunner(self, handler, concurrency, self._pending,
+                                   queues=self._ordered, fetchers=self._fetchers,
+                                   consumed=self._consumed, wakeup=self._wakeup,
+                                   nacker=self._nacker, suspend_ms=self.suspend_ms)
+        else:
+            runner = Runner(self, handler, concurrency, self._pending)
         self._runners.add(runner)
         try:
             await runner.run()
@@ -425,22 +465,39 @@ class Consumer:
                 target.update(tq for tq in self._fetchers if tq.topic == topic)
             else:
                 target.update(share)
-        lost = sorted(set(self._fetchers) - target)
-        gained = sorted(target - set(self._fetchers))
-        if lost or gained:
-            log.info("%s rebalanced: -%s +%s", self.client_id, lost, gained)
-        for tq in lost:
+        lost = set(self._fetchers) - target
+        if self._ordered is not None:   # and those whose lock is no longer valid
+            self._ordered.drop_lapsed()
+        for tq in sorted(lost):
             await self._release(tq)
+        gained = sorted(target - set(self._fetchers))
+        if self._ordered is not None:   # served only once locked here
+            self._ordered.wanted = wanted
+            gained = await self._ordered.admit(target, gained)
+        if lost or gained:
+            log.info("%s rebalanced: -%s +%s", self.client_id, sorted(lost), gained)
         for tq in gained:
             try:
                 await self._acquire(tq)
             except FerryError as exc:
                 log.warning("cannot start %s yet: %s", tq, exc)
+        if self._ordered is not None:   # new queues: the keeper watches their locks
+            self._ordered.poke()
 
     async def _release(self, tq: TopicQueue) -> None:
-        fetcher = self._fetchers.pop(tq)
+        fetcher = self._fetchers.pop(tq, None)
+        if fetcher is None:   # ordered: dropped meanwhile (its lock lapsed)
+            return
+        if self._ordered is not None:   # after its record in flight; then UNLOCK
+            self._ordered.release(tq, fetcher, self._forget)
+            return
         await fetcher.stop()
-        await self._commit_quietly([tq])
+        await self._forget(tq)
+
+    async def _forget(self, tq: TopicQueue, commit: bool = True) -> None:
+        """Commit a released queue's position (unless `commit` is False) and drop it."""
+        if commit:
+            await self._commit_quietly([tq])
         self._consumed.pop(tq, None)
         self._committed.pop(tq, None)
 

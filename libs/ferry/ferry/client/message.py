@@ -198,6 +198,10 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
         """The same record shown under `topic`, keeping where it was stored."""
         return _new_tuple(ConsumerRecord, (*self[:1], topic, *self[2:_STORED_TOPIC], self.stored_topic))
 
+    def with_reconsume_times(self, times: int) -> ConsumerRecord:
+        """The same record as attempt `times` (an ordered consumer retries in place)."""
+        return _new_tuple(ConsumerRecord, (*self[:_RECONSUME], times, *self[_RECONSUME + 1:]))
+
     @classmethod
     def from_stored(cls, stored: Any, broker: str) -> ConsumerRecord:
         """Build from a `ferry.codec.record.StoredMessage` (what decode_record returns)."""
@@ -254,6 +258,7 @@ class ConsumerRecord(tuple):  # no __slots__: the instance dict caches decoded f
 
 
 _MISSING = object()
+_RECONSUME = 6       # the reconsume_times slot
 # Tuple slots after the eight public fields.
 _HEADER = 8
 _META = 9

@@ -13,6 +13,9 @@ is not committed and will be delivered again. When the task running `run` is
 cancelled instead, its handlers are cancelled at once and the queues they
 were on are rewound to their lowest unfinished record, so a later `run` (or
 iteration) sees those records again.
+
+`OrderedRunner` is `run(handler, ordered=True)`: one record per queue at a
+time, retried in place (see `ferry.client.ordered` for the queue locks).
 """
 from __future__ import annotations
 
@@ -22,11 +25,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ferry.client.fetcher import QueueFetcher
 from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.retry import PendingOffsets
+from ferry.client.retry import Nacker, PendingOffsets
+from ferry.errors import FerryError
 
 if TYPE_CHECKING:
     from ferry.client.consumer import Consumer
+    from ferry.client.ordered import OrderedQueues
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,9 @@ RUN_STOP_GRACE_MS = 5_000
 #: How long one wait for records lasts before the loop checks for a stop again.
 _POLL_MS = 500
 MAX_CONCURRENCY = 10_000
+#: How many records of one queue an ordered worker handles in a row before it
+#: gives its slot to another queue (when `concurrency` is below the queue count).
+MAX_BURST = 64
 
 
 class Runner:
@@ -117,4 +126,162 @@ class Runner:
         for tq, offset in unfinished:
             self.pending.discard(tq, offset)
         for tq, offset in lowest.items():
+            await self.consumer.rewind(tq, offset)
+
+
+class OrderedRunner(Runner):
+    """`run(handler, ordered=True)`: one record per queue at a time, in offset order.
+
+    One worker task per queue with records: it takes one record, runs the
+    handler until the record is done, then the next (at most `MAX_BURST` in a
+    row, then it lets other queues have its slot). A handler that raises is
+    called again with the same record (`reconsume_times` + 1) after
+    `suspend_ms`, in place: the queue waits, other queues go on. Past the
+    group's `max_reconsume_times` the record goes to `%DLQ%<group>` (a
+    SEND_BACK with `reconsume_times` = the limit + 1) and the queue moves on.
+    A queue waiting out its suspend holds no slot of `concurrency`. When the
+    queue stops being served (lost, its lock lapsed, the consumer stopping)
+    a failing record is not tried again here: it stays uncommitted for whoever
+    serves the queue next.
+    """
+
+    def __init__(self, consumer: Consumer, handler: Handler, concurrency: int,
+                 pending: PendingOffsets, *, queues: OrderedQueues,
+                 fetchers: dict[TopicQueue, QueueFetcher], consumed: dict[TopicQueue, int],
+                 wakeup: asyncio.Event, nacker: Nacker, suspend_ms: int) -> None:
+        super().__init__(consumer, handler, concurrency, pending)
+        self.queues = queues
+        self.fetchers = fetchers     # the consumer's own dicts, shared
+        self.consumed = consumed
+        self.wakeup = wakeup
+        self.nacker = nacker
+        self.suspend_ms = suspend_ms
+        self.workers: dict[TopicQueue, asyncio.Task[None]] = {}
+        self.inflight: dict[TopicQueue, int] = {}   # the offset each queue's handler is on
+        self._busy = 0                              # workers not waiting out a suspend
+        self._turn = 0
+
+    async def run(self) -> None:
+        try:
+            while self.consumer.started:
+                self.wakeup.clear()
+                self._dispatch()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POLL_MS / 1000):
+                        await self.wakeup.wait()   # records arrived, or a worker ended
+        except asyncio.CancelledError:
+            await self._abandon()
+            raise
+
+    def _dispatch(self) -> None:
+        """Start a worker on each served queue with records and none yet, up to `concurrency`."""
+        ready = []
+        for tq, fetcher in self.fetchers.items():
+            if tq in self.workers or not self.queues.serving(tq, fetcher):
+                continue
+            self.consumed[tq] = fetcher.delivered   # idle: past what it skipped (filters) too
+            if fetcher.buffered:
+                ready.append((tq, fetcher))
+        if not ready:
+            return
+        self._turn = (self._turn + 1) % len(ready)   # a fair start among the ready queues
+        for tq, fetcher in ready[self._turn:] + ready[:self._turn]:
+            if self._busy >= self.concurrency:
+                break
+            task = asyncio.get_running_loop().create_task(self._work(tq, fetcher),
+                                                          name=f"ordered-{tq}")
+            self._busy += 1
+            self.workers[tq] = task
+            self.running[task] = (tq, fetcher.delivered)
+            task.add_done_callback(self._worker_done)
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        tq, _ = self.running.pop(task)
+        self.workers.pop(tq, None)
+        self._busy -= 1
+        self._slot_free.set()
+        self.wakeup.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ordered worker of %s failed", tq, exc_info=task.exception())
+
+    async def _work(self, tq: TopicQueue, fetcher: QueueFetcher) -> None:
+        for _ in range(MAX_BURST):
+            if not fetcher.buffered or not self.queues.serving(tq, fetcher):
+                return
+            record = fetcher.take(1)[0]
+            offset = record.queue_offset
+            self.inflight[tq] = offset
+            self.pending.add(tq, offset)   # commits stop below it until it is done
+            done = await self._consume(tq, fetcher, record)   # cancelled: stays pending
+            del self.inflight[tq]
+            if done:   # the position first, then the pending mark: a release commits it
+                self.consumed[tq] = max(offset + 1, fetcher.delivered)
+                self.pending.discard(tq, offset)
+                continue
+            if not self.consumer.started:
+                return   # stays pending: stop() commits below it, it comes again
+            self.pending.discard(tq, offset)
+            if self.fetchers.get(tq) is fetcher:   # lock back meanwhile: hand it out again
+                await self.consumer.rewind(tq, offset)
+            return
+
+    async def _consume(self, tq: TopicQueue, fetcher: QueueFetcher,
+                       record: ConsumerRecord) -> bool:
+        """Run the handler until `record` is done (True) or the queue is not served (False)."""
+        attempt = record
+        while True:
+            try:
+                await self.handler(attempt)
+                return True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                limit = self.nacker.policy.max_reconsume_times
+                if attempt.reconsume_times >= limit:
+                    return await self._dead_letter(tq, attempt, limit, exc)
+                log.warning("handler failed on %s (%s offset %d, attempt %d): %r; trying again "
+                            "in %d ms", attempt.msg_id, tq, attempt.queue_offset,
+                            attempt.reconsume_times, exc, self.suspend_ms)
+            self._busy -= 1   # a suspended queue holds no slot
+            self._slot_free.set()
+            self.wakeup.set()
+            try:
+                await asyncio.sleep(self.suspend_ms / 1000)
+                if not self.queues.serving(tq, fetcher):
+                    return False
+                while self._busy >= self.concurrency:
+                    self._slot_free.clear()
+                    await self._slot_free.wait()
+            finally:
+                self._busy += 1
+            attempt = attempt.with_reconsume_times(attempt.reconsume_times + 1)
+
+    async def _dead_letter(self, tq: TopicQueue, record: ConsumerRecord, limit: int,
+                           exc: Exception) -> bool:
+        """SEND_BACK past the limit: the broker stores it in `%DLQ%<group>`. False if stopped.
+
+        Broadcasting groups have no dead-letter queue: the record is dropped (logged).
+        """
+        if self.consumer.mode == "broadcasting":
+            log.warning("handler failed on %s (%s offset %d) %d times: %r; dropped "
+                        "(broadcasting groups do not retry)", record.msg_id, tq,
+                        record.queue_offset, record.reconsume_times + 1, exc)
+            return True
+        log.warning("handler failed on %s (%s offset %d) %d times: %r; sending it to the "
+                    "dead-letter queue", record.msg_id, tq, record.queue_offset,
+                    record.reconsume_times + 1, exc)
+        try:
+            await self.nacker.send_back.send(record, reconsume_times=limit + 1, delay_ms=0,
+                                             max_reconsume_times=limit)
+        except FerryError as send_exc:   # the consumer stopped first
+            log.warning("dead-lettering of %s not stored: %s", record.msg_id, send_exc)
+            return False
+        return True
+
+    async def _abandon(self) -> None:
+        """Cancel the workers and rewind their queues to the record each was on."""
+        unfinished = dict(self.inflight)
+        await self.wind_down(grace_ms=0)
+        for tq, offset in unfinished.items():
+            self.pending.discard(tq, offset)
             await self.consumer.rewind(tq, offset)
