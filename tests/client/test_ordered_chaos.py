@@ -20,9 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from ferry import Admin, Producer
 from ferry.errors import FerryError
+
 from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh, unique
 from tests.support.procs import Etcd, Proc, spawn
 
