@@ -1,41 +1,45 @@
 """Queue allocation strategies: which queues of a topic each member of a consumer group owns.
 
 Every member computes its share on its own from the same inputs (the topic's
-queues and the group's member ids), so the strategies are pure functions of
-the two SETS: input order never matters, and every member computing them gets
-a disjoint cover of all queues, with no coordinator.
+queues and the group's member ids), so every member computing them gets a
+disjoint cover of all queues, with no coordinator. The order of the queues
+never matters; the order of the members matters to `consistent_hash` only,
+which takes them in join order (below), so the members must agree on that
+order as they agree on the member list.
 
 `average` (RocketMQ's "averagely"): the sorted queues cut into contiguous
 ranges, member i of the sorted members taking range i, the first
 `len(queues) % len(members)` members one queue more. Perfectly balanced, but
 a member joining shifts every range after it: up to about half the queues move.
 
-`consistent_hash`: rendezvous hashing with bounded loads. Every (member,
-queue) pair gets a score, a hash of both names; the pairs are taken best score
-first and a queue goes to the member of its pair unless the queue is taken or
-the member already holds `ceil(queues / members) + LOAD_SLACK` (the cap).
-Without the cap this is plain rendezvous hashing, where a joining member takes
-only the queues it scores best on and nothing else moves, but shares vary by
-chance (one of two members may get 40 of 64 queues). The cap bounds every
-share, at the price of a few extra moves when a share that hit the cap changes;
-one queue of slack above the even share halves those extra moves (a tighter cap
-moves more, a looser one balances worse). Measured over random member sets
-(1-10 members, 1-64 queues, tests/client/test_allocation.py), a join moves on
-average fewer queues than `ceil(queues / members_after) + 1` and about 40%
-fewer than `average`; no allocation computed from the member set alone can
-promise that bound for EVERY set of member ids (docs/client.md, "Allocation
-strategies", says why).
+`consistent_hash` ("join-order sticky balancing"): a function of the members
+in the order they JOINED the group (the Sequence as given; the rebalance gets
+it from the brokers, which report each member's start time, `joined_ms`).
+The first member starts with every queue; each next member, the k-th, takes
+`floor(queues / k)` queues, one at a time, each from the member holding the
+most at that moment (ties broken by a stable hash of the newcomer and donor
+ids), choosing the donor's queue that scores highest with the newcomer (a
+64-bit BLAKE2b hash of both names). So shares stay within one queue of each
+other, and replaying the joins is how every member computes the same answer.
+A member joining at the end of the order moves exactly `floor(queues /
+members)` queues (all to itself), within the bound `ceil(queues / members) +
+1` for every set of ids; a member leaving re-runs the replay without it,
+which moves its queues plus usually a few more (on random groups fewer extra
+moves than `average`).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 Q = TypeVar("Q")
 
-#: Queues a consistent_hash share may hold above the even share ceil(queues / members).
-LOAD_SLACK = 1
+#: Distinct (queues, members) inputs whose consistent_hash shares are kept: one per
+#: subscribed topic is enough for a consumer, whose rebalance asks again every few seconds.
+SHARES_CACHE_SIZE = 64
 
 #: The strategies a Consumer accepts as `allocation=`.
 STRATEGIES = ("average", "consistent_hash")
@@ -63,32 +67,66 @@ def _score(member: str, queue: object) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
+def _dedup(members: Iterable[str]) -> list[str]:
+    """The members in the order given, each once (its first place)."""
+    return list(dict.fromkeys(members))
+
+
+def _take_for(newcomer: str, shares: dict[str, list[int]], names: Sequence[str],
+              count: int) -> list[int]:
+    """Move `count` queues (indexes into `names`) to `newcomer`, each from the most loaded member.
+
+    A donor's queues are sorted by their score with the newcomer when it first
+    gives one, and given away best first: a donor only loses queues during one
+    join, so its best remaining queue is always the next of that list. A heap
+    of donors by (size, tie score) picks the most loaded one for each queue;
+    with many members most give nothing, and their queues are never scored.
+    """
+    def score(name: str) -> int:   # _score(newcomer, queue), without formatting the queue again
+        data = f"{newcomer}\x00{name}".encode("utf-8", "surrogatepass")
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+    given: dict[str, int] = {}
+    heap = [(-len(qs), -_score(newcomer, m), m) for m, qs in shares.items()]
+    heapq.heapify(heap)
+    taken: list[int] = []
+    while len(taken) < count:
+        size, tie, donor = heapq.heappop(heap)
+        if donor not in given:
+            shares[donor].sort(key=lambda i: (score(names[i]), -i), reverse=True)
+            given[donor] = 0
+        taken.append(shares[donor][given[donor]])
+        given[donor] += 1
+        heapq.heappush(heap, (size + 1, tie, donor))
+    for m, n in given.items():
+        del shares[m][:n]
+    return taken
+
+
 def consistent_hash_shares(queues: Iterable[Q], members: Iterable[str]) -> dict[str, list[Q]]:
-    """Every member's share by rendezvous hashing with bounded loads (each list sorted)."""
-    qs = sorted(set(queues))  # type: ignore[type-var]
-    ms = sorted(set(members))
-    shares: dict[str, list[Q]] = {m: [] for m in ms}
-    if not ms or not qs:
-        return shares
-    cap = -(-len(qs) // len(ms)) + LOAD_SLACK
-    # Ties (equal 64-bit scores) fall back to the names, so the order is total.
-    pairs = sorted(((_score(m, q), m, i) for m in ms for i, q in enumerate(qs)), reverse=True)
-    owner: list[str | None] = [None] * len(qs)
-    left = len(qs)
-    for _, m, i in pairs:
-        if owner[i] is None and len(shares[m]) < cap:
-            owner[i] = m
-            shares[m].append(qs[i])
-            left -= 1
-            if not left:
-                break
-    for share in shares.values():
-        share.sort()  # type: ignore[type-var]
-    return shares
+    """Every member's share by join-order sticky balancing (each list sorted).
+
+    `members` are in join order (the first joined first); the result depends
+    on that order and not on the order of `queues`.
+    """
+    qs: list[Q] = sorted(set(queues))  # type: ignore[type-var]
+    shares = _shares(tuple(str(q) for q in qs), tuple(_dedup(members)))
+    return {m: [qs[i] for i in share] for m, share in shares.items()}
+
+
+@functools.lru_cache(maxsize=SHARES_CACHE_SIZE)
+def _shares(names: tuple[str, ...], members: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """The replay of the joins over queue indexes (cached: each rebalance asks again)."""
+    if not members:
+        return {}
+    shares = {members[0]: list(range(len(names)))}
+    for k, newcomer in enumerate(members[1:], start=2):
+        shares[newcomer] = _take_for(newcomer, shares, names, len(names) // k)
+    return {m: tuple(sorted(share)) for m, share in shares.items()}
 
 
 def allocate_consistent_hash(queues: Sequence[Q], members: Sequence[str], me: str) -> list[Q]:
-    """The queues `me` owns by rendezvous hashing with bounded loads; [] if not a member."""
+    """The queues `me` owns, `members` in join order; [] if not a member."""
     return consistent_hash_shares(queues, members).get(me, [])
 
 
@@ -109,8 +147,8 @@ def allocator(name: str) -> Allocator:
 
 def allocate_all(queues: Sequence[Q], members: Iterable[str],
                  strategy: str = "average") -> dict[str, list[Q]]:
-    """Every member's share under `strategy` (used by tests and the admin view)."""
-    ms = sorted(set(members))
+    """Every member's share under `strategy`, `members` in join order (tests, admin view)."""
+    ms = _dedup(members)   # in join order: consistent_hash depends on it, average sorts
     if strategy == "consistent_hash":
         return consistent_hash_shares(queues, ms)
     allocate = allocator(strategy)
