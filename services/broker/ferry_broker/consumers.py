@@ -2,8 +2,10 @@
 
 Consumers send HEARTBEAT every few seconds with the topics they subscribe to;
 a client that stays silent for `expiry_ms` (30 s by default) is dropped, and
-UNREGISTER drops it at once. GET_CONSUMERS answers the sorted live ids so that
-every member of a group computes the same queue assignment (rebalance).
+UNREGISTER drops it at once. GET_CONSUMERS answers the sorted live ids, with
+the start time (`joined_ms`) each one sent, so that every member of a group
+computes the same queue assignment (rebalance; consistent_hash takes the
+members in join order).
 
 A heartbeat may carry the member's subscriptions (topic -> tags and sql, as
 checked by the handler); the manager keeps them, compares a group's members
@@ -32,6 +34,8 @@ class ConsumerInfo:
     last_seen_ms: float
     # topic -> normalized subscription; None when the client sent none (an old client)
     subscriptions: Mapping[str, SubFields] | None = None
+    # when the client started (epoch ms, as it says): orders members for allocation; 0 unknown
+    joined_ms: int = 0
 
     def same_interest(self, other: ConsumerInfo) -> bool:
         return (self.topics, self.mode, self.subscriptions) == (other.topics, other.mode,
@@ -50,7 +54,8 @@ class ConsumerManager:
         self.on_leave: list[Callable[[str, str], object]] = []
 
     def heartbeat(self, client_id: str, group: str, topics: frozenset[str], mode: str,
-                  subscriptions: Mapping[str, SubFields] | None = None) -> bool:
+                  subscriptions: Mapping[str, SubFields] | None = None,
+                  joined_ms: int = 0) -> bool:
         """Record a heartbeat; returns False when a limit refuses a new client or group."""
         members = self._groups.get(group)
         if members is None:
@@ -62,7 +67,7 @@ class ConsumerManager:
         before = members.get(client_id)
         if before is None and len(members) >= MAX_CLIENTS_PER_GROUP:
             return False
-        info = ConsumerInfo(client_id, topics, mode, self._clock_ms(), subscriptions)
+        info = ConsumerInfo(client_id, topics, mode, self._clock_ms(), subscriptions, joined_ms)
         members[client_id] = info
         if before is None or not before.same_interest(info):
             self._expire_group(group)  # compare live members only
@@ -80,11 +85,14 @@ class ConsumerManager:
 
     def members(self, group: str, topic: str | None = None) -> list[str]:
         """Sorted live client ids of `group`, only those subscribed to `topic` if given."""
+        return [info.client_id for info in self.member_infos(group, topic)]
+
+    def member_infos(self, group: str, topic: str | None = None) -> list[ConsumerInfo]:
+        """The live members of `group` (on `topic` if given), sorted by client id."""
         self._expire_group(group)
         members = self._groups.get(group, {})
-        return sorted(
-            cid for cid, info in members.items() if topic is None or topic in info.topics
-        )
+        return sorted((info for info in members.values() if topic is None or topic in info.topics),
+                      key=lambda i: i.client_id)
 
     def groups(self) -> dict[str, list[ConsumerInfo]]:
         self.expire()

@@ -5,7 +5,9 @@ connection it came on, which then receives its checks: see `producers`);
 without a role, or with "consumer", a consumer, with its `subscriptions`
 (topic -> tags and sql) when it sends them: each is compiled (so checked,
 `InvalidFilterError` for a bad one) through the broker's filter cache, which
-its pulls then hit. A member leaving drops its queue locks.
+its pulls then hit; and with its start time `joined_ms`, which GET_CONSUMERS
+reports with the members (their join order). A member leaving drops its queue
+locks.
 """
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.filters import FilterCache
-from ferry_broker.handlers.fields import group_field, str_field
+from ferry_broker.handlers.fields import group_field, int_field, str_field
 from ferry_broker.subscription_conflicts import SubFields
 
 MAX_CLIENT_ID_CHARS = 255
+#: Upper bound of a HEARTBEAT's `joined_ms` (epoch ms; far beyond any real clock).
+MAX_JOINED_MS = 2**62
 MAX_SUBSCRIBED_TOPICS = 1024
 MODES = ("clustering", "broadcasting")
 ROLES = ("consumer", "producer")
@@ -78,7 +82,9 @@ async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
     if mode not in MODES:
         raise MalformedRequestError(f"field 'mode' must be one of {', '.join(MODES)}")
     subs = _subscriptions(f.get("subscriptions"), ctx.filters)
-    if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode, subs):
+    joined_ms = int_field(f, "joined_ms", 0, MAX_JOINED_MS, 0)  # 0/absent: an old client
+    if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode, subs,
+                                   joined_ms):
         raise BusyError("too many consumers or groups on this broker")
     return response(req)
 
@@ -100,4 +106,6 @@ async def handle_get_consumers(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     topic = f.get("topic")
     if topic is not None:
         topic = validate_topic(topic, allow_internal=True)
-    return response(req, {"members": ctx.consumers.members(group, topic)})
+    infos = ctx.consumers.member_infos(group, topic)
+    return response(req, {"members": [i.client_id for i in infos],
+                          "joined_ms": [i.joined_ms for i in infos]})
