@@ -1,8 +1,13 @@
 """Queue allocation: every queue to exactly one member, deterministic, balanced, contiguous."""
 from __future__ import annotations
 
+from typing import Any
+
 from ferry.client.message import TopicQueue
-from ferry.client.rebalance import allocate_all, allocate_averagely
+from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.rebalance import GroupMembership, allocate_all, allocate_averagely
+from ferry.errors import ConnectionLostError, FerryError
+from ferry.wire import Frame, RequestCode, request, response
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,3 +56,57 @@ def test_non_member_gets_nothing_and_examples() -> None:
     assert [q.queue_id for q in shares["m2"]] == [3, 4, 5]
     assert [q.queue_id for q in shares["m3"]] == [6, 7]
     assert allocate_averagely(qs[:2], ["a", "b", "c"], "c") == []
+
+
+class _FakePool:
+    """GET_CONSUMERS answers per broker address (a dict of fields, or an error)."""
+
+    def __init__(self, answers: dict[str, dict[str, Any] | FerryError]) -> None:
+        self.answers = answers
+        self.sent: list[tuple[str, int, dict[str, Any]]] = []
+
+    async def request(self, addr: str, code: int, fields: dict[str, Any]) -> Frame:
+        self.sent.append((addr, code, fields))
+        answer = self.answers.get(addr, {})
+        if isinstance(answer, FerryError):
+            raise answer
+        return response(request(code, 1), answer if code == RequestCode.GET_CONSUMERS else {})
+
+
+def _membership(answers: dict[str, dict[str, Any] | FerryError]) -> GroupMembership:
+    pool = _FakePool(answers)
+    gm = GroupMembership(pool, None, client_id="me", group="g",  # type: ignore[arg-type]
+                         topics=["t"], mode="clustering")
+    gm.joined_ms = 5_000
+    return gm
+
+
+_ROUTE = TopicRoute("t", "normal", "rw", (BrokerRoute("a", "c", "addr-a", 4),
+                                          BrokerRoute("b", "c", "addr-b", 4),
+                                          BrokerRoute("down", "c", "addr-down", 4)))
+
+
+async def test_members_come_in_join_order_over_every_broker() -> None:
+    """Ordered by (joined_ms, id) over the union of the brokers' answers, ourselves included;
+    a broker without joined_ms (older) counts 0 and does not override a known time."""
+    gm = _membership({
+        "addr-a": {"members": ["zed", "amy", "me"], "joined_ms": [1_000, 9_000, 5_000]},
+        "addr-b": {"members": ["amy", "bob", "old"]},   # an older broker: no joined_ms
+        "addr-down": ConnectionLostError("down"),
+    })
+    assert await gm.members(_ROUTE) == ["bob", "old", "zed", "me", "amy"]
+
+
+async def test_members_include_ourselves_before_our_heartbeat_arrives() -> None:
+    gm = _membership({"addr-a": {"members": ["x"], "joined_ms": [7_000]}})
+    assert await gm.members(_ROUTE) == ["me", "x"]
+    none_answer = _membership({a: ConnectionLostError("down")
+                               for a in ("addr-a", "addr-b", "addr-down")})
+    assert await none_answer.members(_ROUTE) == []
+
+
+async def test_heartbeat_carries_joined_ms() -> None:
+    gm = _membership({})
+    await gm.heartbeat([_ROUTE])
+    sent = [f for _, code, f in gm.pool.sent if code == RequestCode.HEARTBEAT]  # type: ignore[attr-defined]
+    assert len(sent) == 3 and all(f["joined_ms"] == 5_000 for f in sent)

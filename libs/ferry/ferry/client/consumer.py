@@ -46,6 +46,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -174,6 +175,9 @@ class Consumer:
             except FerryError as exc:   # namesrv unreachable: asked again before a queue starts
                 log.warning("cannot read group %s's config yet: %s", self.group, exc)
         self._started = True
+        # Our place in the group's join order (consistent_hash allocation): sent with
+        # every heartbeat, fixed from before the first one.
+        self._members.joined_ms = int(time.time() * 1000)
         await self._heartbeat_and_rebalance(heartbeat=True)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._coordinate(), name="ferry-rebalance"))

@@ -2,7 +2,9 @@
 
 Allocation is one of the strategies of `allocation` ("average", RocketMQ's
 "averagely", by default; or "consistent_hash"), computed by every member on its
-own from the same inputs: the topic's queues and the group's members. Every
+own from the same inputs: the topic's queues and the group's members, in join
+order (each member's start time, `joined_ms`, travels in its heartbeats and
+comes back with GET_CONSUMERS). Every
 member computing it from the same inputs gets a disjoint cover of all queues,
 so no coordinator is needed. Members are
 what the brokers know from heartbeats (a member missing heartbeats for 30 s is
@@ -44,6 +46,9 @@ class GroupMembership:
         self.allocate = allocate
         # topic -> {"tags", "sql"} for HEARTBEAT; topics missing take every message
         self.subscriptions = dict(subscriptions or {})
+        #: When this member started (epoch ms), set by the consumer before its first
+        #: heartbeat: the brokers report it so that members agree on the join order.
+        self.joined_ms = 0
 
     async def known_routes(self) -> dict[str, TopicRoute]:
         """The routes of the subscribed topics that exist now (missing topics are skipped)."""
@@ -63,7 +68,8 @@ class GroupMembership:
         # `subscriptions` is sent even when empty (every topic takes everything): the broker
         # compares members' filters only when each member said what it takes.
         fields = {"client_id": self.client_id, "group": self.group, "topics": self.topics,
-                  "mode": self.mode, "subscriptions": self.subscriptions}
+                  "mode": self.mode, "subscriptions": self.subscriptions,
+                  "joined_ms": self.joined_ms}
         for addr in self.broker_addrs(routes):
             try:
                 await self.pool.request(addr, RequestCode.HEARTBEAT, fields)
@@ -79,8 +85,15 @@ class GroupMembership:
                 log.info("unregister at %s failed: %s", addr, exc)
 
     async def members(self, route: TopicRoute) -> list[str]:
-        """The group's members on this topic: the union of what its brokers report."""
-        found: set[str] = set()
+        """The group's members on this topic in join order: the union of what its brokers report.
+
+        Ordered by (joined_ms, client id): every member gets the same order from the
+        same answers (consistent_hash depends on it; average sorts the ids itself). A
+        member a broker reports without joined_ms (an older broker or client) counts 0,
+        and the largest value any broker reports wins, so one old broker does not
+        reorder the group.
+        """
+        joined: dict[str, int] = {}
         answered = False
         for b in route.brokers:
             if not b.master:
@@ -92,10 +105,11 @@ class GroupMembership:
                 log.info("GET_CONSUMERS at %s failed: %s", b.master, exc)
                 continue
             answered = True
-            found.update(str(m) for m in resp.fields.get("members") or ())
-        if answered:
-            found.add(self.client_id)  # our own heartbeat may not have reached a broker yet
-        return sorted(found)
+            for cid, ms in _joined(resp.fields):
+                joined[cid] = max(ms, joined.get(cid, 0))
+        if answered:  # our own heartbeat may not have reached a broker yet
+            joined[self.client_id] = self.joined_ms
+        return sorted(joined, key=lambda cid: (joined[cid], cid))
 
     async def clustering_assignment(
             self, routes: dict[str, TopicRoute]) -> dict[str, set[TopicQueue] | None]:
@@ -109,6 +123,15 @@ class GroupMembership:
             queues = [TopicQueue(topic, b, q) for b, q in route.readable_queues()]
             owned[topic] = set(self.allocate(queues, members, self.client_id))
         return owned
+
+
+def _joined(fields: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(client id, joined_ms) pairs of a GET_CONSUMERS answer; 0 where none is given."""
+    members = [str(m) for m in fields.get("members") or ()]
+    times = fields.get("joined_ms")
+    if not isinstance(times, list) or len(times) != len(members):
+        times = [0] * len(members)   # an older broker: no join times
+    return [(m, t if type(t) is int and t >= 0 else 0) for m, t in zip(members, times, strict=True)]
 
 
 def broadcasting_assignment(routes: dict[str, TopicRoute]) -> dict[str, set[TopicQueue] | None]:
