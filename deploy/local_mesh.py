@@ -204,6 +204,9 @@ def banner() -> str:
         "  ferry send demo hello\n"
         "  ferry consume demo --group g --from earliest --count 1\n"
         "  ferry send demo later --delay-ms 5000     # consume again: `later` arrives ~5 s on\n"
+        "  ferry send demo big --prop amount=500\n"
+        "  ferry consume demo --group g2 --from earliest --count 1 --sql 'amount > 100'"
+        "   # only `big`\n"
     )
 
 

@@ -99,18 +99,23 @@ async def test_a_lock_not_renewed_expires(short_broker: Broker) -> None:
         await c.close()
 
 
-async def test_a_member_whose_heartbeats_stop_loses_its_locks(short_broker: Broker) -> None:
+async def test_a_lock_renewal_keeps_a_member_alive_until_both_stop(short_broker: Broker) -> None:
+    # The client stops serving a queue half an expiry after its last grant; the broker
+    # must not hand the queue over before that, so a LOCK counts as a heartbeat.
     c = await short_broker.client()
     try:
         beat = {"client_id": "a", "group": "hg", "topics": ["t"], "mode": "clustering"}
         await c.call(RequestCode.HEARTBEAT, beat)
         assert (await lock(c, "hg", "a", "t", [3]))["locked"] == [3]
-        await asyncio.sleep(LOCK_EXPIRY_MS / 2000)
-        await lock(c, "hg", "a", "t", [3])  # renewed: the lock outlives the heartbeat
-        await asyncio.sleep(CONSUMER_EXPIRY_MS / 1000 - LOCK_EXPIRY_MS / 2000 + 0.2)
-        # the heartbeat expired; the lock has not: leaving the group dropped it
+        await asyncio.sleep(CONSUMER_EXPIRY_MS / 2000)
+        await lock(c, "hg", "a", "t", [3])  # renewed; no heartbeat since the first
+        await asyncio.sleep(CONSUMER_EXPIRY_MS / 2000 + 0.3)  # past the heartbeat's expiry
         members = await c.call(RequestCode.GET_CONSUMERS, {"group": "hg"})
-        assert members.fields["members"] == []
+        assert members.fields["members"] == ["a"]
+        assert (await lock(c, "hg", "b", "t", [3]))["locked"] == []
+        await asyncio.sleep(max(CONSUMER_EXPIRY_MS, LOCK_EXPIRY_MS) / 1000 + 0.2)
+        members = await c.call(RequestCode.GET_CONSUMERS, {"group": "hg"})
+        assert members.fields["members"] == []   # silent on both: gone, its locks with it
         assert (await lock(c, "hg", "b", "t", [3]))["locked"] == [3]
     finally:
         await c.close()

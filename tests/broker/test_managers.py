@@ -66,6 +66,19 @@ def test_consumers_sorted_filtered_and_expired() -> None:
     assert mgr.members("g") == [] and mgr.groups() == {}
 
 
+def test_a_lock_keeps_a_known_member_alive_and_adds_no_unknown_one() -> None:
+    now = [1000.0]
+    mgr = ConsumerManager(expiry_ms=30_000, clock_ms=lambda: now[0])
+    mgr.heartbeat("c1", "g", frozenset({"t"}), "clustering")
+    now[0] += 20_000
+    mgr.touch("c1", "g")            # its LOCK arrived; its heartbeats did not
+    mgr.touch("stranger", "g")
+    now[0] += 20_000                # 40 s after its heartbeat, 20 s after its LOCK
+    assert mgr.members("g") == ["c1"]
+    now[0] += 11_000
+    assert mgr.members("g") == []
+
+
 async def test_long_poll_wakes_on_notify_and_times_out() -> None:
     lp = LongPollManager(max_per_conn=2, max_total=3)
     task = asyncio.create_task(lp.wait("t", 0, 5.0))

@@ -92,3 +92,14 @@ def test_a_delayed_send_arrives_about_five_seconds_later(mesh: dict[str, str]) -
     arrived = time.time()
     assert "later" in out
     assert 5.0 <= arrived - sent < 20.0  # never early; the consumer start-up adds its own time
+
+
+def test_a_sql_subscription_takes_only_the_matching_message(mesh: dict[str, str]) -> None:
+    ferry(mesh, "topic", "create", "filter-demo")
+    ferry(mesh, "send", "filter-demo", "hello")
+    ferry(mesh, "send", "filter-demo", "small", "--prop", "amount=5")
+    ferry(mesh, "send", "filter-demo", "big", "--prop", "amount=500")
+    out = ferry(mesh, "consume", "filter-demo", "--group", "g2", "--from", "earliest",
+                "--count", "1", "--timeout-ms", "20000", "--sql", "amount > 100")
+    assert "big" in out
+    assert "hello" not in out and "small" not in out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ferry_broker.subscription_conflicts import ConflictTracker, SubFields, group_conflicts
 
@@ -82,6 +82,17 @@ class ConsumerManager:
             del self._groups[group]
         self._left(group, [client_id])
         return True
+
+    def touch(self, client_id: str, group: str) -> None:
+        """A known member proved alive another way (a LOCK): it expires no sooner than now.
+
+        Its locks are dropped when it expires, and it stops serving a queue
+        once its last granted LOCK is half an expiry old: counting the LOCK as
+        a sign of life keeps the broker's drop after the client's own stop.
+        """
+        info = self._groups.get(group, {}).get(client_id)
+        if info is not None:
+            self._groups[group][client_id] = replace(info, last_seen_ms=self._clock_ms())
 
     def members(self, group: str, topic: str | None = None) -> list[str]:
         """Sorted live client ids of `group`, only those subscribed to `topic` if given."""

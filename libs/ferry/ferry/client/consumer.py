@@ -9,7 +9,7 @@ processed instead of losing it.
 
 Clustering: every `heartbeat_interval_ms` a HEARTBEAT goes to each broker of
 the subscribed topics, and every `rebalance_interval_ms` (and at start) the
-member list (GET_CONSUMERS) is allocated averagely (see `rebalance`). A lost
+member list (GET_CONSUMERS) is allocated (see `allocation`: average by default). A lost
 queue is committed and its fetcher stopped; a gained one starts from the
 group's committed offset, else from `auto_offset_reset` (when not given: the
 group's `consume_from` in its namesrv config, else latest; see

@@ -38,6 +38,7 @@ def _lock_fields(f: dict[str, Any]) -> tuple[str, str, str, list[int]]:
 
 async def handle_lock(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     group, client_id, topic, queue_ids = _lock_fields(req.fields)
+    ctx.consumers.touch(client_id, group)
     locked = ctx.locks.lock(group, client_id, topic, queue_ids)
     return response(req, {"locked": locked, "expiry_ms": ctx.locks.expiry_ms})
 
