@@ -26,6 +26,9 @@ from .mapped_file import MappedFile, segment_name
 
 log = logging.getLogger(__name__)
 
+# `cut` overwrites a discarded tail with zeros this many bytes at a time.
+ZERO_CHUNK_BYTES = 1 << 20
+
 
 class CommitLog:
     """Segment list, write position and flushed position of the commit log."""
@@ -38,6 +41,9 @@ class CommitLog:
         self._segments_lock = threading.Lock()
         self._write_offset = 0
         self._flushed_offset = 0
+        # Bumped by `cut`: a flush that began before a cut does not count its target
+        # as flushed (the bytes it synced may have been replaced since).
+        self._cuts = 0
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
             if name.endswith(".tmp"):
@@ -147,6 +153,7 @@ class CommitLog:
         # adding a segment) never waits behind a slow disk, and retention closing a
         # segment meanwhile cannot pull the descriptor from under the sync.
         with self._segments_lock:
+            cuts = self._cuts
             fds = [os.dup(seg.fd) for seg in self._segments
                    if seg.start_offset < end and seg.end_offset > self._flushed_offset]
         try:
@@ -155,7 +162,9 @@ class CommitLog:
         finally:
             for fd in fds:
                 os.close(fd)
-        self._flushed_offset = max(self._flushed_offset, end)
+        with self._segments_lock:
+            if cuts == self._cuts:
+                self._flushed_offset = max(self._flushed_offset, end)
         return self._flushed_offset
 
     def truncate(self, phy_offset: int) -> None:
@@ -169,6 +178,38 @@ class CommitLog:
         seg = self.segment_for(phy_offset)
         if seg is not None and phy_offset < seg.end_offset:
             seg.zero_from(phy_offset - seg.start_offset)
+
+    def cut(self, phy_offset: int) -> None:
+        """Discard everything from `phy_offset` on while the store is open (a replica
+        dropping a tail that diverged from its master); durable when it returns.
+
+        Unlike `truncate` the file is never shrunk (a reader on another thread may
+        hold a view of the mapping): the bytes written past `phy_offset` in its
+        segment are overwritten with zeros and fdatasync'd, so a crash right after
+        cannot bring them back; the segments after it are deleted.
+        """
+        old_end = self._write_offset
+        with self._segments_lock:
+            self._cuts += 1
+            self._flushed_offset = min(self._flushed_offset, phy_offset)
+            dropped: list[MappedFile] = []
+            while self._segments and self._segments[-1].start_offset > phy_offset:
+                dropped.append(self._segments.pop())
+        for gone in dropped:
+            gone.delete()
+        if dropped:
+            _fsync_dir(self.dir)
+        seg = self.segment_for(phy_offset)
+        if seg is not None:
+            rel = phy_offset - seg.start_offset
+            stop = min(old_end, seg.end_offset) - seg.start_offset
+            zeros = memoryview(bytes(min(ZERO_CHUNK_BYTES, max(stop - rel, 0))))
+            while rel < stop:
+                n = min(stop - rel, len(zeros))
+                seg.write(zeros[:n], rel)
+                rel += n
+            seg.flush()
+        self._write_offset = phy_offset
 
     def delete_segments(self, starts: set[int]) -> int:
         """Retention: delete the (non-active) segments starting at `starts`."""

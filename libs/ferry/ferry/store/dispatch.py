@@ -9,7 +9,7 @@ recovery re-dispatches from the commit log with `redispatch`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -28,6 +28,7 @@ from ferry.codec.record import (
     H_TAG_HASH,
     H_TAGS_LEN,
     H_TOPIC_LEN,
+    H_TOTAL_SIZE,
     HEADER,
     HEADER_SIZE,
     I64,
@@ -38,7 +39,7 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_KEY_CRC, QueueEntries, QueueRun
+from .encode_context import ID_KEY_CRC, QueueEntries
 from .index_file import IndexService
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class LiveDispatch:
         # Commit-log offset at or below the first record whose dispatch is pending.
         self._pending_from = cl.write_offset
 
-    def add(self, start_offset: int, runs: dict[tuple[str, int], QueueRun],
+    def add(self, start_offset: int, runs: Mapping[tuple[str, int], QueueEntries],
             items: list[tuple[int, int, int]]) -> None:
         """Queue a written batch that starts at `start_offset`; apply once the queue is long.
 
@@ -200,16 +201,7 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
         if magic == BLANK_MAGIC:
             pos = seg.end_offset
             continue
-        h = HEADER.unpack_from(view, rel)
-        p = rel + HEADER_SIZE
-        topic_b = bytes(view[p:p + h[H_TOPIC_LEN]])
-        if pos >= cq_from:
-            batch.add_entry(topic_b.decode(), h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, size,
-                            h[H_TAG_HASH])
-        if pos >= index_from:
-            k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
-            batch.add_keys(topic_b, bytes(view[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
-                           h[H_STORE_TS_MS])
+        add_record(batch, view, rel, pos, cq=pos >= cq_from, keys=pos >= index_from)
         pos += size
         count += 1
         pending += 1
@@ -220,17 +212,60 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
     return RedispatchResult(count, min(pos, end), problem)
 
 
+def add_record(batch: PendingDispatch, buf: bytes | memoryview, off: int, pos: int, *,
+               cq: bool = True, keys: bool = True) -> RecordHead:
+    """Queue into `batch` the consume-queue entry (if `cq`) and index keys (if `keys`) of
+    the checked record at `buf[off:]`, stored at commit-log offset `pos`; return its head."""
+    h = HEADER.unpack_from(buf, off)
+    p = off + HEADER_SIZE
+    topic_b = bytes(buf[p:p + h[H_TOPIC_LEN]])
+    topic = topic_b.decode()
+    if cq:
+        batch.add_entry(topic, h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, h[H_TOTAL_SIZE],
+                        h[H_TAG_HASH])
+    if keys:
+        k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
+        batch.add_keys(topic_b, bytes(buf[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
+                       h[H_STORE_TS_MS])
+    return RecordHead(topic, h[H_QUEUE_ID], h[H_QUEUE_OFFSET], h[H_TOTAL_SIZE], h[H_STORE_TS_MS])
+
+
+class RecordHead(NamedTuple):
+    """The header fields of a dispatched record that its callers check or track."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    size: int
+    store_ts_ms: int
+
+
 def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None:
     """Why the record (or end-of-segment marker) at `rel` is not valid, or None if it is."""
-    if rel + BLANK_SIZE > seg_size:
+    return check_unit(view, rel, seg_size - rel, pos)
+
+
+def check_unit(buf: bytes | memoryview, off: int, seg_room: int, pos: int) -> str | None:
+    """Why the unit at `buf[off:]` (a record or an end-of-segment marker) is not valid
+    where it lands, or None if it is.
+
+    It lands at commit-log offset `pos`, `seg_room` bytes before its segment ends: a
+    record must leave BLANK_SIZE bytes free after it and name `pos` as its own offset;
+    a marker must fill the segment exactly. The whole unit must be in `buf`.
+    """
+    if seg_room < BLANK_SIZE:
         return f"no room for a record at {pos}"
-    size, magic = SIZE_MAGIC.unpack_from(view, rel)
+    if len(buf) - off < BLANK_SIZE:
+        return f"truncated record at {pos}"
+    size, magic = SIZE_MAGIC.unpack_from(buf, off)
     if magic == BLANK_MAGIC:
-        return None if rel + size == seg_size else f"bad end-of-segment marker at {pos}"
+        if size != seg_room:
+            return f"bad end-of-segment marker at {pos}"
+        return None if off + size <= len(buf) else f"truncated end-of-segment marker at {pos}"
     try:
-        check_record(view, rel, seg_size - BLANK_SIZE)
+        check_record(buf, off, min(len(buf), off + seg_room - BLANK_SIZE))
     except CorruptRecordError as exc:
-        return str(exc)
-    if I64.unpack_from(view, rel + AT_PHY_OFFSET)[0] != pos:
+        return f"{exc} (commit-log offset {pos})"
+    if I64.unpack_from(buf, off + AT_PHY_OFFSET)[0] != pos:
         return f"the record at {pos} claims another phy offset"
     return None

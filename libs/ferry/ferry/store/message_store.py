@@ -22,12 +22,13 @@ from ferry.codec.record import AT_STORE_TS_MS, HEADER_SIZE, I64, MessageIn, Stor
 from ferry.errors import StoreError
 from ferry.names import validate_topic
 
+from . import replica
 from .appender import Appender
-from .checkpoint import Checkpoint, sync_files, write_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint, sync_files, write_checkpoint
 from .commit_log import CommitLog
-from .config import StoreConfig
+from .config import FlushMode, StoreConfig
 from .consume_queue import ConsumeQueues
-from .dispatch import LiveDispatch
+from .dispatch import LiveDispatch, check_unit
 from .encode_context import Staged
 from .flush import FlushService
 from .index_file import IndexService
@@ -51,6 +52,9 @@ class MessageStore:
         os.makedirs(root, exist_ok=True)
         self._lock_fd = _lock_directory(root)
         self._lock = threading.Lock()
+        # Held by each checkpoint and by truncate_to, taken before `_lock`: a checkpoint
+        # computed before a truncation must not be written after it.
+        self._checkpoint_lock = threading.Lock()
         self._closed = False
         try:
             self._cl = CommitLog(root, config.commitlog_segment_bytes)
@@ -341,6 +345,88 @@ class MessageStore:
     def flushed_offset(self) -> int:
         return self._cl.flushed_offset
 
+    # -- replication (issue 9; see replica.py) -----------------------------------------
+
+    @os_errors_as_store_errors
+    def read_log(self, from_phy: int, max_bytes: int) -> bytes:
+        """Raw commit-log bytes from the record at `from_phy`, whole records only, for a
+        slave's `append_replicated` (see replica.read_log): at most `max_bytes` but at
+        least one record, b"" at the end; StoreError for an offset that is no record
+        start or is out of range."""
+        with self._lock:
+            self._check_readable()
+            return replica.read_log(self._cl, from_phy, max_bytes)
+
+    def append_replicated(self, phy_offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append a chunk of a master's commit log as it is; return the new log end.
+
+        `phy_offset` must be this log's end. Every record is checked first (size,
+        magic, CRC, its own phy offset, the next queue offset of its queue) and a bad
+        chunk raises StoreError with nothing written. Consume queues and the index
+        are then built by the same dispatch as a put. In FlushMode.SYNC this returns
+        once the chunk is durable (a slave acknowledges only what it has on disk).
+        """
+        with self._lock:
+            self._check_open()
+            chunk = replica.check_chunk(self._cl, self._appender.next_queue_offset,
+                                        phy_offset, data)
+            if chunk.end == phy_offset:
+                return phy_offset
+            try:
+                replica.write_chunk(self._cl, data, chunk)
+            except BaseException as exc:
+                self._failed = exc
+                log.exception("replicated append failed; the store refuses appends until reopened")
+                raise StoreError(f"replicated append failed: {exc}") from exc
+            if self._warmer is not None and chunk.end >= self._warmer.next_kick_offset:
+                self._warmer.wrote_to(chunk.end)
+            if chunk.dispatch.index_items:
+                self._dispatcher.add(phy_offset, chunk.dispatch.queues, chunk.dispatch.index_items)
+            self._appender.next_queue_offset.update(chunk.next_queue_offset)
+            self._last_store_ts = max(self._last_store_ts, chunk.last_store_ts_ms)
+        if self.config.flush_mode is FlushMode.SYNC:
+            self.wait_durable(chunk.end).result()
+        return chunk.end
+
+    def truncate_to(self, phy_offset: int) -> None:
+        """Drop every record from `phy_offset` on (a record start, or the log end).
+
+        The commit log is cut (zeros made durable, later segments deleted), consume
+        queues lose their entries at or after it, and the index loses its keys of
+        those records. (query_by_key and query_by_id verify each record they return
+        anyway: its CRC, its own offset, topic and key or id; dropping the keys keeps
+        a record appended later at the same offset from being found twice.) A lower
+        checkpoint is written first, so a crash at any point recovers to the log
+        before or after the truncation, never to a log with a hole.
+        """
+        with self._checkpoint_lock, self._lock:
+            self._check_open()
+            cl = self._cl
+            end = cl.write_offset
+            if phy_offset == end:
+                return
+            seg = cl.segment_for(phy_offset)
+            problem = (None if seg is None else check_unit(
+                seg.read_view, phy_offset - seg.start_offset, seg.end_offset - phy_offset,
+                phy_offset))
+            if seg is None or not cl.min_offset <= phy_offset < end or problem is not None:
+                raise StoreError(f"truncate_to: {phy_offset} is not the start of a record in "
+                                 f"[{cl.min_offset}, {end}]" + (f" ({problem})" if problem else ""))
+            try:
+                self._dispatcher.dispatch()
+                prev = read_checkpoint(self.config.root_dir)
+                write_checkpoint(self.config.root_dir, Checkpoint(
+                    min(prev.commit_offset if prev else 0, cl.flushed_offset, phy_offset),
+                    min(prev.dispatch_offset if prev else 0, phy_offset), False))
+                cl.cut(phy_offset)
+                self._cqs.truncate_from_phy(phy_offset)
+                self._index.drop_from(phy_offset)
+            except BaseException as exc:
+                self._fail(exc, "truncation")
+                raise StoreError(f"truncate_to({phy_offset}) failed: {exc}") from exc
+            self._appender.next_queue_offset = {(cq.topic, cq.queue_id): cq.max_offset
+                                                for cq in self._cqs}
+
     # -- maintenance ---------------------------------------------------------------------
 
     @os_errors_as_store_errors
@@ -358,6 +444,10 @@ class MessageStore:
         lock; their fdatasyncs run outside it (an msync of a mapping holds the GIL
         for its whole call and would freeze the broker's event loop).
         """
+        with self._checkpoint_lock:
+            self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> None:
         with self._lock:
             if self._closed:
                 return
