@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ferry.codec.record import AT_CRC, AT_PHY_OFFSET
 from ferry.errors import StoreError
-from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig, new_msg_id
+from ferry.store import FlushMode, GetStatus, MessageIn, MessageStore, StoreConfig, new_msg_id
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
              cq_entries_per_segment=32, index_max_slots=512, index_max_entries=4096,
@@ -283,3 +283,13 @@ def test_a_kill_right_after_truncate_recovers_the_truncated_log(tmp_path: Path,
                     for q in qs)
         assert total == len(kept)
         store.put(MessageIn("orders", 0, b"after"))  # and it takes appends again
+
+
+def test_a_sync_slave_returns_once_the_chunk_is_durable(tmp_path: Path) -> None:
+    with MessageStore(_config(tmp_path / "m")) as master, \
+            MessageStore(_config(tmp_path / "s", flush_mode=FlushMode.SYNC)) as slave:
+        _fill(master, 50, seed=12)
+        while data := master.read_log(slave.commit_log_max_offset, 30_000):
+            end = slave.append_replicated(slave.commit_log_max_offset, data)
+            assert slave.flushed_offset >= end
+        assert slave.commit_log_max_offset == master.commit_log_max_offset

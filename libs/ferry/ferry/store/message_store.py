@@ -24,11 +24,11 @@ from ferry.names import validate_topic
 
 from . import replica
 from .appender import Appender
-from .checkpoint import Checkpoint, read_checkpoint, sync_files, write_checkpoint
+from .checkpoint import Checkpoint, sync_files, write_checkpoint
 from .commit_log import CommitLog
 from .config import FlushMode, StoreConfig
 from .consume_queue import ConsumeQueues
-from .dispatch import LiveDispatch, check_unit
+from .dispatch import LiveDispatch
 from .encode_context import Staged
 from .flush import FlushService
 from .index_file import IndexService
@@ -401,26 +401,13 @@ class MessageStore:
         """
         with self._checkpoint_lock, self._lock:
             self._check_open()
-            cl = self._cl
-            end = cl.write_offset
-            if phy_offset == end:
+            if phy_offset == self._cl.write_offset:
                 return
-            seg = cl.segment_for(phy_offset)
-            problem = (None if seg is None else check_unit(
-                seg.read_view, phy_offset - seg.start_offset, seg.end_offset - phy_offset,
-                phy_offset))
-            if seg is None or not cl.min_offset <= phy_offset < end or problem is not None:
-                raise StoreError(f"truncate_to: {phy_offset} is not the start of a record in "
-                                 f"[{cl.min_offset}, {end}]" + (f" ({problem})" if problem else ""))
+            replica.check_boundary(self._cl, phy_offset)
             try:
                 self._dispatcher.dispatch()
-                prev = read_checkpoint(self.config.root_dir)
-                write_checkpoint(self.config.root_dir, Checkpoint(
-                    min(prev.commit_offset if prev else 0, cl.flushed_offset, phy_offset),
-                    min(prev.dispatch_offset if prev else 0, phy_offset), False))
-                cl.cut(phy_offset)
-                self._cqs.truncate_from_phy(phy_offset)
-                self._index.drop_from(phy_offset)
+                replica.cut_store(self.config.root_dir, self._cl, self._cqs, self._index,
+                                  phy_offset)
             except BaseException as exc:
                 self._fail(exc, "truncation")
                 raise StoreError(f"truncate_to({phy_offset}) failed: {exc}") from exc

@@ -20,8 +20,11 @@ from typing import NamedTuple
 from ferry.codec.record import BLANK_MAGIC, SIZE_MAGIC
 from ferry.errors import StoreError
 
+from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .commit_log import CommitLog
+from .consume_queue import ConsumeQueues
 from .dispatch import PendingDispatch, add_record, check_unit
+from .index_file import IndexService
 
 #: Largest `max_bytes` a read_log call may ask for (a chunk is held in memory twice).
 MAX_READ_LOG_BYTES = 64 << 20
@@ -149,3 +152,33 @@ def write_chunk(cl: CommitLog, data: bytes | bytearray | memoryview, chunk: Chec
     if len(mv) > done:
         seg.write(mv[done:], rel)
     cl.advance(chunk.end)
+
+
+def check_boundary(cl: CommitLog, phy_offset: int) -> None:
+    """Raise StoreError unless a valid unit starts at `phy_offset`, below the log end."""
+    end = cl.write_offset
+    seg = cl.segment_for(phy_offset)
+    problem = None if seg is None else check_unit(
+        seg.read_view, phy_offset - seg.start_offset, seg.end_offset - phy_offset, phy_offset)
+    if seg is None or not cl.min_offset <= phy_offset < end or problem is not None:
+        raise StoreError(f"truncate_to: {phy_offset} is not the start of a record in "
+                         f"[{cl.min_offset}, {end}]" + (f" ({problem})" if problem else ""))
+
+
+def cut_store(root_dir: str, cl: CommitLog, cqs: ConsumeQueues, index: IndexService,
+              phy_offset: int) -> None:
+    """Drop everything from the unit boundary `phy_offset` on, durably (truncate_to's work;
+    the caller holds the store and checkpoint locks and has applied the dispatch).
+
+    The checkpoint is lowered first: a crash before the cut then recovers the whole
+    old log, one after it scans from below the cut and stops at its zeros. Were the
+    old checkpoint kept, recovery would start past the cut and find zeros there: a
+    hole in the log.
+    """
+    prev = read_checkpoint(root_dir)
+    write_checkpoint(root_dir, Checkpoint(
+        min(prev.commit_offset if prev else 0, cl.flushed_offset, phy_offset),
+        min(prev.dispatch_offset if prev else 0, phy_offset), False))
+    cl.cut(phy_offset)
+    cqs.truncate_from_phy(phy_offset)
+    index.drop_from(phy_offset)
