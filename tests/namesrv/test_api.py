@@ -99,7 +99,7 @@ async def test_route_of_registered_broker(etcd: Etcd, module_prefix: str, namesr
         assert route["topic"] == "routed" and route["perm"] == "rw"
         mine = [b for b in route["brokers"] if b["name"] == "broker-r"]
         assert mine == [{"name": "broker-r", "cluster": "c1", "master": "127.0.0.1:10911",
-                         "slaves": [], "queues": 3, "perm": "rw"}]
+                         "slaves": [], "queues": 3, "perm": "rw", "epoch": 0}]
         brokers = (await call(http, "GET", namesrv.url + "/v1/brokers"))[1]["brokers"]
         assert info.to_dict() in brokers
     finally:

@@ -70,12 +70,34 @@ async def test_route_groups_master_and_slaves(etcd: Etcd, prefix: str,
         route = cache.route("orders")
         assert route == {"topic": "orders", "type": "normal", "perm": "r", "brokers": [
             {"name": "broker-a", "cluster": "c1", "master": MASTER_A.addr,
-             "slaves": [SLAVE_A.addr], "queues": 3, "perm": "r"},
+             "slaves": [SLAVE_A.addr], "queues": 3, "perm": "r", "epoch": 0},
             {"name": "broker-b", "cluster": "c1", "master": MASTER_B.addr,
-             "slaves": [], "queues": 3, "perm": "r"}], "priority_levels": 1}
+             "slaves": [], "queues": 3, "perm": "r", "epoch": 0}], "priority_levels": 1}
         rev = await registry.put_topic(TopicConfig("orders", brokers=("broker-b",)))
         await cache.wait_revision(rev)
         assert [b["name"] for b in cache.route("orders")["brokers"]] == ["broker-b"]  # type: ignore[index]
+    finally:
+        for reg in regs:
+            await reg.unregister_broker()
+            await reg.stop()
+
+
+async def test_elected_master_with_the_highest_epoch_wins(etcd: Etcd, prefix: str,
+                                                         registry: EtcdRegistry,
+                                                         cache: RouteCache) -> None:
+    # A dead master's key outlives it until its lease ends; the new term's master wins.
+    stale = BrokerInfo("c1", "broker-a", 0, "127.0.0.1:20001", topics={"t": 2},
+                       role="master", epoch=3)
+    new = BrokerInfo("c1", "broker-a", 1, "127.0.0.1:20002", topics={"t": 2},
+                     role="master", epoch=4)
+    slave = BrokerInfo("c1", "broker-a", 2, "127.0.0.1:20003", topics={"t": 2},
+                       role="slave", epoch=4)
+    regs = [await registered(etcd, prefix, b) for b in (stale, new, slave)]
+    try:
+        await eventually(lambda: len(cache.brokers) == 3)
+        (entry,) = cache.route("t")["brokers"]  # type: ignore[index]
+        assert entry["master"] == new.addr and entry["epoch"] == 4
+        assert entry["slaves"] == [slave.addr]
     finally:
         for reg in regs:
             await reg.unregister_broker()

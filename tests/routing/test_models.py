@@ -105,3 +105,15 @@ def test_invalid_broker_fields(fields: dict[str, object]) -> None:
     base = {"cluster": "c", "name": "b", "id": 0, "addr": "127.0.0.1:1"}
     with pytest.raises(ValueError):
         BrokerInfo.from_dict({**base, **fields})
+
+
+def test_broker_role_and_epoch_round_trip_and_decide_the_master() -> None:
+    legacy = BrokerInfo("c1", "broker-a", 1, "127.0.0.1:1")
+    assert not legacy.is_master and BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1").is_master
+    elected = BrokerInfo("c1", "broker-a", 1, "127.0.0.1:1", role="master", epoch=7)
+    assert elected.is_master and BrokerInfo.from_json(elected.to_json()) == elected
+    assert not BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1", role="slave").is_master
+    with pytest.raises(InvalidConfigError):
+        BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1", role="leader")
+    with pytest.raises(InvalidConfigError):
+        BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1", epoch=-1)

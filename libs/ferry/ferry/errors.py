@@ -175,6 +175,17 @@ class InvalidFilterError(FerryError, ValueError):
         self.expected = expected
 
 
+class NotMasterError(NoPermissionError):
+    """This broker is not (or no longer) its group's master: refresh the route and retry.
+
+    A slave refuses writes with it, and so does a master whose election lease it
+    could not renew in time (it steps down before the lease can expire, so two
+    masters never both acknowledge writes)."""
+
+    code = 24
+    retriable = True
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

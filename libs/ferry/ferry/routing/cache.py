@@ -276,7 +276,8 @@ class RouteCache:
                 return None
         entries = []
         for (cluster, name), members in sorted(chosen.items(), key=lambda kv: kv[0][1]):
-            master = next((b for b in members if b.is_master), None)
+            master = max((b for b in members if b.is_master), key=lambda b: b.epoch,
+                         default=None)
             if cfg is not None:
                 queues = cfg.queues
             else:
@@ -284,7 +285,8 @@ class RouteCache:
             entries.append({
                 "name": name, "cluster": cluster,
                 "master": master.addr if master else None,
-                "slaves": [b.addr for b in members if not b.is_master],
+                "slaves": [b.addr for b in members if b is not master and not b.is_master],
+                "epoch": master.epoch if master else max((b.epoch for b in members), default=0),
                 "queues": queues, "perm": cfg.perm if cfg else "rw",
             })
         return {"topic": topic, "type": cfg.type if cfg else "normal",

@@ -32,6 +32,8 @@ MAX_RETRY_BACKOFF_MS = 30 * 24 * 3600 * 1000   # the delay path's own maximum (3
 TOPIC_PERMS = ("rw", "r", "w")
 TOPIC_TYPES = ("normal", "fifo", "delay", "transaction")
 CONSUME_FROM = ("latest", "earliest", "timestamp")
+#: A broker's role in its group; "" = a broker that does not replicate (id 0 is master).
+BROKER_ROLES = ("", "master", "slave")
 MAX_ADDR_LENGTH = 255
 #: Priority levels a topic may have: each level is a set of its queues on every broker
 #: (queue q of Q serves level q * levels // Q), drained highest first by consumers.
@@ -114,8 +116,13 @@ def _dumps(data: Mapping[str, Any]) -> bytes:
 class BrokerInfo:
     """A live broker as registered under /ferry/brokers/{cluster}/{name}/{id}.
 
-    `broker_id` 0 is the master of the broker group `name`; others are slaves.
-    `topics` maps each topic the broker serves to its queue count there.
+    `role` is "master" or "slave" as the broker group's election in etcd made
+    it (docs/replication.md), and `epoch` the term it last saw; a broker that
+    does not replicate registers "" and then `broker_id` 0 is the master, as
+    before replication. Several keys of a group may say "master" for a moment
+    (a dead master's key outlives it until its lease ends): the one with the
+    highest epoch is the master. `topics` maps each topic the broker serves to
+    its queue count there.
     """
 
     cluster: str
@@ -125,9 +132,13 @@ class BrokerInfo:
     repl_addr: str = ""
     http_addr: str = ""
     topics: dict[str, int] = field(default_factory=dict)
+    role: str = ""
+    epoch: int = 0
 
     def __post_init__(self) -> None:
         validate_broker_name(self.cluster, "cluster name")
+        _choice(self.role, "role", BROKER_ROLES)
+        _int_in(self.epoch, "epoch", 0, (1 << 63) - 1)
         validate_broker_name(self.name)
         _int_in(self.broker_id, "broker_id", 0, 1 << 16)
         _addr(self.addr, "addr", required=True)
@@ -140,7 +151,7 @@ class BrokerInfo:
 
     @property
     def is_master(self) -> bool:
-        return self.broker_id == 0
+        return self.role == "master" if self.role else self.broker_id == 0
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -150,7 +161,7 @@ class BrokerInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "name": self.name, "id": self.broker_id,
                 "addr": self.addr, "repl_addr": self.repl_addr, "http_addr": self.http_addr,
-                "topics": dict(self.topics)}
+                "topics": dict(self.topics), "role": self.role, "epoch": self.epoch}
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
@@ -164,14 +175,15 @@ class BrokerInfo:
         _require(isinstance(topics, dict), "topics must be an object of topic -> queues")
         return cls(cluster=d["cluster"], name=d["name"], broker_id=d["id"], addr=d["addr"],
                    repl_addr=d.get("repl_addr", ""), http_addr=d.get("http_addr", ""),
-                   topics=dict(topics))
+                   topics=dict(topics), role=d.get("role", ""), epoch=d.get("epoch", 0))
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, strict: bool = False) -> BrokerInfo:
         return cls.from_dict(_loads(raw, "broker"), strict=strict)
 
 
-_BROKER_FIELDS = frozenset({"cluster", "name", "id", "addr", "repl_addr", "http_addr", "topics"})
+_BROKER_FIELDS = frozenset({"cluster", "name", "id", "addr", "repl_addr", "http_addr", "topics",
+                            "role", "epoch"})
 
 
 @dataclass(frozen=True)
