@@ -132,15 +132,16 @@ class Election:
     async def wait_leader(self) -> LeaderInfo:
         """Wait until some leader (maybe this node) is known; return it."""
         while self.leader is None:
-            await self._wait_change()
+            await self.wait_change()
         return self.leader
 
     async def wait_leading(self) -> None:
         """Wait until this node leads."""
         while not self.is_leader:
-            await self._wait_change()
+            await self.wait_change()
 
-    async def _wait_change(self) -> None:
+    async def wait_change(self) -> None:
+        """Wait for the next round's news (or at most `poll_s`): for followers of `leader`."""
         self._changed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             # The timeout catches a safe_until passing without a loop round.
