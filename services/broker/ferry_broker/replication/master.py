@@ -158,6 +158,10 @@ class ReplicationServer:
             log.info("replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
             log.error("replication link from %s failed: %s", peer, exc)
+        except asyncio.CancelledError:
+            # stop() cancels the handler; ending it normally keeps asyncio's stream
+            # callback from logging the cancelled task as an error.
+            pass
         finally:
             self._tasks.discard(task)
             if link is not None:
