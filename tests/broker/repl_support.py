@@ -75,7 +75,7 @@ class Slave:
     name: str = NAME
     appended: set[tuple[str, int]] = field(default_factory=set)
     offsets: list[bytes] = field(default_factory=list)
-    follower: ReplicaFollower | None = None
+    follower: ReplicaFollower = field(init=False)
 
     def __post_init__(self) -> None:
         self.follower = ReplicaFollower(

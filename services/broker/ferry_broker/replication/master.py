@@ -152,8 +152,7 @@ class ReplicationServer:
                 await self._serve(link, reader)
         except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
             what = "slave link" if link is not None else "connection"
-            log.warning("replication %s from %s closed: %s", what, peer,
-                        str(exc) or type(exc).__name__)
+            log.warning("replication %s from %s closed: %s", what, peer, _describe(exc))
         except (ConnectionError, OSError) as exc:
             log.info("replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
@@ -299,6 +298,15 @@ class ReplicationServer:
             log.info("replication: slave %d at %s unlinked", link.broker_id, link.addr)
         if not self._links:
             self._waiters.fail_all("no slave is connected")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return (f"the peer closed mid-frame ({len(exc.partial)} of {exc.expected} bytes)"
+                if exc.partial else "the peer closed the connection")
+    if isinstance(exc, TimeoutError):
+        return "timed out waiting for the peer"
+    return str(exc)
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:
