@@ -238,6 +238,9 @@ class RoleManager:
         if last is None or last[0] != epoch:
             await asyncio.to_thread(self.epochs.append, epoch, ctx.store.commit_log_max_offset)
             self._appended = epoch
+        # The term is ours from here (writes still wait for `_master`): a slave that
+        # links at once says this epoch, and the server must not think it newer.
+        self.epoch = epoch
         if self.server is None:
             from ferry_broker.replication.master import ReplicationServer
 
@@ -250,7 +253,7 @@ class RoleManager:
             self.server = server
         if not (self.election.is_leader and self.election.epoch == epoch):
             return  # lost it meanwhile: the next round steps down
-        self.epoch, self.role, self._master = epoch, ROLE_MASTER, True
+        self.role, self._master = ROLE_MASTER, True
         log.info("master of %s/%s in epoch %d from offset %d", cfg.cluster, cfg.name, epoch,
                  ctx.store.commit_log_max_offset)
         self._announce()

@@ -1,0 +1,177 @@
+"""Roles of a broker group on real processes: election, fencing, slave reads, failover, rejoin."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ferry.errors import NotMasterError
+from ferry.routing import EtcdRegistry
+from ferry.wire import RequestCode
+
+from tests.broker.conftest import Broker, start_broker, unique_prefix
+from tests.broker.wire_client import message
+from tests.support.procs import Etcd, free_port
+
+pytestmark = pytest.mark.integration
+
+TTL_S = 2
+
+
+def start_member(workdir: Path, etcd: Etcd, prefix: str, broker_id: int, mode: str = "async",
+                 data_dir: Path | None = None) -> Broker:
+    """A member of broker group broker-a: same name, its own id, store and ports."""
+    env = {"FERRY_BROKER_ID": str(broker_id), "FERRY_BROKER_NAME": "broker-a",
+           "FERRY_BROKER_REPLICATION": mode, "FERRY_BROKER_REPL_PORT": str(free_port()),
+           "FERRY_BROKER_ELECTION_TTL_S": str(TTL_S)}
+    return start_broker(workdir, etcd, data_dir=data_dir or workdir / f"data-{broker_id}",
+                        prefix=prefix, **env)
+
+
+def replication(broker: Broker) -> dict[str, Any]:
+    return broker.get_json("/v1/stats")["replication"]
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if await asyncio.to_thread(check):
+                return
+        except OSError:
+            pass  # a broker between lives
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+def is_master(b: Broker) -> bool:
+    r = replication(b)
+    return r["role"] == "master" and r["writable"]
+
+
+def follows(slave: Broker, master: Broker) -> bool:
+    r = replication(slave)
+    return (r["role"] == "slave" and r.get("follower", {}).get("connected", False)
+            and r["epoch"] == replication(master)["epoch"])
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+@pytest.fixture
+def group(tmp_path: Path, etcd: Etcd, prefix: str) -> Any:
+    started: list[Broker] = []
+
+    def start(broker_id: int, **kw: Any) -> Broker:
+        b = start_member(tmp_path, etcd, prefix, broker_id, **kw)
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        b.proc.stop()
+    for b in started:
+        print(b.proc.log()[-4000:])
+
+
+async def two_members(group: Any) -> tuple[Broker, Broker]:
+    """Start two members; return (master, slave) once the slave follows."""
+    a, b = group(0), group(1)
+    await eventually(lambda: is_master(a) or is_master(b))
+    master, slave = (a, b) if is_master(a) else (b, a)
+    await eventually(lambda: follows(slave, master))
+    return master, slave
+
+
+async def test_one_master_one_slave_and_the_slave_refuses_writes(
+        group: Any, etcd: Etcd, prefix: str) -> None:
+    master, slave = await two_members(group)
+    rm, rs = replication(master), replication(slave)
+    assert rm["mode"] == "async" and rm["epoch"] >= 1 and rs["epoch"] == rm["epoch"]
+    await eventually(lambda: [s["broker_id"] for s in replication(master)["slaves"]]
+                     == [int(slave.env["FERRY_BROKER_ID"])])
+    # Registered roles: the route picks the master by role and epoch.
+    async with EtcdRegistry(etcd.endpoint, prefix=prefix) as reg:
+        async def roles() -> dict[str, tuple[str, int]]:
+            return {b.addr: (b.role, b.epoch) for b in await reg.list_brokers()}
+        deadline = time.monotonic() + 10
+        while (got := await roles()) != {f"127.0.0.1:{master.port}": ("master", rm["epoch"]),
+                                         f"127.0.0.1:{slave.port}": ("slave", rm["epoch"])}:
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.1)
+        assert all(b.repl_addr for b in await reg.list_brokers())
+    client = await slave.client()
+    try:
+        with pytest.raises(NotMasterError, match="not the master"):
+            await client.send("orders", 0, [message(b"to the slave")])
+    finally:
+        await client.close()
+
+
+async def test_messages_sent_to_the_master_are_read_from_the_slave(group: Any) -> None:
+    master, slave = await two_members(group)
+    mc, sc = await master.client(), await slave.client()
+    try:
+        # A long poll parked on the slave wakes when the records arrive there.
+        parked = asyncio.create_task(sc.pull("orders", 1, 0, max_wait_ms=15_000))
+        await asyncio.sleep(0.3)
+        sent = [message(f"m{i}".encode(), keys=f"k{i}") for i in range(50)]
+        ack = await mc.send("orders", 1, sent)
+        assert ack["count"] == 50
+        fields, first = await parked
+        assert fields["status"] == "FOUND" and first
+        got: list[bytes] = []
+        while len(got) < 50:
+            fields, msgs = await sc.pull("orders", 1, len(got), max_count=100,
+                                         max_wait_ms=5000)
+            got += [m.body for m in msgs]
+        assert got == [m.body for m in sent]
+        # Offsets committed at the master reach the slave over the replication link.
+        await mc.call(RequestCode.COMMIT_OFFSET, {"group": "g1", "topic": "orders",
+                                                  "queue_id": 1, "offset": 20})
+        await eventually(lambda: slave.get_json("/v1/stats")["groups"].get("g1", {})
+                         .get("orders", {}).get("1", {}).get("committed_offset") == 20)
+    finally:
+        await mc.close()
+        await sc.close()
+
+
+async def test_failover_on_sigterm_and_the_old_master_rejoins_as_slave(
+        group: Any, tmp_path: Path, etcd: Etcd, prefix: str) -> None:
+    master, slave = await two_members(group)
+    epoch = replication(master)["epoch"]
+    mc = await master.client()
+    await mc.send("orders", 0, [message(f"before-{i}".encode()) for i in range(10)])
+    await mc.close()
+    await eventually(lambda: replication(slave)["end_offset"]
+                     == replication(master)["end_offset"])
+    old_id = int(master.env["FERRY_BROKER_ID"])
+    master.proc.stop()  # SIGTERM: it resigns, the slave takes over without a lease wait
+    await eventually(lambda: is_master(slave), timeout_s=15)
+    assert replication(slave)["epoch"] > epoch
+    sc = await slave.client()
+    try:
+        ack = await sc.send("orders", 0, [message(b"after")])
+        assert ack["queue_offset"] == 10
+        # The old master comes back on its old store: a slave of the new term.
+        back = group(old_id, data_dir=master.data_dir)
+        await eventually(lambda: follows(back, slave))
+        await sc.send("orders", 0, [message(b"after-rejoin")])
+        await eventually(lambda: replication(back)["end_offset"]
+                         == replication(slave)["end_offset"])
+        bc = await back.client()
+        try:
+            _, msgs = await bc.pull("orders", 0, 0, max_count=100)
+            assert [m.body for m in msgs] == ([f"before-{i}".encode() for i in range(10)]
+                                              + [b"after", b"after-rejoin"])
+            with pytest.raises(NotMasterError):
+                await bc.send("orders", 0, [message(b"to the old master")])
+        finally:
+            await bc.close()
+    finally:
+        await sc.close()
