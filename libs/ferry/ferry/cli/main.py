@@ -1,4 +1,5 @@
-"""The `ferry` command: topics, sending, consuming, group lag, delays, dead letters, transactions.
+"""The `ferry` command: topics, sending, consuming, group lag, brokers, delays, dead letters,
+transactions.
 
 Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`;
 also `dlq resend --id` when an id was not found; `txn describe` of an unknown id,
@@ -14,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ferry.cli import commands
+from ferry.cli import brokers, commands
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
 from ferry.client.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
@@ -103,10 +104,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="topic to check (repeat; default every topic the group committed on)")
     lag.set_defaults(func=commands.group_lag)
     gsub.add_parser("list", help="list group configs").set_defaults(func=commands.group_list)
+    _add_broker(sub)
     _add_delay(sub)
     _add_dlq(sub)
     _add_txn(sub)
     return parser
+
+
+def _add_broker(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    broker = sub.add_parser("broker", help="broker groups")
+    bsub = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = bsub.add_parser("list", help="groups, members, roles, epochs and replication lag")
+    listing.add_argument("--json", action="store_true", help="print JSON rows instead")
+    listing.set_defaults(func=brokers.broker_list)
 
 
 def _add_delay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
