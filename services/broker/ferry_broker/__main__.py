@@ -30,7 +30,7 @@ DESCRIPTION = (
 _FLAGS: list[tuple[str, str, type, str]] = [
     ("--cluster", "cluster", str, "cluster name (FERRY_BROKER_CLUSTER)"),
     ("--name", "name", str, "broker group name (FERRY_BROKER_NAME)"),
-    ("--id", "id", int, "broker id, 0 = master (FERRY_BROKER_ID)"),
+    ("--id", "id", int, "broker id; without replication 0 = master (FERRY_BROKER_ID)"),
     ("--host", "host", str, "address to bind (FERRY_BROKER_HOST)"),
     ("--advertise-host", "advertise_host", str, "host registered for clients "
      "(FERRY_BROKER_ADVERTISE_HOST, default: --host)"),
@@ -46,6 +46,9 @@ _FLAGS: list[tuple[str, str, type, str]] = [
      "(FERRY_BROKER_DEFAULT_QUEUES)"),
     ("--segment-bytes", "segment_bytes", int, "commit log segment size "
      "(FERRY_BROKER_SEGMENT_BYTES)"),
+    ("--replication", "replication", str, "none, async or sync: elect the group's master "
+     "in etcd and replicate to its slaves (FERRY_BROKER_REPLICATION)"),
+    ("--repl-port", "repl_port", int, "replication port (FERRY_BROKER_REPL_PORT)"),
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
 ]
 
