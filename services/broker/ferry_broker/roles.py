@@ -92,6 +92,7 @@ class RoleManager:
         self._registration: Registration | None = None
         self._declined = 0
         self._appended = 0  # the epoch this process appended to the epoch log last
+        self._refused = 0   # the term refused for being older than the store's
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._published: tuple[int | None, tuple[int, int]] | None = None
@@ -163,7 +164,12 @@ class RoleManager:
         log.info("replication %s: candidate in %s", self.mode, self.election.key.decode())
 
     async def stop(self) -> None:
-        """Stop taking writes, resign (the key goes at once: a slave takes over now)."""
+        """Stop taking writes, resign (the key goes at once: a slave takes over now).
+
+        Without replication nothing changes: a lone broker drains its requests
+        as before (there is nobody to hand writes to)."""
+        if not self.replicating:
+            return
         self._master = False
         for task in self._tasks:
             task.cancel()
@@ -232,8 +238,10 @@ class RoleManager:
                                  or (last[0] == epoch and self._appended != epoch)):
             # etcd lost its epoch key (a new etcd, a wiped prefix): refuse to reuse a
             # term this store already has; an operator must look (docs/replication.md).
-            log.error("elected with epoch %d but this store already has epoch %d: not "
-                      "taking writes", epoch, last[0])
+            if self._refused != epoch:  # said once per term, not every round
+                log.error("elected with epoch %d but this store already has epoch %d: not "
+                          "taking writes", epoch, last[0])
+                self._refused = epoch
             return
         if last is None or last[0] != epoch:
             await asyncio.to_thread(self.epochs.append, epoch, ctx.store.commit_log_max_offset)

@@ -1,0 +1,67 @@
+"""Parts of broker roles: config, offsets from the master, a term older than the store."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ferry.errors import NotMasterError, StoreError
+from ferry.store.epochs import EpochLog
+from ferry_broker.config import BrokerConfig
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
+
+from tests.broker import roles_support
+from tests.broker.roles_support import eventually, replication
+from tests.broker.wire_client import message
+
+group, prefix = roles_support.group, roles_support.prefix  # fixtures
+
+
+def test_replication_settings_are_checked() -> None:
+    assert BrokerConfig().replication == "none" and BrokerConfig().repl_addr == ""
+    cfg = BrokerConfig(replication="sync", repl_port=12000, advertise_host="10.0.0.5")
+    assert cfg.repl_addr == "10.0.0.5:12000"
+    with pytest.raises(ValueError, match="replication must be one of"):
+        BrokerConfig(replication="semi")
+    with pytest.raises(ValueError, match="needs etcd"):
+        BrokerConfig(replication="async", etcd="")
+    with pytest.raises(ValueError, match="election_ttl_s"):
+        BrokerConfig(replication="async", election_ttl_s=1)
+    env = {"FERRY_BROKER_REPLICATION": "async", "FERRY_BROKER_REPL_TIMEOUT_MS": "700"}
+    assert BrokerConfig.from_env(env).repl_timeout_ms == 700
+
+
+def test_master_offsets_are_clamped_to_the_slaves_log_and_local_ones_stay(tmp_path: Path) -> None:
+    master = ConsumerOffsetManager(tmp_path / "m.json")
+    master.commit("g", "t", 0, 100)
+    master.commit("g", "t", 1, 5)
+    slave = ConsumerOffsetManager(tmp_path / "s.json")
+    slave.commit("g2", "t", 0, 3)  # committed at the slave while the master was away
+    ends = {("t", 0): 90, ("t", 1): 50}
+    changed = slave.merge_snapshot(master.snapshot_bytes(), lambda t, q: ends[(t, q)])
+    assert changed == 2 and slave.dirty
+    # Offset 100 lies past the slave's log (end 90): taking it would skip 90..99
+    # once the slave leads and writes there.
+    assert slave.query("g", "t", 0) == 90
+    assert slave.query("g", "t", 1) == 5
+    assert slave.query("g2", "t", 0) == 3
+    assert slave.merge_snapshot(master.snapshot_bytes(), lambda t, q: ends[(t, q)]) == 0
+    with pytest.raises(StoreError):
+        slave.merge_snapshot(b"not json", lambda t, q: 0)
+
+
+async def test_a_term_older_than_the_store_takes_no_writes(group: Any, tmp_path: Path) -> None:
+    """etcd lost the epoch key (fresh prefix): epoch 1 < the store's 7 is refused."""
+    data = tmp_path / "old-store"
+    data.mkdir()
+    EpochLog(str(data)).append(7, 0)
+    member = group(0, data_dir=data)
+    await eventually(lambda: "not taking writes" in member.proc.log())
+    r = replication(member)
+    assert r["role"] == "slave" and not r["writable"]
+    client = await member.client()
+    try:
+        with pytest.raises(NotMasterError):
+            await client.send("t", 0, [message(b"x")])
+    finally:
+        await client.close()
