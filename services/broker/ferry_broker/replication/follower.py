@@ -21,6 +21,7 @@ from ferry.store import MessageStore
 from ferry.store.epochs import EpochLog
 
 from . import protocol as p
+from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class ReplicaFollower:
         self._master_end = 0
         self._connected = False
         self._linked = False
+        self._heard_at = 0.0  # loop time of the master's last frame
         self._master_entries: list[p.Entry] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -115,7 +117,10 @@ class ReplicaFollower:
             self._connected = self._linked = True
             log.info("replication: following %s (epoch %d) from %d", addr, epoch,
                      self.store.commit_log_max_offset)
-            await self._apply_frames(reader, writer)
+            self._heard_at = asyncio.get_running_loop().time()
+            await until_first_ends(
+                self._apply_frames(reader, writer),
+                watch_idle(lambda: self._heard_at, MASTER_IDLE_TIMEOUT_MS, "master"))
         finally:
             writer.close()
 
@@ -167,9 +172,10 @@ class ReplicaFollower:
 
     async def _apply_frames(self, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            ftype, payload = await asyncio.wait_for(p.read_frame(reader),
-                                                    MASTER_IDLE_TIMEOUT_MS / 1000)
+            ftype, payload = await p.read_frame(reader)
+            self._heard_at = loop.time()
             if ftype is p.FrameType.DATA:
                 end = await self._append(*p.decode_data(payload))
             elif ftype is p.FrameType.HEARTBEAT:
