@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from ferry.errors import SlaveNotAvailableError
+from ferry.store import FlushMode
 from ferry_broker.replication import protocol as p
 
 from tests.broker.repl_support import (
@@ -243,3 +244,21 @@ async def test_a_follower_survives_a_master_that_sends_garbage(
     master.put(5, random.Random(13))
     await slave.follower.follow(master.addr, 1)
     await until(lambda: caught_up(master, slave))
+
+
+async def test_a_sync_flush_slave_acknowledges_only_durable_chunks(
+        master: Master, tmp_path: Path) -> None:
+    s = open_slave(tmp_path / "sync-slave", 1, flush_mode=FlushMode.SYNC)
+    rng = random.Random(14)
+    try:
+        await s.follower.follow(master.addr, 1)
+        await until(lambda: master.server is not None and bool(master.server.slaves()))
+        assert master.server is not None
+        for _ in range(10):
+            end = master.put(4, rng)
+            await master.server.wait_replicated(end, 10_000)
+            assert s.store.flushed_offset >= end
+        assert whole_log(s.store) == whole_log(master.store)
+    finally:
+        await s.follower.stop()
+        s.store.close()
