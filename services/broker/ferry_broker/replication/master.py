@@ -182,7 +182,9 @@ class ReplicationServer:
         reason = self._refusal(hello, epoch)
         end = self.store.commit_log_max_offset
         entries = self.epochs.entries
-        start = divergence_point(hello.entries, entries, end, hello.end_offset)
+        # min(): a slave's entries cannot move the point past its own end
+        start = min(divergence_point(hello.entries, entries, end, hello.end_offset),
+                    hello.end_offset)
         if reason is None and start < self.store.commit_log_min_offset:
             reason = (f"the logs agree up to {start}, but this master's log now starts at "
                       f"{self.store.commit_log_min_offset} (retention)")
