@@ -59,6 +59,7 @@ class ReplicaFollower:
         self._heard_at = 0.0  # loop time of the master's last frame
         self._master_entries: list[p.Entry] = []
         self._task: asyncio.Task[None] | None = None
+        self._in_thread: asyncio.Future[int] | None = None  # store work off the loop
 
     async def follow(self, master_repl_addr: str, epoch: int) -> None:
         """(Re)start following `master_repl_addr` ("host:port"), the master of `epoch`."""
@@ -76,6 +77,12 @@ class ReplicaFollower:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._in_thread is not None:
+            # The store work of a cancelled link still runs in its thread: wait, so that
+            # whoever writes next (a promoted master) finds the log end settled.
+            with contextlib.suppress(Exception):
+                await self._in_thread
+            self._in_thread = None
         self._connected = False
 
     def status(self) -> dict:
@@ -141,9 +148,15 @@ class ReplicaFollower:
         welcome = p.decode_welcome(payload)
         self._master_end = welcome.master_end
         self._master_entries = welcome.entries
-        end = await asyncio.to_thread(self._rejoin, welcome.start_offset)
+        end = await self._off_loop(self._rejoin, welcome.start_offset)
         writer.writelines(p.encode_offset(p.FrameType.ACK, end))
         await writer.drain()
+
+    async def _off_loop(self, fn: Callable[..., int], *args: object) -> int:
+        """Run store work in a thread; a cancel leaves it running and `stop` waits for it."""
+        fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._in_thread = fut
+        return await asyncio.shield(fut)
 
     def _rejoin(self, start: int) -> int:
         """Worker thread: drop what diverges from the master, take its epochs; the new end."""
@@ -158,17 +171,18 @@ class ReplicaFollower:
         self._sync_epochs(start)
         return start
 
-    def _sync_epochs(self, end: int) -> None:
+    def _sync_epochs(self, end: int) -> int:
         """Make the epoch log equal the master's entries that start within our log."""
         want = [e for e in self._master_entries if e[1] <= end]
         have = self.epochs.entries
         if have == want:
-            return
+            return end
         if have != want[:len(have)]:
             self.epochs.truncate_from(0)
             have = []
         for epoch, start in want[len(have):]:
             self.epochs.append(epoch, start)
+        return end
 
     async def _apply_frames(self, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:
@@ -186,7 +200,7 @@ class ReplicaFollower:
                 continue
             elif ftype is p.FrameType.EPOCHS:
                 self._master_entries = p.decode_epochs(payload)
-                await asyncio.to_thread(self._sync_epochs, self.store.commit_log_max_offset)
+                await self._off_loop(self._sync_epochs, self.store.commit_log_max_offset)
                 continue
             else:
                 raise p.ReplicationProtocolError(f"a master sent {ftype.name}")
@@ -198,7 +212,7 @@ class ReplicaFollower:
         self._master_end = master_end
         if self.store.config.flush_mode is FlushMode.SYNC:
             # append_replicated waits for the fsync: off the loop.
-            end = await asyncio.to_thread(self._append_sync, phy_offset, chunk)
+            end = await self._off_loop(self._append_sync, phy_offset, chunk)
         else:
             # A write to the page cache: a thread hop would cost more than it saves
             # (the in-process bench of sync replication lost a third to it).
