@@ -91,9 +91,8 @@ def open_master(root: Path, epoch: int = 1) -> Master:
     return Master(store, epochs, epoch)
 
 
-def open_slave(root: Path, broker_id: int = 1, **kw: object) -> Slave:
-    return Slave(MessageStore(store_config(root)), EpochLog(str(root)), broker_id,
-                 **kw)  # type: ignore[arg-type]
+def open_slave(root: Path, broker_id: int = 1, **store_kw: object) -> Slave:
+    return Slave(MessageStore(store_config(root, **store_kw)), EpochLog(str(root)), broker_id)
 
 
 def fill(store: MessageStore, count: int, rng: random.Random, max_body: int = 4000) -> None:

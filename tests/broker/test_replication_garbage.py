@@ -63,6 +63,7 @@ GARBAGE = {
     "not a HELLO first": b"".join(p.encode_offset(p.FrameType.ACK, 0)),
     "bad HELLO lengths": p.LENGTH.pack(1 + p.HELLO_HEAD.size + 2) + b"\x01"
     + p.HELLO_HEAD.pack(p.MAGIC, p.VERSION, 1, 1, 0) + p.U16.pack(900),
+    "negative end offset": hello(end=-5),
     "HTTP request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 }
 

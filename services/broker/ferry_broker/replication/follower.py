@@ -4,8 +4,8 @@
 epoch entries), and on WELCOME truncates its log to the point where it agrees
 with the master (a returning old master drops the tail of its own term), makes
 its epoch log equal the master's, then appends each DATA chunk as it is
-(`append_replicated`, off the event loop: in SYNC flush mode it waits for the
-fsync) and ACKs its new end. A lost link, a REFUSE or a bad frame is logged and
+(`append_replicated`; off the event loop in SYNC flush mode, where it waits for
+the fsync) and ACKs its new end. A lost link, a REFUSE or a bad frame is logged and
 retried with back-off until `stop()` or the next `follow()`.
 """
 from __future__ import annotations
@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from ferry.codec.record import BLANK_MAGIC, H_QUEUE_ID, H_TOPIC_LEN, HEADER, HEADER_SIZE, SIZE_MAGIC
 from ferry.errors import FerryError
-from ferry.store import MessageStore
+from ferry.store import FlushMode, MessageStore
 from ferry.store.epochs import EpochLog
 
 from . import protocol as p
+from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ class ReplicaFollower:
         self._master_end = 0
         self._connected = False
         self._linked = False
+        self._heard_at = 0.0  # loop time of the master's last frame
         self._master_entries: list[p.Entry] = []
         self._task: asyncio.Task[None] | None = None
+        self._in_thread: asyncio.Future[int] | None = None  # store work off the loop
 
     async def follow(self, master_repl_addr: str, epoch: int) -> None:
         """(Re)start following `master_repl_addr` ("host:port"), the master of `epoch`."""
@@ -74,6 +77,12 @@ class ReplicaFollower:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._in_thread is not None:
+            # The store work of a cancelled link still runs in its thread: wait, so that
+            # whoever writes next (a promoted master) finds the log end settled.
+            with contextlib.suppress(Exception):
+                await self._in_thread
+            self._in_thread = None
         self._connected = False
 
     def status(self) -> dict:
@@ -97,6 +106,8 @@ class ReplicaFollower:
                     OSError, FerryError) as exc:
                 log.warning("replication: link to master %s ended: %s", addr,
                             str(exc) or type(exc).__name__)
+            except Exception:
+                log.exception("replication: following %s crashed; retrying", addr)
             finally:
                 self._connected = False
             # A link that worked is retried soon; a master that keeps failing, ever later.
@@ -113,7 +124,10 @@ class ReplicaFollower:
             self._connected = self._linked = True
             log.info("replication: following %s (epoch %d) from %d", addr, epoch,
                      self.store.commit_log_max_offset)
-            await self._apply_frames(reader, writer)
+            self._heard_at = asyncio.get_running_loop().time()
+            await until_first_ends(
+                self._apply_frames(reader, writer),
+                watch_idle(lambda: self._heard_at, MASTER_IDLE_TIMEOUT_MS, "master"))
         finally:
             writer.close()
 
@@ -134,9 +148,15 @@ class ReplicaFollower:
         welcome = p.decode_welcome(payload)
         self._master_end = welcome.master_end
         self._master_entries = welcome.entries
-        end = await asyncio.to_thread(self._rejoin, welcome.start_offset)
+        end = await self._off_loop(self._rejoin, welcome.start_offset)
         writer.writelines(p.encode_offset(p.FrameType.ACK, end))
         await writer.drain()
+
+    async def _off_loop(self, fn: Callable[..., int], *args: object) -> int:
+        """Run store work in a thread; a cancel leaves it running and `stop` waits for it."""
+        fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._in_thread = fut
+        return await asyncio.shield(fut)
 
     def _rejoin(self, start: int) -> int:
         """Worker thread: drop what diverges from the master, take its epochs; the new end."""
@@ -151,23 +171,25 @@ class ReplicaFollower:
         self._sync_epochs(start)
         return start
 
-    def _sync_epochs(self, end: int) -> None:
+    def _sync_epochs(self, end: int) -> int:
         """Make the epoch log equal the master's entries that start within our log."""
         want = [e for e in self._master_entries if e[1] <= end]
         have = self.epochs.entries
         if have == want:
-            return
+            return end
         if have != want[:len(have)]:
             self.epochs.truncate_from(0)
             have = []
         for epoch, start in want[len(have):]:
             self.epochs.append(epoch, start)
+        return end
 
     async def _apply_frames(self, reader: asyncio.StreamReader,
                             writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            ftype, payload = await asyncio.wait_for(p.read_frame(reader),
-                                                    MASTER_IDLE_TIMEOUT_MS / 1000)
+            ftype, payload = await p.read_frame(reader)
+            self._heard_at = loop.time()
             if ftype is p.FrameType.DATA:
                 end = await self._append(*p.decode_data(payload))
             elif ftype is p.FrameType.HEARTBEAT:
@@ -178,7 +200,7 @@ class ReplicaFollower:
                 continue
             elif ftype is p.FrameType.EPOCHS:
                 self._master_entries = p.decode_epochs(payload)
-                await asyncio.to_thread(self._sync_epochs, self.store.commit_log_max_offset)
+                await self._off_loop(self._sync_epochs, self.store.commit_log_max_offset)
                 continue
             else:
                 raise p.ReplicationProtocolError(f"a master sent {ftype.name}")
@@ -188,7 +210,13 @@ class ReplicaFollower:
     async def _append(self, phy_offset: int, master_end: int, chunk: memoryview) -> int:
         """Append one DATA chunk off the loop, wake long polls of its queues; the new end."""
         self._master_end = master_end
-        end = await asyncio.to_thread(self._append_sync, phy_offset, chunk)
+        if self.store.config.flush_mode is FlushMode.SYNC:
+            # append_replicated waits for the fsync: off the loop.
+            end = await self._off_loop(self._append_sync, phy_offset, chunk)
+        else:
+            # A write to the page cache: a thread hop would cost more than it saves
+            # (the in-process bench of sync replication lost a third to it).
+            end = self._append_sync(phy_offset, chunk)
         queues = touched_queues(chunk)
         if queues:
             try:

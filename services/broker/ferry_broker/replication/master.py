@@ -26,6 +26,7 @@ from ferry.store.epochs import EpochLog, divergence_point
 
 from . import protocol as p
 from .waiters import AckWaiters
+from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class _Link:
     """One slave that passed the handshake: where its stream is and what it acknowledged."""
 
     __slots__ = ("broker_id", "addr", "writer", "next_offset", "acked_offset", "wake",
-                 "sent_entries", "sent_offsets", "offsets_due")
+                 "sent_entries", "sent_offsets", "offsets_due", "heard_at")
 
     def __init__(self, broker_id: int, addr: str, writer: asyncio.StreamWriter, start: int,
                  entries: list[p.Entry]) -> None:
@@ -58,6 +59,7 @@ class _Link:
         self.sent_entries = entries
         self.sent_offsets: bytes | None = None
         self.offsets_due = 0.0
+        self.heard_at = asyncio.get_running_loop().time()  # the slave's last frame
 
 
 class ReplicationServer:
@@ -157,6 +159,8 @@ class ReplicationServer:
             log.info("replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
             log.error("replication link from %s failed: %s", peer, exc)
+        except Exception:
+            log.exception("replication link from %s crashed; closing it", peer)
         except asyncio.CancelledError:
             # stop() cancels the handler; ending it normally keeps asyncio's stream
             # callback from logging the cancelled task as an error.
@@ -178,7 +182,9 @@ class ReplicationServer:
         reason = self._refusal(hello, epoch)
         end = self.store.commit_log_max_offset
         entries = self.epochs.entries
-        start = divergence_point(hello.entries, entries, end, hello.end_offset)
+        # min(): a slave's entries cannot move the point past its own end
+        start = min(divergence_point(hello.entries, entries, end, hello.end_offset),
+                    hello.end_offset)
         if reason is None and start < self.store.commit_log_min_offset:
             reason = (f"the logs agree up to {start}, but this master's log now starts at "
                       f"{self.store.commit_log_min_offset} (retention)")
@@ -220,21 +226,14 @@ class ReplicationServer:
 
     async def _serve(self, link: _Link, reader: asyncio.StreamReader) -> None:
         """Stream to the slave and read its ACKs until either side ends the link."""
-        tasks = {asyncio.create_task(self._stream(link)),
-                 asyncio.create_task(self._read_acks(link, reader))}
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await until_first_ends(self._stream(link), self._read_acks(link, reader),
+                               watch_idle(lambda: link.heard_at, LINK_IDLE_TIMEOUT_MS, "slave"))
 
     async def _read_acks(self, link: _Link, reader: asyncio.StreamReader) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            ftype, payload = await asyncio.wait_for(p.read_frame(reader),
-                                                    LINK_IDLE_TIMEOUT_MS / 1000)
+            ftype, payload = await p.read_frame(reader)
+            link.heard_at = loop.time()
             if ftype is not p.FrameType.ACK:
                 raise p.ReplicationProtocolError(f"a slave sent {ftype.name}")
             offset = p.decode_offset("ACK", payload)

@@ -193,6 +193,9 @@ def decode_hello(payload: bytes) -> Hello:
     magic, version, broker_id, epoch, end = c.take(HELLO_HEAD)
     if magic != MAGIC:
         raise ReplicationProtocolError(f"HELLO has a bad magic {magic:#x}")
+    if broker_id < 0 or epoch < 0 or end < 0:
+        raise ReplicationProtocolError(f"HELLO has a negative id, epoch or offset "
+                                       f"({broker_id}, {epoch}, {end})")
     cluster, name = c.text(), c.text()
     return Hello(magic, version, broker_id, epoch, end, cluster, name, c.entries())
 
