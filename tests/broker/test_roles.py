@@ -106,3 +106,24 @@ async def test_failover_on_sigterm_and_the_old_master_rejoins_as_slave(
             await bc.close()
     finally:
         await sc.close()
+
+
+async def test_failover_after_kill9_waits_for_the_lease_only(group: Any) -> None:
+    master, slave = await two_members(group)
+    epoch = replication(master)["epoch"]
+    mc = await master.client()
+    await mc.send("orders", 2, [message(b"acked before the crash")])
+    await mc.close()
+    await eventually(lambda: replication(slave)["end_offset"]
+                     == replication(master)["end_offset"])
+    master.proc.kill9()  # no resignation: the election lease has to expire
+    await eventually(lambda: is_master(slave), timeout_s=15)
+    assert replication(slave)["epoch"] == epoch + 1
+    sc = await slave.client()
+    try:
+        _, msgs = await sc.pull("orders", 2, 0)
+        assert [m.body for m in msgs] == [b"acked before the crash"]
+        ack = await sc.send("orders", 2, [message(b"after the crash")])
+        assert ack["queue_offset"] == 1
+    finally:
+        await sc.close()

@@ -205,7 +205,8 @@ class RoleManager:
             if not self._master:
                 await self._lead(election.epoch)
             return
-        if self.role == ROLE_MASTER:
+        if self.role == ROLE_MASTER or self.server is not None:
+            # (A server without the role: the term ended while `_lead` was starting it.)
             await self._step_down()
         leader = election.leader
         if leader is None:
@@ -268,8 +269,9 @@ class RoleManager:
 
     async def _step_down(self) -> None:
         self._master = False
+        if self.role == ROLE_MASTER:
+            log.warning("no longer master (epoch %d)", self.epoch)
         self.role = ROLE_SLAVE
-        log.warning("no longer master (epoch %d)", self.epoch)
         if self.server is not None:
             server, self.server = self.server, None
             await server.stop()
