@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -125,5 +126,37 @@ async def test_failover_after_kill9_waits_for_the_lease_only(group: Any) -> None
         assert [m.body for m in msgs] == [b"acked before the crash"]
         ack = await sc.send("orders", 2, [message(b"after the crash")])
         assert ack["queue_offset"] == 1
+    finally:
+        await sc.close()
+
+
+async def test_a_paused_master_acks_nothing_once_its_lease_may_have_ended(group: Any) -> None:
+    """SIGSTOP past the lease, a new master elected, SIGCONT: the old one refuses, then follows."""
+    master, slave = await two_members(group)
+    epoch = replication(master)["epoch"]
+    mc = await master.client()
+    try:
+        await mc.send("fence", 0, [message(b"before the pause")])
+        await eventually(lambda: replication(slave)["end_offset"]
+                         == replication(master)["end_offset"])  # async: let it arrive
+        master.proc.popen.send_signal(signal.SIGSTOP)
+        try:
+            await eventually(lambda: is_master(slave), timeout_s=15)
+            assert replication(slave)["epoch"] == epoch + 1
+            # These wait in the paused master's socket buffer until it runs again.
+            stale = [asyncio.create_task(mc.send("fence", 0, [message(f"stale-{i}".encode())]))
+                     for i in range(5)]
+            await asyncio.sleep(0.3)
+        finally:
+            master.proc.popen.send_signal(signal.SIGCONT)
+        results = await asyncio.gather(*stale, return_exceptions=True)
+        assert all(isinstance(r, NotMasterError) for r in results), results
+    finally:
+        await mc.close()
+    await eventually(lambda: follows(master, slave))
+    sc = await slave.client()
+    try:
+        _, msgs = await sc.pull("fence", 0, 0)
+        assert [m.body for m in msgs] == [b"before the pause"]
     finally:
         await sc.close()
