@@ -21,9 +21,10 @@ node leads. That assumes clocks that run at about the same rate, not synced ones
 
 Candidates poll the leader key every `poll_s` (standby) and refresh the lease
 every TTL/3 (leader). `eligible()` is asked before each attempt to take the
-key: a later caller (issue 9's "the most caught-up slave becomes master") can
-make a lagging candidate wait a round, e.g. by declining while a better one is
-alive; it only delays a takeover, safety does not depend on it.
+key, and only while the key is free (so a caller may count its refusals):
+the broker (issue 9's "the most caught-up slave becomes master") makes a
+lagging candidate wait a few rounds while a better one is alive; it only
+delays a takeover, safety does not depend on it.
 """
 from __future__ import annotations
 
