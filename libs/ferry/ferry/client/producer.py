@@ -507,14 +507,17 @@ class Producer:
         """Queue plain messages again on healthy queues; a failure here fails them.
 
         While no broker group of the topic has a master (a failover under way),
-        the items wait `retry_backoff_ms` for a new route, each wait counting as
-        an attempt against `retries`.
+        or every group's master just failed, the items wait `retry_backoff_ms`
+        for a new route, each wait counting as an attempt against `retries`.
         """
         rest = list(items)
         try:
             while rest:
                 route = await self._routes.route(topic)
                 try:
+                    if self._chooser.all_skipped(topic, route, rest[0].priority):
+                        # Every group's master just failed: wait for a new route, not a spin.
+                        raise NotMasterError(f"every broker group of {topic} failed just now")
                     while rest:
                         self._add(self._chooser.round_robin(topic, route, rest[0].priority),
                                   rest[0])

@@ -117,6 +117,13 @@ class QueueChooser:
         healthy = [tq for tq in queues if tq.broker not in skipped]
         return healthy or queues  # every broker looks faulty: try them anyway
 
+    def all_skipped(self, topic: str, route: TopicRoute, priority: int = 0) -> bool:
+        """Whether every usable queue's broker group is skipped now (its master failed)."""
+        if not self._faulty:
+            return False
+        skipped = self._skipped(route)
+        return all(tq.broker in skipped for tq in self.usable(topic, route, priority))
+
     def key_queues(self, topic: str, route: TopicRoute, priority: int = 0) -> list[TopicQueue]:
         """Every writable queue of the route (of the priority's level), up or down: the
         stable list keys hash over."""
