@@ -507,8 +507,9 @@ class Producer:
         """Queue plain messages again on healthy queues; a failure here fails them.
 
         While no broker group of the topic has a master (a failover under way),
-        or every group's master just failed, the items wait `retry_backoff_ms`
-        for a new route, each wait counting as an attempt against `retries`.
+        the items wait `retry_backoff_ms` for a new route, each wait counting as
+        an attempt against `retries`; when every group's master just failed,
+        they pause `retry_backoff_ms` before trying again.
         """
         rest = list(items)
         try:
@@ -516,8 +517,10 @@ class Producer:
                 route = await self._routes.route(topic)
                 try:
                     if self._chooser.all_skipped(topic, route, rest[0].priority):
-                        # Every group's master just failed: wait for a new route, not a spin.
-                        raise NotMasterError(f"every broker group of {topic} failed just now")
+                        # Every group's master just failed: pause (the route may name a new
+                        # master by then), then try them anyway; no spinning on a dead one.
+                        await asyncio.sleep(self.retry_backoff_ms / 1000)
+                        route = await self._routes.route(topic)
                     while rest:
                         self._add(self._chooser.round_robin(topic, route, rest[0].priority),
                                   rest[0])
