@@ -155,7 +155,7 @@ def ha_roles(timeout_s: float = 15.0) -> dict[str, str]:
                 brokers = json.loads(resp.read()).get("brokers", [])
         except (OSError, ValueError):
             brokers = []
-        roles = {f"{b.get('name')}-{b.get('broker_id')}": str(b.get("role") or "?")
+        roles = {f"{b.get('name')}-{b.get('id')}": str(b.get("role") or "?")
                  for b in brokers}
         masters = {k.rsplit("-", 1)[0] for k, r in roles.items() if r == "master"}
         if masters >= {name for name, *_ in HA_BROKERS}:
