@@ -11,7 +11,9 @@
   transactions since start (halves stored, committed, rolled back, checks
   forwarded) and the live transactional producers per group; the groups
   whose members subscribe differently to a topic (`subscription_conflicts`)
-  and the number of queue locks held.
+  and the number of queue locks held; `replication`: mode, role, epoch,
+  commit-log end, and the slaves with their acknowledged offset and lag
+  (master) or the follower's link (slave) — see docs/replication.md.
 """
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "expired": dict(sorted(ctx.expiry.expired.items())),
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
             "locks": len(ctx.locks),
-            "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()}}
+            "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
+            "replication": ctx.roles.status()}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

@@ -2,9 +2,11 @@
 
 Start: open the store (recovering it if needed), load committed offsets,
 listen on the wire port, start the HTTP API; then, in the background and
-retrying until etcd answers, load topic config (RouteCache) and register in
-etcd with the topics served. /readyz is 200 once registered. Stop (SIGTERM or
-SIGINT): leave etcd first so that clients route elsewhere, stop accepting
+retrying until etcd answers, load topic config (RouteCache), register in
+etcd with the topics served and (replication async/sync) join the group's
+election (roles.py). /readyz is 200 once registered. Stop (SIGTERM or
+SIGINT): resign the election (a slave takes over at once), leave etcd so
+that clients route elsewhere, stop accepting
 connections and requests, answer parked pulls and in-flight requests, stop
 HTTP, save the offsets, close the store (flush + clean-shutdown mark). Each
 step runs even if an earlier one failed.
@@ -112,11 +114,14 @@ class BrokerApp:
                            FlushWatchdog(self.ctx.store, self.ctx.health)))]
         self._register_task = loop.create_task(self._register(topics))
         self._started = True
-        log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s", cfg.cluster,
-                 cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-", cfg.data_dir, cfg.flush_mode)
+        log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s, replication %s",
+                 cfg.cluster, cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-", cfg.data_dir,
+                 cfg.flush_mode, cfg.replication)
 
     async def _register(self, topics: TopicManager) -> None:
         await self.registration.connect(topics)
+        assert self.ctx is not None
+        await self.ctx.roles.start(self.registration)
         self._registered = True
         log.info("broker ready")
 
@@ -126,8 +131,13 @@ class BrokerApp:
             return
         if self._register_task is not None:
             self._register_task.cancel()
-        self._withdraw_task = asyncio.get_running_loop().create_task(
-            self.registration.unregister())
+        self._withdraw_task = asyncio.get_running_loop().create_task(self._withdraw())
+
+    async def _withdraw(self) -> None:
+        """Leave the group's election (another member becomes master) and etcd."""
+        if self.ctx is not None:
+            await stop_step("resign the group's election", self.ctx.roles.stop)
+        await self.registration.unregister()
 
     async def stop(self) -> None:
         """Stop every part; a failing step is logged and the next ones still run."""
@@ -137,6 +147,10 @@ class BrokerApp:
         log.info("broker stopping")
         ctx = self.ctx
         await stop_step("stop registering", self._cancel_registration)
+        if ctx is not None:
+            # Resigning frees the election key at once: a slave takes over now, not
+            # after a lease. Writes in flight get NotMasterError and are retried there.
+            await stop_step("resign the group's election", ctx.roles.stop)
         await stop_step("leave etcd", self.registration.unregister)
         if self.server is not None and ctx is not None:
             await stop_step("drain requests", self._drain)

@@ -16,6 +16,10 @@ from ferry import settings
 
 ENV_PREFIX = "FERRY_BROKER_"
 FLUSH_MODES = ("async", "sync")
+#: "none": a single broker with no election and no replication port (as before
+#: issue 9); "async"/"sync": a broker group member elected through etcd
+#: (docs/replication.md), sync masters acknowledge once a slave has the records.
+REPLICATION_MODES = ("none", "async", "sync")
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,16 @@ class BrokerConfig:
     max_delay_ms: int = 30 * 86_400_000
     # How long a queue lock (LOCK, ordered consumers) lives after its last grant or renewal.
     lock_expiry_ms: int = 60_000
+    # Replication (docs/replication.md). A group's members should agree on the mode;
+    # the master's own setting decides whether it waits for a slave.
+    replication: str = "none"
+    repl_port: int = 10912
+    election_ttl_s: int = 3      # the master's lease: failover within about this + 1 s
+    repl_timeout_ms: int = 3000  # sync: the longest an ack waits for a slave (then retriable error)
+    repl_lag_bytes_max: int = 64 << 20    # a slave further behind is reported `lagging`
+    # A PULL whose record lies further behind the log end than this gets
+    # suggest_slave when a slave is live (reads of old data go to the slave).
+    slave_read_lag_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:
@@ -83,6 +97,14 @@ class BrokerConfig:
             raise ValueError("disk_high_water_ratio must be within (0, 1]")
         if self.max_message_bytes > 4 << 20:
             raise ValueError("max_message_bytes cannot exceed the protocol's 4 MiB body limit")
+        if self.replication not in REPLICATION_MODES:
+            raise ValueError(f"replication must be one of {REPLICATION_MODES}, "
+                             f"not {self.replication!r}")
+        if self.replication != "none" and not self.etcd:
+            raise ValueError("replication needs etcd (FERRY_BROKER_ETCD): roles come from "
+                             "an election there")
+        if self.election_ttl_s < 2:
+            raise ValueError("election_ttl_s must be at least 2 (etcd's shortest lease)")
         if self.id < 0 or self.http_port < 0:
             raise ValueError("id and http_port must not be negative")
 
@@ -94,6 +116,13 @@ class BrokerConfig:
     @property
     def http_addr(self) -> str:
         return f"{self.advertise_host or self.host}:{self.http_port}" if self.http_port else ""
+
+    @property
+    def repl_addr(self) -> str:
+        """The replication address ("host:port") slaves dial; empty when not replicating."""
+        if self.replication == "none":
+            return ""
+        return f"{self.advertise_host or self.host}:{self.repl_port}"
 
     @property
     def data_path(self) -> Path:

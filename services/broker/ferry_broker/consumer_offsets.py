@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ferry.errors import BusyError, StoreError
@@ -53,16 +53,8 @@ class ConsumerOffsetManager:
         except FileNotFoundError:
             return
         try:
-            doc = json.loads(raw)
-            if doc.get("version") != FILE_VERSION:
-                raise ValueError(f"unknown version {doc.get('version')!r}")
-            loaded = {
-                (group, topic, int(qid)): int(offset)
-                for group, topics in doc["offsets"].items()
-                for topic, queues in topics.items()
-                for qid, offset in queues.items()
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            loaded = _decode(raw.encode())
+        except StoreError as exc:
             raise StoreError(f"cannot read consumer offsets from {self._path}: {exc}") from exc
         self._offsets = loaded
         log.info("loaded %d consumer offsets from %s", len(loaded), self._path)
@@ -93,6 +85,34 @@ class ConsumerOffsetManager:
         one dict copy; serialising is left to `write_snapshot`, off the event loop)."""
         return self._version, dict(self._offsets)
 
+    def snapshot_bytes(self) -> bytes:
+        """The table in the file's format: what a master sends its slaves (issue 9)."""
+        return _encode(self._offsets)
+
+    def merge_snapshot(self, raw: bytes, clamp: Callable[[str, int], int]) -> int:
+        """Take a master's table (`snapshot_bytes`); the number of entries changed.
+
+        Each offset is clamped to `clamp(topic, queue_id)` (this store's max
+        offset): an async slave may lag the master's log, and an offset past
+        its own end would skip the messages it writes there once it is master.
+        Entries only this table has (commits made here) stay.
+        """
+        table = _decode(raw)
+        changed = 0
+        for (group, topic, qid), offset in table.items():
+            offset = min(offset, clamp(topic, qid))
+            key = (group, topic, qid)
+            old = self._offsets.get(key)
+            if old == offset:
+                continue
+            if old is None and len(self._offsets) >= self._max_entries:
+                continue  # full: the master's table has the same bound, so this is rare
+            self._offsets[key] = offset
+            changed += 1
+        if changed:
+            self._version += 1
+        return changed
+
     def write_snapshot(self, version: int, table: dict[OffsetKey, int]) -> None:
         """Serialise and write a snapshot atomically; safe to call from a worker thread."""
         with self._save_lock:
@@ -117,6 +137,22 @@ class ConsumerOffsetManager:
         """Snapshot and write now, on this thread (used at stop and in tests)."""
         if self.dirty:
             self.write_snapshot(*self.snapshot())
+
+
+def _decode(raw: bytes) -> dict[OffsetKey, int]:
+    """A table from the file's format; StoreError when it is not that format."""
+    try:
+        doc = json.loads(raw)
+        if doc.get("version") != FILE_VERSION:
+            raise ValueError(f"unknown version {doc.get('version')!r}")
+        return {
+            (group, topic, int(qid)): int(offset)
+            for group, topics in doc["offsets"].items()
+            for topic, queues in topics.items()
+            for qid, offset in queues.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise StoreError(f"not a consumer-offset table: {exc}") from exc
 
 
 def _encode(table: dict[OffsetKey, int]) -> bytes:

@@ -20,12 +20,14 @@ from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.filters import FilterCache
 from ferry_broker.health import StoreHealth
 from ferry_broker.hooks.delay import DelayHook
+from ferry_broker.hooks.replication import ReplicationNotifyHook, ReplicationWaitHook
 from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
 from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutPipeline, WakePullsHook
 from ferry_broker.queue_locks import QueueLockTable
+from ferry_broker.roles import RoleManager
 from ferry_broker.topics import TopicManager
 from ferry_broker.transactions import TxnStats
 from ferry_broker.txn_batch import EndBatcher
@@ -68,19 +70,25 @@ class BrokerContext:
     txn_stats: TxnStats = field(init=False)
     txn_ends: EndBatcher = field(init=False)
     locks: QueueLockTable = field(init=False)
+    roles: RoleManager = field(init=False)  # master or slave (issue 9); writes check it
 
     def __post_init__(self) -> None:
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
         self.expiry = ExpiryFilter(ttl_queues)
         self.producers = ProducerManager(self.config.consumer_expiry_ms)
         self.txn_stats = TxnStats()
+        self.roles = RoleManager(self)
         # Before-put hooks run in this order, after-put hooks in reverse: pulls are
         # woken before the durability wait (as RocketMQ does). The txn hook goes
         # before the delay hook, so that a delayed half is refused, not scheduled.
-        self.pipeline = PutPipeline(self, [
-            DurabilityHook(self), WakePullsHook(self),
-            TxnHook(self.topics, self.txn_stats),
-            DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)])
+        # Replication: slaves are woken first of all, the slave wait and the
+        # leadership check come last, after the durability wait.
+        hooks = [DurabilityHook(self), WakePullsHook(self),
+                 TxnHook(self.topics, self.txn_stats),
+                 DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)]
+        if self.config.replication != "none":
+            hooks = [ReplicationWaitHook(self), *hooks, ReplicationNotifyHook(self)]
+        self.pipeline = PutPipeline(self, hooks)
         self.txn_ends = EndBatcher(self.pipeline)
         self.locks = QueueLockTable(self.config.lock_expiry_ms)
         # A member that unregisters or stops heart-beating loses its queue locks.

@@ -4,8 +4,10 @@ SEND → parse → before-put hooks in order → store → after-put hooks in re
 → acknowledge. Before-put hooks are synchronous: per-connection order depends
 on nothing awaiting between a request's arrival and its store write. They may
 redirect a flagged message (delay → `%SCHEDULE%`) or note something about it
-(TTL). After-put hooks wake long polls and wait for durability (later:
-replication, tracing).
+(TTL). After-put hooks wake long polls and the replication links, wait for
+durability, then (sync replication) for a slave, and check that the broker
+still leads before the ack (`hooks/replication.py`; the role is checked first,
+in `_check_writable`, before anything is stored).
 
 Two inputs share the after-put side:
 - `put_encoded`: a SEND batch with no hooked flag, written as it came (the fast
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING
 from ferry.codec import HOOKED_FLAGS
 from ferry.errors import FlushTimeoutError, StoreError
 from ferry.store import BatchPutResult, MessageIn, PutResult
+
+from ferry_broker.roles import not_master
 
 if TYPE_CHECKING:
     from ferry_broker.context import BrokerContext
@@ -106,6 +110,11 @@ class PutPipeline:
         self._before = [h for h in self.hooks if type(h).before_put is not PutHook.before_put]
 
     def _check_writable(self) -> None:
+        """Refuse a write before it reaches the store: not the master, or a stalled store.
+
+        The role check is one property read per request (never per message)."""
+        if not self._ctx.roles.writable:
+            raise not_master(self._ctx)
         health = self._ctx.health
         if health.stalled is not None:  # acknowledging now would promise nothing
             raise health.unavailable(StoreError(health.stalled), sticky=False)

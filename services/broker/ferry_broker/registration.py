@@ -1,7 +1,8 @@
 """The broker's presence in etcd: its lease-bound key, and topic config it follows.
 
 The broker key `/ferry/brokers/{cluster}/{name}/{id}` carries the topics the
-broker serves ({topic: queues}); it lives under a lease (LEASE_TTL_S, kept
+broker serves ({topic: queues}), its replication address and its role and
+epoch in its group (roles.py: re-registered on every change); it lives under a lease (LEASE_TTL_S, kept
 alive by ferry.routing), so it disappears when the process dies. Changes in
 topic config (seen by the RouteCache) or a topic created here on first SEND
 lead to an update of the key, debounced. A topic created here is also written
@@ -38,6 +39,9 @@ class Registration:
         self._changed = asyncio.Event()
         self._created: list[str] = []
         self._task: asyncio.Task[None] | None = None
+        # The broker's role in its group (roles.py); "" = not replicating.
+        self._role, self._epoch = ("" if config.replication == "none" else "slave"), 0
+        self._registered_role: tuple[str, int] | None = None
 
     def prepare(self) -> RouteCache | None:
         """The route cache to follow topic config with (empty until `connect`); None without etcd."""
@@ -78,7 +82,14 @@ class Registration:
     def _info(self, topics: dict[str, int]) -> BrokerInfo:
         cfg = self._config
         return BrokerInfo(cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id, addr=cfg.addr,
-                          repl_addr="", http_addr=cfg.http_addr, topics=topics)
+                          repl_addr=cfg.repl_addr, http_addr=cfg.http_addr, topics=topics,
+                          role=self._role, epoch=self._epoch)
+
+    def set_role(self, role: str, epoch: int) -> None:
+        """Register `role` and `epoch` from now on (the key is updated in the background)."""
+        if (role, epoch) != (self._role, self._epoch):
+            self._role, self._epoch = role, epoch
+            self._changed.set()
 
     async def register(self, topics: TopicManager) -> None:
         """Put the broker key under a lease and follow topic changes from now on."""
@@ -90,6 +101,7 @@ class Registration:
         await self.registry.register_broker(self._info(served), ttl_s=ttl_s,
                                             keepalive_s=ttl_s / 3)
         self._registered = served
+        self._registered_role = (self._role, self._epoch)
         topics.add_listener(self._on_change)
         if self.cache is not None:
             self.cache.add_listener(topics.config_changed)
@@ -111,10 +123,11 @@ class Registration:
             for topic in created:
                 await self._create_topic(topic)
             served = self._topics.served()
-            if served != self._registered:
+            role = (self._role, self._epoch)
+            if served != self._registered or role != self._registered_role:
                 try:
                     await self.registry.update_broker(self._info(served))
-                    self._registered = served
+                    self._registered, self._registered_role = served, role
                 except Exception as exc:  # aetcd raises its own types; keep following
                     log.warning("could not update the broker key: %s; retrying", exc)
                     self._changed.set()

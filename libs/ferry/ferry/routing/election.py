@@ -123,18 +123,25 @@ class Election:
         """The epoch of the leader as last seen (this node's term when leading), 0 if none."""
         return self.leader.epoch if self.leader is not None else 0
 
+    @property
+    def lease_id(self) -> int | None:
+        """The candidate's current lease (None between leases): keys put under it
+        vanish when this candidate stops or dies, as its leader key does."""
+        return self._lease_id
+
     async def wait_leader(self) -> LeaderInfo:
         """Wait until some leader (maybe this node) is known; return it."""
         while self.leader is None:
-            await self._wait_change()
+            await self.wait_change()
         return self.leader
 
     async def wait_leading(self) -> None:
         """Wait until this node leads."""
         while not self.is_leader:
-            await self._wait_change()
+            await self.wait_change()
 
-    async def _wait_change(self) -> None:
+    async def wait_change(self) -> None:
+        """Wait for the next round's news (or at most `poll_s`): for followers of `leader`."""
         self._changed.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             # The timeout catches a safe_until passing without a loop round.
@@ -189,17 +196,26 @@ class Election:
 
     async def _run(self) -> None:
         while True:
+            client = None
             try:
                 if not self._connected:
                     if self._owns_registry:
                         await self.registry.start()
                     self._connected = True
+                # A shared registry that its owner has not started yet raises
+                # RuntimeError here: wait for it like for an etcd that is away.
+                client = self.registry.client
                 await self._round()
-            except (*EtcdUnavailable, ConnectionError) as exc:
+            except (*EtcdUnavailable, ConnectionError, RuntimeError) as exc:
                 log.warning("etcd unavailable for the election of %s (%s)",
                             self.key.decode(), exc)
-                with contextlib.suppress(Exception):
-                    await self.registry.failover()
+                if client is not None:
+                    # Only the client that failed: a shared registry's other users
+                    # (and a failover they made already) are left alone.
+                    with contextlib.suppress(Exception):
+                        await self.registry.failover(client)
+            except Exception:  # a bug or an odd reply: log it, never end the election
+                log.exception("election round of %s failed", self.key.decode())
             await self._sleep()
 
     async def _sleep(self) -> None:
@@ -245,6 +261,10 @@ class Election:
         """Try to take the key (epoch + 1 in the same transaction); else note the leader."""
         client = self.registry.client
         tx = client.transactions
+        # While a leader holds the key there is nothing to try: `eligible` is asked
+        # only when the key is free, so that a caller may count its refusals.
+        if await self._observe():
+            return
         got = await client.get(self.epoch_key)
         seen_rev = got.mod_revision if got is not None else 0
         seen_epoch = _parse_epoch(got.value) if got is not None else 0
@@ -271,7 +291,8 @@ class Election:
         self.safe_until = self._lease_sent + self.ttl_s * SAFE_SHARE
         self._set(True, LeaderInfo(self.node_id, epoch, dict(self.value)))
 
-    async def _observe(self) -> None:
+    async def _observe(self) -> bool:
+        """Note the leader as etcd has it now; True when the key is held (even unreadable)."""
         got = await self.registry.client.get(self.key)
         leader = None
         if got is not None:
@@ -280,6 +301,7 @@ class Election:
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("invalid leader value at %s: %s", self.key.decode(), exc)
         self._set(False, leader)
+        return got is not None
 
     async def _check_key(self) -> None:
         """A leader whose key was deleted or replaced behind its back steps down."""

@@ -15,12 +15,17 @@ passed for good: `next_offset` moves past them in every answer, the long
 poll's included, so that a consumer's position (and lag) moves too. Records
 of queues that have held TTL messages are checked for expiry (see
 `hooks/ttl.py`): an expired one is left out, as if filtered.
+
+Slaves serve PULL too (issue 9). A master whose answer lies more than
+`slave_read_lag_bytes` behind its commit-log end, while a slave is live,
+adds `suggest_slave: true` (the consumer reads from a slave next time).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+from ferry.codec.record import AT_PHY_OFFSET, I64
 from ferry.store import GetResult, GetStatus
 from ferry.wire import Frame, response
 
@@ -81,9 +86,22 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
               "min_offset": got.min_offset, "max_offset": got.max_offset}
     if not got.records:
         return response(req, fields)
+    if ctx.roles.server is not None and _far_behind(ctx, got.records[-1]):
+        fields["suggest_slave"] = True
     # One copy out of the commit log's mmap: a view handed to the transport could
     # outlive the mapping (retention unmaps old segments).
     return response(req, fields, b"".join(got.records))
+
+
+def _far_behind(ctx: BrokerContext, last: memoryview) -> bool:
+    """A master's read of old data that a live slave could serve instead (issue 9).
+
+    Measured as RocketMQ does: how far the served records lie behind the
+    commit-log end, against `slave_read_lag_bytes` (old data is likely out of
+    the page cache; reading it from a slave spares the master's disk)."""
+    phy_offset = I64.unpack_from(last, AT_PHY_OFFSET)[0]
+    behind = ctx.store.commit_log_max_offset - phy_offset
+    return behind > ctx.config.slave_read_lag_bytes and ctx.roles.has_live_slave()
 
 
 def _caught_up(got: GetResult) -> bool:

@@ -24,6 +24,7 @@ from ferry.wire import Frame, decode_messages, response
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import int_field, queue_field, topic_field
 from ferry_broker.put_pipeline import PutBatch
+from ferry_broker.roles import require_master
 
 MAX_BATCH_MESSAGES = 10_000
 
@@ -47,6 +48,7 @@ def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
 
 
 async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
+    require_master(ctx)  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
     if is_internal(topic):
         raise InvalidNameError(f"topic {topic} is internal: only the broker writes it")

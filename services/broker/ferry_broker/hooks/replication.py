@@ -1,0 +1,59 @@
+"""The replication hooks of the put pipeline (issue 9): wake the slaves, wait for one, fence.
+
+Two hooks, because after-put hooks run in reverse order and the two halves
+belong at both ends of it:
+
+- `ReplicationNotifyHook` (last in the list, so first after the put): tells the
+  ReplicationServer that records were put, so slaves stream them while the
+  durability wait (sync flush) goes on. Both modes.
+- `ReplicationWaitHook` (first in the list, so last before the ack): in sync
+  mode waits until a slave acknowledged the request's end offset, at most
+  `repl_timeout_ms` (then SlaveNotAvailableError, retriable: the records are
+  stored here and may reach a slave later, so a retry may duplicate them; an
+  ack is never sent for records no slave has). In every mode it then checks
+  that the broker still leads: a master that lost its lease during the waits
+  answers NotMasterError instead of an ack (the client retries at the new
+  master; duplicates are allowed, lost acks are not).
+
+With replication "none" neither hook is installed.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ferry_broker.put_pipeline import PutDone, PutHook
+from ferry_broker.roles import not_master
+
+if TYPE_CHECKING:
+    from ferry_broker.context import BrokerContext
+
+
+class ReplicationNotifyHook(PutHook):
+    """Wakes the replication links: new records to stream."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    async def after_put(self, done: PutDone) -> None:
+        server = self._ctx.roles.server
+        if server is not None:
+            server.notify()
+
+
+class ReplicationWaitHook(PutHook):
+    """Sync mode: a slave has the records; every mode: still the master before the ack."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+        self._sync = ctx.config.replication == "sync"
+        self._timeout_ms = ctx.config.repl_timeout_ms
+
+    async def after_put(self, done: PutDone) -> None:
+        ctx = self._ctx
+        if self._sync:
+            server = ctx.roles.server
+            if server is None:  # stepped down between the put and now
+                raise not_master(ctx)
+            await server.wait_replicated(done.end_offset, self._timeout_ms)
+        if not ctx.roles.writable:
+            raise not_master(ctx)

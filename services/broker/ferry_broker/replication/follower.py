@@ -1,0 +1,224 @@
+"""The slave's side of replication: follow a master's commit log into the local store.
+
+`follow(addr, epoch)` starts a task that connects, sends HELLO (its log end and
+epoch entries), and on WELCOME truncates its log to the point where it agrees
+with the master (a returning old master drops the tail of its own term), makes
+its epoch log equal the master's, then appends each DATA chunk as it is
+(`append_replicated`, off the event loop: in SYNC flush mode it waits for the
+fsync) and ACKs its new end. A lost link, a REFUSE or a bad frame is logged and
+retried with back-off until `stop()` or the next `follow()`.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from ferry.codec.record import BLANK_MAGIC, H_QUEUE_ID, H_TOPIC_LEN, HEADER, HEADER_SIZE, SIZE_MAGIC
+from ferry.errors import FerryError
+from ferry.store import MessageStore
+from ferry.store.epochs import EpochLog
+
+from . import protocol as p
+
+log = logging.getLogger(__name__)
+
+#: Back-off between connection attempts: doubles from the first to the last.
+RETRY_FIRST_MS = 100
+RETRY_MAX_MS = 2_000
+#: A master silent this long (it heartbeats every 500 ms) is taken for dead.
+MASTER_IDLE_TIMEOUT_MS = 3_000
+#: Connecting and the HELLO/WELCOME exchange must finish within this.
+CONNECT_TIMEOUT_MS = 3_000
+
+
+class _Refused(Exception):
+    """The master answered REFUSE."""
+
+
+class ReplicaFollower:
+    """Keeps the local store a copy of one master's commit log while following it."""
+
+    def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
+                 broker_id: int, on_append: Callable[[set[tuple[str, int]]], None],
+                 on_offsets: Callable[[bytes], None]) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.cluster = cluster
+        self.name = name
+        self.broker_id = broker_id
+        self._on_append = on_append
+        self._on_offsets = on_offsets
+        self._master: str | None = None
+        self._epoch = 0
+        self._master_end = 0
+        self._connected = False
+        self._linked = False
+        self._master_entries: list[p.Entry] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def follow(self, master_repl_addr: str, epoch: int) -> None:
+        """(Re)start following `master_repl_addr` ("host:port"), the master of `epoch`."""
+        if (self._task is not None and not self._task.done()
+                and (self._master, self._epoch) == (master_repl_addr, epoch)):
+            return
+        await self.stop()
+        self._master, self._epoch = master_repl_addr, epoch
+        self._task = asyncio.create_task(self._run(master_repl_addr, epoch))
+
+    async def stop(self) -> None:
+        """Stop following (the local store is left as it is)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._connected = False
+
+    def status(self) -> dict:
+        """Whom this slave follows and how far behind it is."""
+        end = self.store.commit_log_max_offset
+        return {"master": self._master, "epoch": self._epoch, "end_offset": end,
+                "master_end": self._master_end, "lag_bytes": max(0, self._master_end - end),
+                "connected": self._connected}
+
+    # -- the link ------------------------------------------------------------------------
+
+    async def _run(self, addr: str, epoch: int) -> None:
+        backoff_ms = RETRY_FIRST_MS
+        while True:
+            self._linked = False
+            try:
+                await self._session(addr, epoch)
+            except _Refused as exc:
+                log.warning("replication: master %s refused us: %s", addr, exc)
+            except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError,
+                    OSError, FerryError) as exc:
+                log.warning("replication: link to master %s ended: %s", addr,
+                            str(exc) or type(exc).__name__)
+            finally:
+                self._connected = False
+            # A link that worked is retried soon; a master that keeps failing, ever later.
+            backoff_ms = RETRY_FIRST_MS if self._linked else min(backoff_ms * 2, RETRY_MAX_MS)
+            await asyncio.sleep(backoff_ms / 1000)
+
+    async def _session(self, addr: str, epoch: int) -> None:
+        """One connection: handshake, then apply frames until it fails (raises)."""
+        host, _, port = addr.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
+                                                CONNECT_TIMEOUT_MS / 1000)
+        try:
+            await self._handshake(reader, writer, epoch)
+            self._connected = self._linked = True
+            log.info("replication: following %s (epoch %d) from %d", addr, epoch,
+                     self.store.commit_log_max_offset)
+            await self._apply_frames(reader, writer)
+        finally:
+            writer.close()
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         epoch: int) -> None:
+        hello = p.Hello(p.MAGIC, p.VERSION, self.broker_id, epoch,
+                        self.store.commit_log_max_offset, self.cluster, self.name,
+                        self.epochs.entries)
+        writer.writelines(p.encode_hello(hello))
+        await writer.drain()
+        ftype, payload = await asyncio.wait_for(p.read_frame(reader), CONNECT_TIMEOUT_MS / 1000)
+        if ftype is p.FrameType.REFUSE:
+            master_epoch, reason = p.decode_refuse(payload)
+            side = "higher" if master_epoch > epoch else "lower" if master_epoch < epoch else "equal"
+            raise _Refused(f"{reason} (master epoch {master_epoch}, {side} than ours {epoch})")
+        if ftype is not p.FrameType.WELCOME:
+            raise p.ReplicationProtocolError(f"expected WELCOME or REFUSE, got {ftype.name}")
+        welcome = p.decode_welcome(payload)
+        self._master_end = welcome.master_end
+        self._master_entries = welcome.entries
+        end = await asyncio.to_thread(self._rejoin, welcome.start_offset)
+        writer.writelines(p.encode_offset(p.FrameType.ACK, end))
+        await writer.drain()
+
+    def _rejoin(self, start: int) -> int:
+        """Worker thread: drop what diverges from the master, take its epochs; the new end."""
+        end = self.store.commit_log_max_offset
+        if start > end:
+            raise p.ReplicationProtocolError(f"the master starts at {start}, past our end {end}")
+        if start < end:
+            log.warning("replication: truncating the log from %d to %d (diverged from the "
+                        "master)", end, start)
+            self.store.truncate_to(start)
+            self.epochs.truncate_from(start)
+        self._sync_epochs(start)
+        return start
+
+    def _sync_epochs(self, end: int) -> None:
+        """Make the epoch log equal the master's entries that start within our log."""
+        want = [e for e in self._master_entries if e[1] <= end]
+        have = self.epochs.entries
+        if have == want:
+            return
+        if have != want[:len(have)]:
+            self.epochs.truncate_from(0)
+            have = []
+        for epoch, start in want[len(have):]:
+            self.epochs.append(epoch, start)
+
+    async def _apply_frames(self, reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+        while True:
+            ftype, payload = await asyncio.wait_for(p.read_frame(reader),
+                                                    MASTER_IDLE_TIMEOUT_MS / 1000)
+            if ftype is p.FrameType.DATA:
+                end = await self._append(*p.decode_data(payload))
+            elif ftype is p.FrameType.HEARTBEAT:
+                self._master_end = p.decode_offset("HEARTBEAT", payload)
+                end = self.store.commit_log_max_offset
+            elif ftype is p.FrameType.OFFSETS:
+                self._offsets(payload)
+                continue
+            elif ftype is p.FrameType.EPOCHS:
+                self._master_entries = p.decode_epochs(payload)
+                await asyncio.to_thread(self._sync_epochs, self.store.commit_log_max_offset)
+                continue
+            else:
+                raise p.ReplicationProtocolError(f"a master sent {ftype.name}")
+            writer.writelines(p.encode_offset(p.FrameType.ACK, end))
+            await writer.drain()
+
+    async def _append(self, phy_offset: int, master_end: int, chunk: memoryview) -> int:
+        """Append one DATA chunk off the loop, wake long polls of its queues; the new end."""
+        self._master_end = master_end
+        end = await asyncio.to_thread(self._append_sync, phy_offset, chunk)
+        queues = touched_queues(chunk)
+        if queues:
+            try:
+                self._on_append(queues)
+            except Exception:
+                log.exception("replication: the on_append callback failed")
+        return end
+
+    def _append_sync(self, phy_offset: int, chunk: memoryview) -> int:
+        end = self.store.append_replicated(phy_offset, chunk)
+        self._sync_epochs(end)
+        return end
+
+    def _offsets(self, snapshot: bytes) -> None:
+        try:
+            self._on_offsets(snapshot)
+        except Exception:
+            log.exception("replication: loading the master's consumer offsets failed")
+
+
+def touched_queues(chunk: bytes | memoryview) -> set[tuple[str, int]]:
+    """The (topic, queue_id) of every record in a chunk that append_replicated accepted."""
+    out: set[tuple[str, int]] = set()
+    off, n = 0, len(chunk)
+    while off < n:
+        size, magic = SIZE_MAGIC.unpack_from(chunk, off)
+        if magic == BLANK_MAGIC:
+            break
+        head = HEADER.unpack_from(chunk, off)
+        topic = bytes(chunk[off + HEADER_SIZE:off + HEADER_SIZE + head[H_TOPIC_LEN]])
+        out.add((topic.decode(), head[H_QUEUE_ID]))
+        off += size
+    return out

@@ -1,0 +1,314 @@
+"""The master's side of replication: a TCP server that streams the commit log to slaves.
+
+Each slave opens a link with HELLO (its id, the epoch it follows, its log end and
+its epoch entries). The master checks the peer, computes where the two logs stop
+agreeing (`divergence_point`), answers WELCOME (start there, plus its own epoch
+entries) and streams DATA chunks from `read_log` whenever `notify()` says new
+records were put or the slave is behind. The slave ACKs its new end after each
+chunk (after its fsync in SYNC flush mode); `wait_replicated` resolves on those
+ACKs. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
+lag, and answers with an ACK, so the master knows the slave lives) and, when it
+changed, the consumer-offset snapshot about once a second.
+
+Garbage on the port (no HELLO first, bad magic, oversized or truncated frame,
+unknown type) closes that connection with a warning; a HELLO from the wrong group
+or an unknown peer gets a REFUSE and a close. The server goes on either way.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ferry.errors import FerryError, SlaveNotAvailableError
+from ferry.store import MessageStore
+from ferry.store.epochs import EpochLog, divergence_point
+
+from . import protocol as p
+from .waiters import AckWaiters
+
+log = logging.getLogger(__name__)
+
+#: A connection must send its HELLO within this (a silent one holds a slot otherwise).
+HELLO_TIMEOUT_MS = 5_000
+#: An idle link gets a HEARTBEAT this often; the slave answers with an ACK.
+HEARTBEAT_INTERVAL_MS = 500
+#: A slave silent this long (no ACK, not even to heartbeats) is dropped.
+LINK_IDLE_TIMEOUT_MS = 6_000
+#: How often a link checks whether the consumer-offset snapshot changed.
+OFFSETS_INTERVAL_MS = 1_000
+#: Connections (linked slaves and handshakes in progress) served at once.
+MAX_CONNECTIONS = 32
+
+
+class _Link:
+    """One slave that passed the handshake: where its stream is and what it acknowledged."""
+
+    __slots__ = ("broker_id", "addr", "writer", "next_offset", "acked_offset", "wake",
+                 "sent_entries", "sent_offsets", "offsets_due")
+
+    def __init__(self, broker_id: int, addr: str, writer: asyncio.StreamWriter, start: int,
+                 entries: list[p.Entry]) -> None:
+        self.broker_id = broker_id
+        self.addr = addr
+        self.writer = writer
+        self.next_offset = start  # the next byte of commit log to send
+        self.acked_offset = start  # the slave's log agrees with ours up to here
+        self.wake = asyncio.Event()
+        self.sent_entries = entries
+        self.sent_offsets: bytes | None = None
+        self.offsets_due = 0.0
+
+
+class ReplicationServer:
+    """Listens on the replication port while this broker is master; one link per slave."""
+
+    def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
+                 broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
+                 offsets_snapshot: Callable[[], bytes], lag_bytes_max: int) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.cluster = cluster
+        self.name = name
+        self.broker_id = broker_id
+        self._epoch = epoch
+        self._is_peer = is_peer
+        self._offsets_snapshot = offsets_snapshot
+        self.lag_bytes_max = lag_bytes_max
+        self._links: dict[int, _Link] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._waiters = AckWaiters()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on host:port (port 0: a free one, see `port`)."""
+        self._server = await asyncio.start_server(self._on_connection, host, port,
+                                                  reuse_address=True)
+        log.info("replication server listening on %s:%d", host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The port listened on (after `start`)."""
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Close the listener and every link; fail every replication waiter."""
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        self._waiters.fail_all("the replication server stopped")
+
+    # -- what the broker calls -----------------------------------------------------------
+
+    def notify(self) -> None:
+        """New records were put: wake the streaming of every link."""
+        for link in self._links.values():
+            link.wake.set()
+
+    async def wait_replicated(self, end_offset: int, timeout_ms: int) -> None:
+        """Return once a connected slave acknowledged `end_offset`; SlaveNotAvailableError
+        at once when no slave is connected, or after `timeout_ms`."""
+        if not self._links:
+            raise SlaveNotAvailableError("no slave is connected")
+        if max(link.acked_offset for link in self._links.values()) >= end_offset:
+            return
+        await self._waiters.wait(end_offset, timeout_ms)
+
+    def slaves(self) -> list[dict]:
+        """Each connected slave: id, address, acknowledged offset, lag and whether it lags."""
+        end = self.store.commit_log_max_offset
+        out = []
+        for link in sorted(self._links.values(), key=lambda lk: lk.broker_id):
+            lag = max(0, end - link.acked_offset)
+            out.append({"broker_id": link.broker_id, "addr": link.addr,
+                        "acked_offset": link.acked_offset, "lag_bytes": lag,
+                        "lagging": lag > self.lag_bytes_max})
+        return out
+
+    # -- one connection ------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = _peer(writer)
+        self._tasks.add(task)
+        link: _Link | None = None
+        try:
+            if len(self._tasks) > MAX_CONNECTIONS:
+                log.warning("replication: refusing %s: %d connections open", peer, MAX_CONNECTIONS)
+                return
+            link = await self._handshake(reader, writer, peer)
+            if link is not None:
+                await self._serve(link, reader)
+        except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            what = "slave link" if link is not None else "connection"
+            log.warning("replication %s from %s closed: %s", what, peer, _describe(exc))
+        except (ConnectionError, OSError) as exc:
+            log.info("replication link from %s lost: %s", peer, exc)
+        except FerryError as exc:
+            log.error("replication link from %s failed: %s", peer, exc)
+        except asyncio.CancelledError:
+            # stop() cancels the handler; ending it normally keeps asyncio's stream
+            # callback from logging the cancelled task as an error.
+            pass
+        finally:
+            self._tasks.discard(task)
+            if link is not None:
+                self._drop(link)
+            writer.close()
+
+    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         peer: str) -> _Link | None:
+        """Read and judge the HELLO; answer REFUSE (None) or WELCOME (the new link)."""
+        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
+        if ftype is not p.FrameType.HELLO:
+            raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
+        hello = p.decode_hello(payload)
+        epoch = self._epoch()
+        reason = self._refusal(hello, epoch)
+        end = self.store.commit_log_max_offset
+        entries = self.epochs.entries
+        start = divergence_point(hello.entries, entries, end, hello.end_offset)
+        if reason is None and start < self.store.commit_log_min_offset:
+            reason = (f"the logs agree up to {start}, but this master's log now starts at "
+                      f"{self.store.commit_log_min_offset} (retention)")
+        if reason is not None:
+            log.warning("replication: refusing broker %d from %s: %s", hello.broker_id, peer,
+                        reason)
+            writer.writelines(p.encode_refuse(epoch, reason))
+            await writer.drain()
+            return None
+        old = self._links.pop(hello.broker_id, None)
+        if old is not None:  # a reconnecting slave whose old link is not dead yet
+            old.writer.close()
+        link = _Link(hello.broker_id, peer, writer, start, entries)
+        writer.writelines(p.encode_welcome(p.Welcome(epoch, start, end, entries)))
+        self._links[hello.broker_id] = link
+        log.info("replication: slave %d at %s linked; its log agrees up to %d (its end %d, "
+                 "ours %d)", hello.broker_id, peer, start, hello.end_offset, end)
+        return link
+
+    def _refusal(self, hello: p.Hello, epoch: int) -> str | None:
+        """Why this HELLO is refused, or None to accept it."""
+        if hello.version != p.VERSION:
+            return f"unsupported replication protocol version {hello.version}"
+        if (hello.cluster, hello.name) != (self.cluster, self.name):
+            return (f"this is broker group {self.cluster}/{self.name}, "
+                    f"not {hello.cluster}/{hello.name}")
+        if hello.broker_id == self.broker_id:
+            return f"broker id {hello.broker_id} is this master's own"
+        try:
+            peer_ok = self._is_peer(hello.broker_id)
+        except Exception:
+            log.exception("replication: the peer check failed")
+            peer_ok = False
+        if not peer_ok:
+            return f"broker {hello.broker_id} is not a live broker of the group"
+        if hello.epoch > epoch:
+            return f"this master's epoch {epoch} is older than the slave's {hello.epoch}"
+        return None
+
+    async def _serve(self, link: _Link, reader: asyncio.StreamReader) -> None:
+        """Stream to the slave and read its ACKs until either side ends the link."""
+        tasks = {asyncio.create_task(self._stream(link)),
+                 asyncio.create_task(self._read_acks(link, reader))}
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read_acks(self, link: _Link, reader: asyncio.StreamReader) -> None:
+        while True:
+            ftype, payload = await asyncio.wait_for(p.read_frame(reader),
+                                                    LINK_IDLE_TIMEOUT_MS / 1000)
+            if ftype is not p.FrameType.ACK:
+                raise p.ReplicationProtocolError(f"a slave sent {ftype.name}")
+            offset = p.decode_offset("ACK", payload)
+            if offset > link.next_offset:
+                raise p.ReplicationProtocolError(
+                    f"the slave acknowledged {offset}, past what it was sent ({link.next_offset})")
+            if offset > link.acked_offset:
+                link.acked_offset = offset
+                self._waiters.acked(offset)
+
+    async def _stream(self, link: _Link) -> None:
+        """Send the log from the slave's position on, then heartbeats and offsets when idle."""
+        loop = asyncio.get_running_loop()
+        writer = link.writer
+        while True:
+            link.wake.clear()  # before reading the end: a notify() after this is not lost
+            end = self.store.commit_log_max_offset
+            self._send_epochs(link)
+            if loop.time() >= link.offsets_due:
+                link.offsets_due = loop.time() + OFFSETS_INTERVAL_MS / 1000
+                self._send_offsets(link)
+            if link.next_offset < end:
+                # read_log copies at most CHUNK_BYTES from the page cache under the
+                # store lock: short enough for the loop (puts run here too).
+                chunk = self.store.read_log(link.next_offset, p.CHUNK_BYTES)
+                writer.writelines(p.encode_data(link.next_offset, end, chunk))
+                link.next_offset += len(chunk)
+                await writer.drain()
+                continue
+            try:
+                await asyncio.wait_for(link.wake.wait(), HEARTBEAT_INTERVAL_MS / 1000)
+            except TimeoutError:
+                writer.writelines(p.encode_offset(p.FrameType.HEARTBEAT, end))
+                await writer.drain()
+
+    def _send_epochs(self, link: _Link) -> None:
+        """Tell the slave about a new term (an entry appended while the link is up)."""
+        entries = self.epochs.entries
+        if entries != link.sent_entries:
+            link.writer.writelines(p.encode_epochs(entries))
+            link.sent_entries = entries
+
+    def _send_offsets(self, link: _Link) -> None:
+        try:
+            snapshot = self._offsets_snapshot()
+        except Exception:
+            log.exception("replication: the consumer-offset snapshot failed")
+            return
+        if snapshot == link.sent_offsets:
+            return
+        if len(snapshot) >= p.MAX_FRAME_BYTES:
+            log.warning("replication: the consumer-offset snapshot (%d bytes) exceeds a frame; "
+                        "not sent", len(snapshot))
+            return
+        link.writer.writelines(p.frame(p.FrameType.OFFSETS, snapshot))
+        link.sent_offsets = snapshot
+
+    def _drop(self, link: _Link) -> None:
+        if self._links.get(link.broker_id) is link:
+            del self._links[link.broker_id]
+            log.info("replication: slave %d at %s unlinked", link.broker_id, link.addr)
+        if not self._links:
+            self._waiters.fail_all("no slave is connected")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return (f"the peer closed mid-frame ({len(exc.partial)} of {exc.expected} bytes)"
+                if exc.partial else "the peer closed the connection")
+    if isinstance(exc, TimeoutError):
+        return "timed out waiting for the peer"
+    return str(exc)
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"

@@ -1,0 +1,251 @@
+"""The replication link's frames: their layout, a sans-IO codec and a bounded reader.
+
+Every frame (all integers little-endian)::
+
+    length u32 (bytes after this field: type + payload) | type u8 | payload
+
+`length` is checked against MAX_FRAME_BYTES before anything is read or
+allocated. Payloads by type (docs/replication.md "Protocol" has the tables):
+
+    HELLO     slave -> master  magic u32 | version u16 | broker_id i64 | epoch i64
+                               | end_offset i64 | cluster str16 | name str16 | entries
+    WELCOME   master -> slave  epoch i64 | start_offset i64 | master_end i64 | entries
+    REFUSE    master -> slave  epoch i64 | reason str16           (then the master closes)
+    DATA      master -> slave  phy_offset i64 | master_end i64 | commit-log bytes
+    ACK       slave -> master  end_offset i64
+    HEARTBEAT master -> slave  master_end i64
+    OFFSETS   master -> slave  consumer-offset snapshot (ConsumerOffsetManager file format)
+    EPOCHS    master -> slave  entries
+
+    str16   := len u16 | UTF-8 bytes
+    entries := count u32 | count x (epoch i64, start_offset i64)
+
+Only HELLO carries the magic and version: it is the first frame of every link,
+so a peer speaking anything else is caught there.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import struct
+from dataclasses import dataclass
+
+from ferry.errors import MalformedRequestError
+
+MAGIC = 0x52595246  # b"FRYR"
+VERSION = 1
+#: Largest `length` of a frame; a DATA chunk is far smaller (CHUNK_BYTES), but one
+#: record may exceed a chunk and an offsets snapshot may be large.
+MAX_FRAME_BYTES = 16 << 20
+#: Bytes of commit log the master reads for one DATA frame (at least one record).
+CHUNK_BYTES = 1 << 20
+#: Largest str16 field a HELLO or REFUSE may carry (cluster, name, reason).
+MAX_TEXT_BYTES = 1024
+
+LENGTH = struct.Struct("<I")
+TYPE = struct.Struct("<B")
+HELLO_HEAD = struct.Struct("<IHqqq")  # magic, version, broker_id, epoch, end_offset
+WELCOME_HEAD = struct.Struct("<qqq")  # epoch, start_offset, master_end
+DATA_HEAD = struct.Struct("<qq")  # phy_offset, master_end
+I64 = struct.Struct("<q")
+U16 = struct.Struct("<H")
+COUNT = struct.Struct("<I")
+ENTRY = struct.Struct("<qq")  # epoch, start_offset
+
+Entry = tuple[int, int]
+
+
+class FrameType(enum.IntEnum):
+    """The type byte of a frame."""
+
+    HELLO = 1
+    WELCOME = 2
+    REFUSE = 3
+    DATA = 4
+    ACK = 5
+    HEARTBEAT = 6
+    OFFSETS = 7
+    EPOCHS = 8
+
+
+class ReplicationProtocolError(MalformedRequestError):
+    """The bytes on a replication link are no valid frame: the link closes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """A slave's opening: who it is, which epoch it follows, what its log holds."""
+
+    magic: int
+    version: int
+    broker_id: int
+    epoch: int
+    end_offset: int
+    cluster: str
+    name: str
+    entries: list[Entry]
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The master's answer: stream starts at `start_offset`; its epoch entries."""
+
+    epoch: int
+    start_offset: int
+    master_end: int
+    entries: list[Entry]
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def frame(ftype: FrameType, *parts: bytes | memoryview) -> list[bytes | memoryview]:
+    """The buffers of one frame (for writer.writelines: a DATA chunk is not copied)."""
+    size = TYPE.size + sum(len(p) for p in parts)
+    if size > MAX_FRAME_BYTES:
+        raise ReplicationProtocolError(f"a {ftype.name} frame of {size} bytes exceeds "
+                                       f"{MAX_FRAME_BYTES}")
+    return [LENGTH.pack(size) + TYPE.pack(ftype), *parts]
+
+
+def _str16(text: str) -> bytes:
+    raw = text.encode()[:MAX_TEXT_BYTES]
+    return U16.pack(len(raw)) + raw
+
+
+def _entries(entries: list[Entry]) -> bytes:
+    return COUNT.pack(len(entries)) + b"".join(ENTRY.pack(e, s) for e, s in entries)
+
+
+def encode_hello(h: Hello) -> list[bytes | memoryview]:
+    return frame(FrameType.HELLO, HELLO_HEAD.pack(h.magic, h.version, h.broker_id, h.epoch,
+                                                  h.end_offset),
+                 _str16(h.cluster), _str16(h.name), _entries(h.entries))
+
+
+def encode_welcome(w: Welcome) -> list[bytes | memoryview]:
+    return frame(FrameType.WELCOME, WELCOME_HEAD.pack(w.epoch, w.start_offset, w.master_end),
+                 _entries(w.entries))
+
+
+def encode_refuse(epoch: int, reason: str) -> list[bytes | memoryview]:
+    return frame(FrameType.REFUSE, I64.pack(epoch), _str16(reason))
+
+
+def encode_data(phy_offset: int, master_end: int, chunk: bytes) -> list[bytes | memoryview]:
+    return frame(FrameType.DATA, DATA_HEAD.pack(phy_offset, master_end), chunk)
+
+
+def encode_offset(ftype: FrameType, offset: int) -> list[bytes | memoryview]:
+    """An ACK (the slave's end) or a HEARTBEAT (the master's end)."""
+    return frame(ftype, I64.pack(offset))
+
+
+def encode_epochs(entries: list[Entry]) -> list[bytes | memoryview]:
+    return frame(FrameType.EPOCHS, _entries(entries))
+
+
+# -- decoding ------------------------------------------------------------------------------
+
+
+class _Cursor:
+    """Reads fields off a payload in order; every read is bounds-checked."""
+
+    def __init__(self, what: str, buf: bytes) -> None:
+        self.what, self.buf, self.pos = what, buf, 0
+
+    def take(self, st: struct.Struct) -> tuple:
+        if self.pos + st.size > len(self.buf):
+            raise ReplicationProtocolError(f"{self.what} frame is truncated")
+        out = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return out
+
+    def text(self) -> str:
+        (n,) = self.take(U16)
+        if n > MAX_TEXT_BYTES or self.pos + n > len(self.buf):
+            raise ReplicationProtocolError(f"{self.what} frame has a bad text length {n}")
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as exc:
+            raise ReplicationProtocolError(f"{self.what} frame text is not UTF-8") from exc
+
+    def entries(self) -> list[Entry]:
+        (count,) = self.take(COUNT)
+        if count * ENTRY.size != len(self.buf) - self.pos:
+            raise ReplicationProtocolError(f"{self.what} frame holds {count} epoch entries "
+                                           f"but {len(self.buf) - self.pos} bytes for them")
+        out = [(int(e), int(s)) for e, s in ENTRY.iter_unpack(self.buf[self.pos:])]
+        self.pos = len(self.buf)
+        return out
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise ReplicationProtocolError(f"{self.what} frame has {len(self.buf) - self.pos} "
+                                           "bytes too many")
+
+
+def decode_hello(payload: bytes) -> Hello:
+    """A HELLO; magic and version are returned, not judged (the server answers them)."""
+    c = _Cursor("HELLO", payload)
+    magic, version, broker_id, epoch, end = c.take(HELLO_HEAD)
+    if magic != MAGIC:
+        raise ReplicationProtocolError(f"HELLO has a bad magic {magic:#x}")
+    cluster, name = c.text(), c.text()
+    return Hello(magic, version, broker_id, epoch, end, cluster, name, c.entries())
+
+
+def decode_welcome(payload: bytes) -> Welcome:
+    c = _Cursor("WELCOME", payload)
+    epoch, start, master_end = c.take(WELCOME_HEAD)
+    return Welcome(epoch, start, master_end, c.entries())
+
+
+def decode_refuse(payload: bytes) -> tuple[int, str]:
+    """(master epoch, reason) of a REFUSE."""
+    c = _Cursor("REFUSE", payload)
+    (epoch,) = c.take(I64)
+    reason = c.text()
+    c.done()
+    return epoch, reason
+
+
+def decode_data(payload: bytes) -> tuple[int, int, memoryview]:
+    """(phy_offset, master_end, chunk) of a DATA frame; the chunk is a view, not a copy."""
+    c = _Cursor("DATA", payload)
+    phy, master_end = c.take(DATA_HEAD)
+    return phy, master_end, memoryview(payload)[DATA_HEAD.size:]
+
+
+def decode_offset(what: str, payload: bytes) -> int:
+    """The i64 of an ACK or a HEARTBEAT."""
+    c = _Cursor(what, payload)
+    (value,) = c.take(I64)
+    c.done()
+    return int(value)
+
+
+def decode_epochs(payload: bytes) -> list[Entry]:
+    return _Cursor("EPOCHS", payload).entries()
+
+
+# -- reading from a stream -----------------------------------------------------------------
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[FrameType, bytes]:
+    """The next frame's (type, payload); the length is bounded before the payload is read.
+
+    ReplicationProtocolError for an oversized or empty length or an unknown type;
+    asyncio.IncompleteReadError when the peer closes mid-frame (or before one).
+    """
+    (size,) = LENGTH.unpack(await reader.readexactly(LENGTH.size))
+    if not TYPE.size <= size <= MAX_FRAME_BYTES:
+        raise ReplicationProtocolError(f"frame length {size} is outside 1..{MAX_FRAME_BYTES}")
+    (raw_type,) = TYPE.unpack(await reader.readexactly(TYPE.size))
+    try:
+        ftype = FrameType(raw_type)
+    except ValueError:
+        raise ReplicationProtocolError(f"unknown frame type {raw_type}") from None
+    return ftype, await reader.readexactly(size - TYPE.size)

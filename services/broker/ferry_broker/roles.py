@@ -1,0 +1,355 @@
+"""The broker's role in its group: master or slave, from an election in etcd (issue 9).
+
+With `replication` "none" the broker is a static master as before issue 9
+(role "", no election, no replication port). Otherwise every member of the
+group `{cluster}/{name}` is a candidate in the election at
+`{etcd_prefix}election/brokers/{cluster}/{name}` (node id = broker id, value
+= its addr, repl_addr and http_addr), and `RoleManager` follows it:
+
+- leading: stop following, append (epoch, commit-log end) to the store's
+  EpochLog (BEFORE the first write of the term), start the ReplicationServer
+  on `repl_port`, then take writes and register role "master" with the epoch;
+- not leading: stop taking writes at once (`writable` reads the election's
+  clock-checked `is_leader`, not a flag the loop might set late), stop the
+  server, follow the leader's `repl_addr` at its epoch, register "slave".
+
+`writable` is the one check of the put path (per request, not per message).
+
+Most caught-up slave first: each member publishes its position (last epoch
+of its EpochLog, commit-log end) at `{etcd_prefix}replicas/{cluster}/{name}/{id}`
+under its election lease, so the key vanishes with the member. When the
+leader key is free, a candidate whose live sibling is strictly ahead (by
+(epoch, end offset)) declines to take it, for at most MAX_DECLINED_ROUNDS
+rounds in a row: the better one normally wins within a round, and a sibling
+that is ahead but cannot lead (its etcd link is down, it is stuck) delays a
+takeover by a bounded time only. Safety never depends on this: it is a
+preference, fencing is the election's epoch and lease.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ferry.errors import NotMasterError
+from ferry.routing.election import Election
+from ferry.store.epochs import EpochLog
+
+if TYPE_CHECKING:
+    from ferry_broker.context import BrokerContext
+    from ferry_broker.registration import Registration
+    from ferry_broker.replication.follower import ReplicaFollower
+    from ferry_broker.replication.master import ReplicationServer
+
+log = logging.getLogger(__name__)
+
+ROLE_NONE, ROLE_MASTER, ROLE_SLAVE = "", "master", "slave"
+#: Rounds with a free leader key that a candidate behind a live sibling sits out.
+MAX_DECLINED_ROUNDS = 3
+#: How often the election polls etcd as a standby (a takeover waits at most this
+#: after the old lease ends).
+ELECTION_POLL_S = 0.5
+#: How often roles are compared with the election when nothing woke the loop.
+RECONCILE_S = 0.25
+#: How often a member republishes its replica position.
+PUBLISH_S = 1.0
+
+
+def not_master(ctx: BrokerContext) -> NotMasterError:
+    """The error a write gets on a broker that is not (or no longer) its group's master."""
+    roles = ctx.roles
+    leader = roles.election.leader if roles.election is not None else None
+    where = f"; the master is broker {leader.node_id} at {leader.value.get('addr')}" \
+        if leader is not None and leader.node_id != str(ctx.config.id) else ""
+    return NotMasterError(f"broker {ctx.config.name}/{ctx.config.id} is not the master "
+                          f"(role {roles.role or 'none'}, epoch {roles.epoch}){where}")
+
+
+def require_master(ctx: BrokerContext) -> None:
+    """Refuse a write request on a broker that is not its group's master (before any work)."""
+    if not ctx.roles.writable:
+        raise not_master(ctx)
+
+
+class RoleManager:
+    """Follows the group's election: serves as master or slave, and says which."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+        cfg = ctx.config
+        self.mode = cfg.replication
+        self.role = ROLE_NONE if self.mode == "none" else ROLE_SLAVE
+        #: The term this broker leads (master) or follows (slave); 0 before any.
+        self.epoch = 0
+        self._master = self.mode == "none"
+        self.election: Election | None = None
+        self.server: ReplicationServer | None = None
+        self.follower: ReplicaFollower | None = None
+        self.epochs: EpochLog | None = None
+        self._following: tuple[str, int] | None = None
+        self._registration: Registration | None = None
+        self._declined = 0
+        self._appended = 0  # the epoch this process appended to the epoch log last
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._published: tuple[int | None, tuple[int, int]] | None = None
+
+    # -- what the put path and the handlers read --------------------------------
+
+    @property
+    def writable(self) -> bool:
+        """True while this broker may take writes: the static master, or the elected one
+        whose lease is safe now (checked against the clock, per request)."""
+        election = self.election
+        return self._master and (election is None or election.is_leader)
+
+    @property
+    def replicating(self) -> bool:
+        return self.mode != "none"
+
+    def has_live_slave(self) -> bool:
+        """A master with at least one connected slave that is not lagging."""
+        server = self.server
+        return server is not None and any(not s.get("lagging") for s in server.slaves())
+
+    def position(self) -> tuple[int, int]:
+        """(last epoch of the epoch log, commit-log end): how caught up this store is."""
+        last = self.epochs.last if self.epochs is not None else None
+        return (last[0] if last else 0, self._ctx.store.commit_log_max_offset)
+
+    def status(self) -> dict[str, Any]:
+        """The "replication" section of /v1/stats."""
+        end_offset = self._ctx.store.commit_log_max_offset
+        out: dict[str, Any] = {"mode": self.mode, "role": self.role, "epoch": self.epoch,
+                               "end_offset": end_offset, "writable": self.writable}
+        if self.election is not None and self.election.leader is not None:
+            out["leader"] = {"id": self.election.leader.node_id,
+                             "epoch": self.election.leader.epoch,
+                             **self.election.leader.value}
+        if self.role == ROLE_MASTER and self.server is not None:
+            out["slaves"] = self.server.slaves()
+        elif self.follower is not None and self._following is not None:
+            out["follower"] = self.follower.status()
+        return out
+
+    # -- start / stop -------------------------------------------------------------
+
+    async def start(self, registration: Registration) -> None:
+        """Join the election (once registration reached etcd); nothing for mode "none"."""
+        if not self.replicating:
+            return
+        from ferry_broker.replication.follower import ReplicaFollower
+
+        ctx, cfg = self._ctx, self._ctx.config
+        if registration.registry is None:
+            raise RuntimeError("replication needs etcd")
+        self._registration = registration
+        self.epochs = EpochLog(str(cfg.data_path))
+        self.follower = ReplicaFollower(
+            ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
+            on_append=self._on_append, on_offsets=self._on_offsets)
+        self.election = Election(
+            registration.registry, None, f"election/brokers/{cfg.cluster}/{cfg.name}",
+            str(cfg.id), {"addr": cfg.addr, "repl_addr": cfg.repl_addr,
+                          "http_addr": cfg.http_addr},
+            cfg.election_ttl_s, eligible=self._eligible,
+            on_change=lambda _leading: self._wake.set(), poll_s=ELECTION_POLL_S)
+        await self.election.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name="roles"),
+                       loop.create_task(self._publish_loop(), name="replica-position")]
+        log.info("replication %s: candidate in %s", self.mode, self.election.key.decode())
+
+    async def stop(self) -> None:
+        """Stop taking writes, resign (the key goes at once: a slave takes over now)."""
+        self._master = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self.election is not None:
+            await self.election.stop()
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        if self.follower is not None:
+            await self.follower.stop()
+            self._following = None
+
+    # -- following the election ---------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._reconcile()
+            except Exception:  # a bug or a port in use: log, try again next round
+                log.exception("role change failed; retrying")
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RECONCILE_S)
+
+    async def _reconcile(self) -> None:
+        election = self.election
+        assert election is not None
+        if election.is_leader:
+            if not self._master:
+                await self._lead(election.epoch)
+            return
+        if self.role == ROLE_MASTER:
+            await self._step_down()
+        leader = election.leader
+        if leader is None:
+            return  # no leader right now: keep following the last one (it may return)
+        self._declined = 0
+        if leader.node_id == str(self._ctx.config.id):
+            return  # our own key from before a restart: its lease ends soon
+        repl_addr = str(leader.value.get("repl_addr") or "")
+        if not repl_addr:
+            log.warning("leader %s announces no repl_addr", leader.node_id)
+            return
+        if self._following != (repl_addr, leader.epoch):
+            assert self.follower is not None
+            await self.follower.follow(repl_addr, leader.epoch)
+            self._following = (repl_addr, leader.epoch)
+            self.epoch = leader.epoch
+            log.info("slave of %s (broker %s) in epoch %d", repl_addr, leader.node_id,
+                     leader.epoch)
+            self._announce()
+
+    async def _lead(self, epoch: int) -> None:
+        """Become master of `epoch`: the epoch log first, then the server, then writes."""
+        ctx, cfg = self._ctx, self._ctx.config
+        assert self.epochs is not None and self.election is not None
+        if self.follower is not None and self._following is not None:
+            await self.follower.stop()
+            self._following = None
+        last = self.epochs.last
+        if last is not None and (last[0] > epoch
+                                 or (last[0] == epoch and self._appended != epoch)):
+            # etcd lost its epoch key (a new etcd, a wiped prefix): refuse to reuse a
+            # term this store already has; an operator must look (docs/replication.md).
+            log.error("elected with epoch %d but this store already has epoch %d: not "
+                      "taking writes", epoch, last[0])
+            return
+        if last is None or last[0] != epoch:
+            await asyncio.to_thread(self.epochs.append, epoch, ctx.store.commit_log_max_offset)
+            self._appended = epoch
+        if self.server is None:
+            from ferry_broker.replication.master import ReplicationServer
+
+            server = ReplicationServer(
+                ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
+                epoch=lambda: self.epoch, is_peer=self._is_peer,
+                offsets_snapshot=ctx.offsets.snapshot_bytes,
+                lag_bytes_max=cfg.repl_lag_bytes_max)
+            await server.start(cfg.host, cfg.repl_port)
+            self.server = server
+        if not (self.election.is_leader and self.election.epoch == epoch):
+            return  # lost it meanwhile: the next round steps down
+        self.epoch, self.role, self._master = epoch, ROLE_MASTER, True
+        log.info("master of %s/%s in epoch %d from offset %d", cfg.cluster, cfg.name, epoch,
+                 ctx.store.commit_log_max_offset)
+        self._announce()
+
+    async def _step_down(self) -> None:
+        self._master = False
+        self.role = ROLE_SLAVE
+        log.warning("no longer master (epoch %d)", self.epoch)
+        if self.server is not None:
+            server, self.server = self.server, None
+            await server.stop()
+        self._announce()
+
+    def _announce(self) -> None:
+        if self._registration is not None:
+            self._registration.set_role(self.role, self.epoch)
+
+    # -- the replication link's callbacks -----------------------------------------
+
+    def _is_peer(self, broker_id: int) -> bool:
+        """A slave may connect if it is a live registered broker of this group."""
+        cfg = self._ctx.config
+        if broker_id == cfg.id:
+            return False
+        cache = self._registration.cache if self._registration is not None else None
+        return cache is not None and (cfg.cluster, cfg.name, broker_id) in cache.brokers
+
+    def _on_append(self, queues: set[tuple[str, int]]) -> None:
+        notify = self._ctx.long_poll.notify
+        for topic, queue_id in queues:
+            notify(topic, queue_id)
+
+    def _on_offsets(self, raw: bytes) -> None:
+        store = self._ctx.store
+        try:
+            self._ctx.offsets.merge_snapshot(raw, store.max_offset)
+        except Exception as exc:  # the master's bug must not stop following
+            log.warning("ignoring the master's consumer offsets: %s", exc)
+
+    # -- most caught-up first -----------------------------------------------------
+
+    def _replica_key(self, broker_id: int | str = "") -> bytes:
+        cfg = self._ctx.config
+        assert self._registration is not None and self._registration.registry is not None
+        prefix = self._registration.registry.prefix
+        return f"{prefix}replicas/{cfg.cluster}/{cfg.name}/{broker_id}".encode()
+
+    async def _publish(self) -> None:
+        election = self.election
+        if election is None or election.lease_id is None:
+            return
+        state = (election.lease_id, self.position())
+        if state == self._published:
+            return
+        epoch, end = state[1]
+        value = json.dumps({"epoch": epoch, "end_offset": end}).encode()
+        client = election.registry.client
+        await client.put(self._replica_key(self._ctx.config.id), value, lease=election.lease_id)
+        self._published = state
+
+    async def _publish_loop(self) -> None:
+        while True:
+            try:
+                await self._publish()
+            except Exception as exc:  # etcd away, or our lease just ended: next round
+                log.debug("could not publish the replica position: %s", exc)
+            await asyncio.sleep(PUBLISH_S)
+
+    async def _eligible(self) -> bool:
+        """Decline a free leader key while a live sibling is strictly ahead (bounded)."""
+        assert self.election is not None
+        mine = self.position()
+        try:
+            await self._publish()
+            kvs = await self.election.registry.client.get_prefix(self._replica_key())
+        except Exception as exc:  # cannot compare: do not hold the group up
+            log.warning("cannot read sibling positions (%s); standing anyway", exc)
+            return True
+        ahead = []
+        for kv in kvs:
+            sibling = kv.key.rsplit(b"/", 1)[-1].decode(errors="replace")
+            if sibling == str(self._ctx.config.id):
+                continue
+            try:
+                doc = json.loads(kv.value)
+                pos = (int(doc["epoch"]), int(doc["end_offset"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if pos > mine:
+                ahead.append((sibling, pos))
+        if not ahead:
+            self._declined = 0
+            return True
+        if self._declined >= MAX_DECLINED_ROUNDS:
+            log.warning("standing for master although %s are ahead of %s: they did not "
+                        "take over within %d rounds", ahead, mine, MAX_DECLINED_ROUNDS)
+            self._declined = 0
+            return True
+        self._declined += 1
+        log.info("not standing for master: %s ahead of %s (round %d)", ahead, mine,
+                 self._declined)
+        return False
