@@ -9,6 +9,7 @@ queues reach the slave's callbacks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -193,4 +194,52 @@ async def test_a_refused_follower_keeps_retrying_and_links_once_allowed(
     await asyncio.sleep(0.3)  # a few refused attempts (not a timing assertion)
     assert slave.follower.status()["connected"] is False and not master.server.slaves()
     master.peers = {1, 2}
+    await until(lambda: caught_up(master, slave))
+
+
+async def test_two_slaves_follow_one_master_and_either_ack_releases_a_wait(
+        master: Master, tmp_path: Path) -> None:
+    assert master.server is not None
+    s1, s2 = open_slave(tmp_path / "s1", 1), open_slave(tmp_path / "s2", 2)
+    rng = random.Random(8)
+    try:
+        await s1.follower.follow(master.addr, 1)
+        await s2.follower.follow(master.addr, 1)
+        await until(lambda: master.server is not None and len(master.server.slaves()) == 2)
+        for _ in range(10):
+            await master.server.wait_replicated(master.put(5, rng), 10_000)
+        await s2.follower.stop()  # one slave left: waits still succeed
+        await until(lambda: master.server is not None and len(master.server.slaves()) == 1)
+        await master.server.wait_replicated(master.put(5, rng), 10_000)
+        await until(lambda: caught_up(master, s1))
+        assert whole_log(s1.store) == whole_log(master.store)
+        assert whole_log(s2.store) == whole_log(master.store)[:s2.store.commit_log_max_offset]
+    finally:
+        for s in (s1, s2):
+            await s.follower.stop()
+            s.store.close()
+
+
+async def test_a_follower_survives_a_master_that_sends_garbage(
+        master: Master, slave: Slave, caplog: pytest.LogCaptureFixture) -> None:
+    """A peer that answers HELLO with junk: the follower logs, keeps its log, retries."""
+    async def junk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(random.Random(12).randbytes(200))
+        await writer.drain()
+        writer.close()
+
+    fake = await asyncio.start_server(junk, "127.0.0.1", 0)
+    fake_port = fake.sockets[0].getsockname()[1]
+    try:
+        with caplog.at_level(logging.WARNING, logger="ferry_broker.replication.follower"):
+            await slave.follower.follow(f"127.0.0.1:{fake_port}", 1)
+            await until(lambda: any("ended" in r.getMessage() for r in caplog.records))
+        assert slave.store.commit_log_max_offset == 0
+        assert slave.follower.status()["connected"] is False
+    finally:
+        fake.close()
+        await fake.wait_closed()
+    master.put(5, random.Random(13))
+    await slave.follower.follow(master.addr, 1)
     await until(lambda: caught_up(master, slave))

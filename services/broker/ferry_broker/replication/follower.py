@@ -97,6 +97,8 @@ class ReplicaFollower:
                     OSError, FerryError) as exc:
                 log.warning("replication: link to master %s ended: %s", addr,
                             str(exc) or type(exc).__name__)
+            except Exception:
+                log.exception("replication: following %s crashed; retrying", addr)
             finally:
                 self._connected = False
             # A link that worked is retried soon; a master that keeps failing, ever later.

@@ -157,6 +157,8 @@ class ReplicationServer:
             log.info("replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
             log.error("replication link from %s failed: %s", peer, exc)
+        except Exception:
+            log.exception("replication link from %s crashed; closing it", peer)
         except asyncio.CancelledError:
             # stop() cancels the handler; ending it normally keeps asyncio's stream
             # callback from logging the cancelled task as an error.
