@@ -64,6 +64,21 @@ def test_an_unreachable_master_is_skipped_for_a_while_then_tried_again() -> None
     assert choice.choose(_group(master=M2)) == M2
 
 
+def test_commits_go_to_the_master_unless_it_is_gone_or_failed() -> None:
+    clock = Clock()
+    choice = ReadChoice(clock=clock)
+    assert choice.commit_target(_group()) == M
+    choice.on_answer(M, _group(), found=True, suggest_slave=True)
+    assert choice.commit_target(_group()) == M          # on the slave by suggestion only
+    assert choice.commit_target(_group(master=None)) == S1
+    choice.on_failure(M, _group())
+    clock.now += MASTER_DOWN_MS   # even once the master is tried again, until it answers
+    assert choice.commit_target(_group()) == S1
+    choice.on_answer(M, _group(), found=False, suggest_slave=False)
+    assert choice.commit_target(_group()) == M
+    assert choice.commit_target(_group(slaves=())) == M and choice.commit_target(None) is None
+
+
 def test_a_failing_slave_rotates_to_the_next() -> None:
     choice = ReadChoice(clock=Clock())
     group = _group(master=None, slaves=(S1, S2))

@@ -173,6 +173,23 @@ class Cluster:
         raise RuntimeError(f"no master for {name} (besides {not_addr}) after {timeout_s}s: "
                            f"{self.listed()}")
 
+    def wait_linked(self, name: str, slaves: int, timeout_s: float = 30.0) -> None:
+        """Until the group's master reports `slaves` slaves linked over the replication port."""
+        deadline = time.monotonic() + timeout_s
+        linked: list[Any] = []
+        while time.monotonic() < deadline:
+            got = self.master(name)
+            if got is not None:
+                try:
+                    section = got[0].get_json("/v1/stats").get("replication", {})
+                except (OSError, ValueError):
+                    section = {}
+                linked = list(section.get("slaves") or [])
+                if len(linked) >= slaves:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"{name}'s master links {linked}, not {slaves} slave(s)")
+
     def wait_role(self, b: HaBroker, role: str, timeout_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -215,6 +232,7 @@ def start_cluster(etcd: Etcd, workdir: Path, *, replication: str = "sync",
                 cluster.start_broker(name, broker_id)
             if replication != "none":
                 cluster.wait_master(name)
+                cluster.wait_linked(name, per_group - 1)
     except BaseException:
         cluster.stop()
         raise

@@ -274,16 +274,9 @@ class QueueFetcher:
         return route.broker(self.tq.broker)
 
     def commit_addr(self) -> str | None:
-        """Where this queue's offsets go: the master while it serves, else the slave read from."""
+        """Where this queue's offsets go: the master, or the slave read from while it is gone."""
         route = self.routes.cached(self.tq.topic)
-        group = route.broker(self.tq.broker) if route is not None else None
-        if group is None:
-            return None
-        addr = self.choice.choose(group)
-        if addr is not None and group.master is not None and addr != group.master \
-                and self.choice.down_master != group.master:
-            return group.master   # on a slave by suggestion only: the master keeps offsets
-        return addr
+        return self.choice.commit_target(route.broker(self.tq.broker) if route else None)
 
     async def _pull_once(self) -> bool:
         """One PULL; True when it returned records."""

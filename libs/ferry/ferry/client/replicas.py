@@ -65,6 +65,20 @@ class ReadChoice:
         addr = self.choose(group)
         return group is not None and addr is not None and addr != group.master
 
+    def commit_target(self, group: BrokerRoute | None) -> str | None:
+        """Where offsets go: the master, unless the group has none or the last pull to it failed.
+
+        On a slave by suggestion only, commits still go to the master (it keeps the
+        group's offsets and sends them to its slaves); with the master gone they go
+        to the slave read from (the slave that becomes master keeps them).
+        """
+        if group is None:
+            return None
+        slaves = group.slaves
+        if slaves and (group.master is None or self.down_master == group.master):
+            return slaves[self.slave_index % len(slaves)]
+        return group.master
+
     def on_failure(self, addr: str, group: BrokerRoute | None) -> None:
         """A pull to `addr` failed (connection lost, timeout, refused)."""
         if group is not None and addr == group.master:
