@@ -6,6 +6,7 @@ PIP := .venv/bin/pip
 SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
 BENCH ?=
+HA ?=
 
 .PHONY: setup up down test lint bench clean system-deps
 
@@ -38,7 +39,7 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requir
 	@touch $(STAMP)
 
 up: setup
-	@$(PY) deploy/local_mesh.py up
+	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha)
 
 down: setup
 	@$(PY) deploy/local_mesh.py down

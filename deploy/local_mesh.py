@@ -2,12 +2,20 @@
 
 `up` starts every component in order with its data under ./var/, waits until
 each answers, prints where things are, and then supervises: Ctrl-C or SIGTERM
-(which `make down` sends) stops the children in reverse order. The same
-topology, for users with Docker, is deploy/docker-compose.yml.
+(which `make down` sends) stops the children in reverse order.
+
+`up --ha` (`make up HA=1`) runs two brokers per broker name instead of one:
+ids 0 and 1 of broker-a and of broker-b, in sync replication
+(`FERRY_BROKER_REPLICATION=sync`: an acknowledged message is on both brokers
+of its group), each with its own data dir (var/broker-a-0, ...), wire port,
+replication port and HTTP port. The election in etcd makes one of each pair
+master; the banner says which. The HA topology, for users with Docker, is
+deploy/docker-compose.yml.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -42,7 +50,7 @@ class Component:
     ready_url: str = ""
 
 
-def components() -> list[Component]:
+def components(ha: bool = False) -> list[Component]:
     etcd_port, redis_port = _port("ETCD", 2379), _port("REDIS", 6379)
     etcd_peer = _port("ETCD_PEER", 2380)
     etcd_dir = VAR / "etcd"
@@ -68,7 +76,8 @@ def components() -> list[Component]:
             {"FERRY_NAMESRV_PORT": str(NAMESRV_PORT), "FERRY_NAMESRV_ETCD": f"127.0.0.1:{etcd_port}"},
             ready_url=f"http://127.0.0.1:{NAMESRV_PORT}/readyz",
         ),
-        *(_broker(name, port, http_port, etcd_port) for name, port, http_port in BROKERS),
+        *(_ha_brokers(etcd_port) if ha else
+          [_broker(name, port, http_port, etcd_port) for name, port, http_port in BROKERS]),
         Component(
             "scheduler", [sys.executable, "-m", "ferry_delay_scheduler"], SCHEDULER_PORT,
             {"FERRY_DELAY_SCHEDULER_HTTP_PORT": str(SCHEDULER_PORT),
@@ -106,6 +115,55 @@ def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
     )
 
 
+# HA (`up --ha`): (name, broker id, wire port, replication port, HTTP port). Id 0 keeps the
+# single-broker ports; id 1 takes the next free ones of the same ranges.
+HA_BROKERS = [
+    ("broker-a", 0, _port("BROKER_A", 10911), _port("BROKER_A_REPL", 10912),
+     _port("BROKER_A_HTTP", 10920)),
+    ("broker-a", 1, _port("BROKER_A1", 10913), _port("BROKER_A1_REPL", 10914),
+     _port("BROKER_A1_HTTP", 10924)),
+    ("broker-b", 0, _port("BROKER_B", 10915), _port("BROKER_B_REPL", 10916),
+     _port("BROKER_B_HTTP", 10921)),
+    ("broker-b", 1, _port("BROKER_B1", 10917), _port("BROKER_B1_REPL", 10918),
+     _port("BROKER_B1_HTTP", 10925)),
+]
+#: The replication mode of `up --ha`: sync, so that `make up HA=1` loses no acknowledged
+#: message when a master dies (async is faster and may lose the last writes).
+HA_REPLICATION = os.environ.get("FERRY_MESH_REPLICATION", "sync")
+
+
+def _ha_brokers(etcd_port: int) -> list[Component]:
+    out = []
+    for name, broker_id, port, repl_port, http_port in HA_BROKERS:
+        comp = _broker(name, port, http_port, etcd_port)
+        env = {**comp.env, "FERRY_BROKER_ID": str(broker_id),
+               "FERRY_BROKER_REPLICATION": HA_REPLICATION,
+               "FERRY_BROKER_REPL_PORT": str(repl_port),
+               "FERRY_BROKER_DATA_DIR": str(VAR / f"{name}-{broker_id}")}
+        out.append(Component(f"{name}-{broker_id}", comp.argv, port, env, comp.ready_url))
+    return out
+
+
+def ha_roles(timeout_s: float = 15.0) -> dict[str, str]:
+    """`{"broker-a-0": "master", ...}` as namesrv lists them, once every group has a master."""
+    deadline = time.monotonic() + timeout_s
+    roles: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        try:
+            url = f"http://127.0.0.1:{NAMESRV_PORT}/v1/brokers"
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                brokers = json.loads(resp.read()).get("brokers", [])
+        except (OSError, ValueError):
+            brokers = []
+        roles = {f"{b.get('name')}-{b.get('id')}": str(b.get("role") or "?")
+                 for b in brokers}
+        masters = {k.rsplit("-", 1)[0] for k, r in roles.items() if r == "master"}
+        if masters >= {name for name, *_ in HA_BROKERS}:
+            break
+        time.sleep(0.2)
+    return roles
+
+
 def _port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -133,7 +191,7 @@ def _wait_port(comp: Component, proc: subprocess.Popen[bytes], timeout_s: float 
     raise RuntimeError(f"{comp.name} is not answering on port {comp.port} after {timeout_s}s")
 
 
-def up() -> int:
+def up(ha: bool = False) -> int:
     if PIDFILE.exists():
         pid = int(PIDFILE.read_text())
         try:
@@ -144,7 +202,7 @@ def up() -> int:
             PIDFILE.unlink()
     for sub in ("run", "log", "redis"):
         (VAR / sub).mkdir(parents=True, exist_ok=True)
-    for comp in components():
+    for comp in components(ha):
         if _port_open(comp.port):
             print(f"port {comp.port} for {comp.name} is taken by another process; stop it first")
             return 1
@@ -159,7 +217,7 @@ def up() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for comp in components():
+        for comp in components(ha):
             log = open(VAR / "log" / f"{comp.name}.log", "ab")  # noqa: SIM115
             env = {**os.environ, **comp.env}
             proc = subprocess.Popen(comp.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -168,7 +226,7 @@ def up() -> int:
             started.append((comp, proc))
             _wait_port(comp, proc)
             print(f"  {comp.name:<10} ready on 127.0.0.1:{comp.port}")
-        print(banner())
+        print(ha_banner(ha_roles()) if ha else banner())
         while not stopping:
             for comp, proc in started:
                 if proc.poll() is not None:
@@ -210,6 +268,19 @@ def banner() -> str:
     )
 
 
+def ha_banner(roles: dict[str, str]) -> str:
+    """The banner of `up --ha`: every broker with its role, then the usual hints."""
+    lines = [f"  {name}-{bid} 127.0.0.1:{port} (repl {repl}, HTTP {http}): "
+             f"{roles.get(f'{name}-{bid}', '?')}"
+             for name, bid, port, repl, http in HA_BROKERS]
+    text = banner()
+    head, _, rest = text.partition("Brokers: ")
+    rest = rest.partition("\n")[2]
+    return (f"{head}Brokers ({HA_REPLICATION} replication; roles come from the election in "
+            "etcd and move on failover: `ferry broker list`):\n" + "\n".join(lines) + "\n"
+            + rest)
+
+
 def down() -> int:
     if not PIDFILE.exists():
         print("the mesh is not running")
@@ -235,9 +306,11 @@ def down() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("--ha", action="store_true",
+                        help="a master and a slave per broker name (sync replication)")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    return up() if args.action == "up" else down()
+    return up(args.ha) if args.action == "up" else down()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from ferry import Consumer, Sql
 from ferry.client import Sql as ClientSql
 from ferry.client.fetcher import FetchConfig, QueueFetcher
 from ferry.client.message import TopicQueue
+from ferry.client.namesrv import BrokerRoute
 from ferry.client.rebalance import GroupMembership
 from ferry.client.subscriptions import compile_subscriptions, subscription_specs
 from ferry.errors import InvalidFilterError
@@ -72,6 +73,9 @@ class _Frame(NamedTuple):
 class _Route:
     def broker_addr(self, name: str) -> str:
         return "127.0.0.1:1"
+
+    def broker(self, name: str) -> BrokerRoute:
+        return BrokerRoute(name=name, cluster="c", master="127.0.0.1:1", queues=1)
 
 
 class _Routes:

@@ -20,13 +20,24 @@ def compose(*args: str) -> str:
 
 def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
-    assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-b", "delay-scheduler",
-                        "txn-checker"}
+    assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
+                        "broker-b-1", "delay-scheduler", "txn-checker"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
     resolved = compose("config")  # with the YAML anchors and merges applied
-    assert resolved.count("FERRY_BROKER_ETCD: etcd:2379") == 2
-    assert "FERRY_BROKER_NAME: broker-b" in resolved
+    assert resolved.count("FERRY_BROKER_ETCD: etcd:2379") == 4
+    assert resolved.count("FERRY_BROKER_NAME: broker-b") == 2
     assert "FERRY_DELAY_SCHEDULER_NAMESRV: namesrv:9876" in resolved
     assert "FERRY_TXN_CHECKER_NAMESRV: namesrv:9876" in resolved
+
+
+def test_the_brokers_form_two_replicated_groups_of_two() -> None:
+    """The HA topology: each broker name has ids 0 and 1, sync replication, distinct volumes."""
+    resolved = compose("config")
+    assert resolved.count("FERRY_BROKER_ID: '0'") + resolved.count('FERRY_BROKER_ID: "0"') == 2
+    assert resolved.count("FERRY_BROKER_ID: '1'") + resolved.count('FERRY_BROKER_ID: "1"') == 2
+    assert resolved.count("FERRY_BROKER_REPLICATION: sync") == 4
+    for host in ("broker-a", "broker-a-1", "broker-b", "broker-b-1"):
+        assert f"FERRY_BROKER_ADVERTISE_HOST: {host}\n" in resolved
+        assert f"source: {host}-data" in resolved or f"{host}-data:/data" in resolved

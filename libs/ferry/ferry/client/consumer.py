@@ -128,8 +128,9 @@ class Consumer(Positions):
                                         group=self.group, topics=self._subscribed, mode=mode,
                                         allocate=allocator(allocation))
         self._levels: dict[TopicQueue, int] = {}   # priority level of queues above level 0
-        self._offsets: OffsetStore = (RemoteOffsetStore(self._pool, self._routes, self.group)
-                                      if mode == "clustering" else LocalOffsetStore(offset_store_path))
+        self._offsets: OffsetStore = (
+            RemoteOffsetStore(self._pool, self._routes, self.group, self._commit_addr)
+            if mode == "clustering" else LocalOffsetStore(offset_store_path))
         self._fetchers: dict[TopicQueue, QueueFetcher] = {}
         self._consumed: dict[TopicQueue, int] = {}
         self._committed: dict[TopicQueue, int] = {}
@@ -447,8 +448,14 @@ class Consumer(Positions):
             return (await self.offsets_for_times({tq: ts_ms}))[tq]
         return await self._settings.start_offset(tq, self._min_max, for_time)
 
+    def _commit_addr(self, tq: TopicQueue) -> str | None:
+        """Where `tq`'s commit goes: as its fetcher says (master, or the slave it reads from)."""
+        fetcher = self._fetchers.get(tq)
+        return fetcher.commit_addr() if fetcher is not None else None
+
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""
         return {"client_id": self.client_id, "group": self.group, "mode": self.mode,
-                "queues": {str(tq): {"position": f.delivered, "buffered": f.buffered}
+                "queues": {str(tq): {"position": f.delivered, "buffered": f.buffered,
+                                     "reading_from": f.choice.last_addr}
                            for tq, f in sorted(self._fetchers.items())}}

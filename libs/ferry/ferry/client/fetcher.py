@@ -11,6 +11,12 @@ committed offset reaches the queue's end and the lag counts only what this
 consumer will receive. When `prefetch_records` are buffered it stops pulling
 until the consumer takes some. OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY move the
 position to the broker's `next_offset`; errors back off and retry.
+
+Each fetcher reads from its broker group's master, or from a slave while the
+group has no master, the master is unreachable, or the master answered with
+`suggest_slave` (see `replicas`, which decides). Records read from a slave
+are the same records at the same queue offsets (the slave replicates the
+master's commit log byte for byte), so the position carries over both ways.
 """
 from __future__ import annotations
 
@@ -28,8 +34,8 @@ from crc32c import crc32c
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import RouteCache
-from ferry.client.offsets import broker_addr
+from ferry.client.namesrv import BrokerRoute, RouteCache
+from ferry.client.replicas import ReadChoice
 from ferry.codec import ORIGIN_TOPIC
 from ferry.codec.record import (
     CRC_START,
@@ -52,7 +58,14 @@ from ferry.codec.record import (
     HEADER_SIZE,
     RECORD_MAGIC,
 )
-from ferry.errors import CorruptRecordError, FerryError
+from ferry.errors import (
+    ConnectionLostError,
+    CorruptRecordError,
+    FerryError,
+    NotMasterError,
+    RequestTimeoutError,
+    TopicNotFoundError,
+)
 from ferry.filter import Subscription
 from ferry.names import RETRY_PREFIX
 from ferry.wire import RequestCode
@@ -64,6 +77,8 @@ _EMPTY_FAST_S = 0.05   # an empty answer faster than this is not a long poll: pa
 
 
 _TAKE_ALL: dict[str, Any] = {"tags": None, "sql": None}
+# Failures that say "this broker is gone or not serving": read from another of the group.
+_UNREACHABLE = (ConnectionLostError, RequestTimeoutError, NotMasterError)
 
 
 @dataclass(slots=True)
@@ -161,6 +176,7 @@ class QueueFetcher:
     _space: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     _route_suspect: bool = True  # look the route up (awaiting namesrv if stale) before the next pull
+    choice: ReadChoice = field(default_factory=ReadChoice)   # master or slave (see `replicas`)
 
     def __post_init__(self) -> None:
         self.delivered = self.fetch_offset
@@ -244,32 +260,46 @@ class QueueFetcher:
             if not got and time.monotonic() - started < _EMPTY_FAST_S:
                 await asyncio.sleep(_EMPTY_FAST_S)
 
-    async def _broker_addr(self) -> str:
-        """The queue's broker, from the cached route while pulls succeed.
+    async def _group(self) -> BrokerRoute | None:
+        """The queue's broker group, from the cached route while pulls succeed.
 
         The consumer's rebalance loop refreshes routes every interval, so a pull
         never waits for namesrv because a route merely aged; after a failed pull
         the route is looked up (and refreshed) first.
         """
-        if not self._route_suspect:
-            route = self.routes.cached(self.tq.topic)
-            addr = route.broker_addr(self.tq.broker) if route is not None else None
-            if addr is not None:
-                return addr
-        addr = await broker_addr(self.routes, self.tq)
-        self._route_suspect = False
-        return addr
+        route = self.routes.cached(self.tq.topic)
+        if self._route_suspect or route is None:
+            route = await self.routes.route(self.tq.topic)
+            self._route_suspect = False
+        return route.broker(self.tq.broker)
+
+    def commit_addr(self) -> str | None:
+        """Where this queue's offsets go: the master, or the slave read from while it is gone."""
+        route = self.routes.cached(self.tq.topic)
+        return self.choice.commit_target(route.broker(self.tq.broker) if route else None)
 
     async def _pull_once(self) -> bool:
         """One PULL; True when it returned records."""
         c = self.config
-        addr = await self._broker_addr()
-        resp = await self.pool.request(addr, RequestCode.PULL, {
-            "group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
-            "offset": self.fetch_offset, "max_count": c.max_count, "max_wait_ms": c.max_wait_ms,
-            **c.filter_fields(self.tq.topic)}, timeout_ms=c.request_timeout_ms)
+        group = await self._group()
+        addr = self.choice.choose(group)
+        if addr is None:
+            self.routes.invalidate(self.tq.topic)
+            raise TopicNotFoundError(f"broker {self.tq.broker} has no broker serving "
+                                     f"{self.tq.topic} (now)")
+        try:
+            resp = await self.pool.request(addr, RequestCode.PULL, {
+                "group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
+                "offset": self.fetch_offset, "max_count": c.max_count,
+                "max_wait_ms": c.max_wait_ms, **c.filter_fields(self.tq.topic)},
+                timeout_ms=c.request_timeout_ms)
+        except _UNREACHABLE:
+            self.choice.on_failure(addr, group)
+            raise
         status = str(resp.fields.get("status", ""))
         next_offset = int(resp.fields.get("next_offset", self.fetch_offset))
+        self.choice.on_answer(addr, group, found=status == "FOUND",
+                              suggest_slave=resp.fields.get("suggest_slave") is True)
         if status == "FOUND":
             records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
             sub = c.subscriptions.get(self.tq.topic)

@@ -4,7 +4,13 @@ Several namesrv addresses may be given ("h:p,h:p"); a request that fails to
 reach one (connection error, 5xx) is tried on the next. Error bodies
 (`{"error": {"code", "type", "message"}}`) become `ferry.errors` classes.
 Routes are cached per topic for `refresh_interval_ms` (30 s) and fetched
-again early when a caller reports an error with `invalidate()`.
+again early when a caller reports an error with `invalidate()`, at most once
+per `MIN_REFRESH_INTERVAL_MS`: during a failover every failed send and pull
+invalidates, and namesrv must not get one request per failure.
+
+A broker group's entry names its `master` (None while the group fails over:
+the old master's lease ended and no slave has won the election yet) and its
+`slaves`; consumers read from a slave then (see `replicas`).
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from ferry.errors import (
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 ROUTE_REFRESH_INTERVAL_MS = 30_000
+#: An invalidated route is fetched again no sooner than this after its last fetch.
+MIN_REFRESH_INTERVAL_MS = 200
 #: Message priorities 0..PRIORITIES-1 (3 highest), mapped onto a topic's priority levels.
 PRIORITIES = 4
 
@@ -96,9 +104,17 @@ class TopicRoute:
         return priority * self.priority_levels // PRIORITIES
 
     def broker_addr(self, name: str) -> str | None:
+        """The master's wire address of broker group `name` (None: no master now)."""
         for b in self.brokers:
             if b.name == name:
                 return b.master
+        return None
+
+    def broker(self, name: str) -> BrokerRoute | None:
+        """Broker group `name`'s entry, or None when it does not serve this topic."""
+        for b in self.brokers:
+            if b.name == name:
+                return b
         return None
 
     def writable_queues(self) -> list[tuple[str, int]]:
@@ -120,10 +136,14 @@ class TopicRoute:
         return [(b.name, q) for b in self.brokers if b.writable for q in range(b.queues)]
 
     def readable_queues(self) -> list[tuple[str, int]]:
-        """(broker name, queue id) of every queue a consumer may pull from, sorted."""
+        """(broker name, queue id) of every queue a consumer may pull from, sorted.
+
+        A group with no master but a slave stays readable (its slave serves pulls),
+        so a failover does not move queues between the members of a group.
+        """
         if "r" not in self.perm:
             return []
-        return [(b.name, q) for b in self.brokers if b.readable and b.master
+        return [(b.name, q) for b in self.brokers if b.readable and (b.master or b.slaves)
                 for q in range(b.queues)]
 
 
@@ -230,6 +250,7 @@ class RouteCache:
         self.create_topics = create_topics
         self.refresh_interval_ms = refresh_interval_ms
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._fetched: dict[str, float] = {}   # topic -> monotonic time of its last fetch
         self._locks: dict[str, asyncio.Lock] = {}
 
     def cached(self, topic: str) -> TopicRoute | None:
@@ -237,10 +258,16 @@ class RouteCache:
         return entry[1] if entry else None
 
     def invalidate(self, topic: str) -> None:
-        """Make the next `route(topic)` ask namesrv again (after an error)."""
+        """Make `route(topic)` ask namesrv again (after an error), rate-limited.
+
+        The route goes stale `MIN_REFRESH_INTERVAL_MS` after its last fetch (at
+        once if that is past): many failures in a row cost one namesrv request.
+        """
         entry = self._routes.get(topic)
         if entry:
-            self._routes[topic] = (0.0, entry[1])
+            fetched = self._fetched.get(topic, 0.0)
+            stale_from = fetched + (MIN_REFRESH_INTERVAL_MS - self.refresh_interval_ms) / 1000
+            self._routes[topic] = (min(entry[0], stale_from), entry[1])
 
     async def route(self, topic: str) -> TopicRoute:
         entry = self._routes.get(topic)
@@ -262,5 +289,7 @@ class RouteCache:
                 retry_at = time.monotonic() - self.refresh_interval_ms / 1000 + 1.0
                 self._routes[topic] = (retry_at, entry[1])
                 return entry[1]
-            self._routes[topic] = (time.monotonic(), route)
+            now = time.monotonic()
+            self._routes[topic] = (now, route)
+            self._fetched[topic] = now
             return route

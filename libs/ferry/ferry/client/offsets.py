@@ -1,7 +1,10 @@
 """Where a consumer keeps its queue positions: at the broker (clustering) or locally (broadcasting).
 
 Clustering groups share positions, so they live at each queue's broker
-(COMMIT_OFFSET / QUERY_OFFSET). In broadcasting mode every member reads every
+(COMMIT_OFFSET / QUERY_OFFSET): at the group's master, or at a slave while the
+group has no master or the queue's fetcher found the master unreachable (slaves
+accept COMMIT_OFFSET and keep it; the slave that becomes master keeps what it
+has). In broadcasting mode every member reads every
 queue for itself, so positions are its own: kept in memory and, when a path
 is given, in a small JSON file written atomically (temp file + rename).
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -37,25 +41,41 @@ async def broker_addr(routes: RouteCache, tq: TopicQueue) -> str:
     return addr
 
 
+async def read_addr(routes: RouteCache, tq: TopicQueue) -> str:
+    """The broker to read `tq`'s offsets and bounds from: its master, else a slave of the group."""
+    route = await routes.route(tq.topic)
+    group = route.broker(tq.broker)
+    if group is not None and (group.master or group.slaves):
+        return group.master or group.slaves[0]
+    routes.invalidate(tq.topic)
+    raise TopicNotFoundError(f"broker {tq.broker} does not serve {tq.topic} (now)")
+
+
 async def queue_bounds(pool: ConnectionPool, routes: RouteCache,
                        tq: TopicQueue) -> tuple[int, int]:
-    """The (min, max) offsets of `tq` as its broker reports them now."""
-    addr = await broker_addr(routes, tq)
+    """The (min, max) offsets of `tq` as its broker (the master, else a slave) reports them now."""
+    addr = await read_addr(routes, tq)
     resp = await pool.request(addr, RequestCode.GET_MIN_MAX,
                               {"topic": tq.topic, "queue_id": tq.queue_id})
     return int(resp.fields["min_offset"]), int(resp.fields["max_offset"])
 
 
 class RemoteOffsetStore:
-    """Group offsets stored at each queue's broker."""
+    """Group offsets stored at each queue's broker.
 
-    def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str) -> None:
+    `commit_addr(tq)` (the consumer's fetchers) names where a queue's commit goes
+    (None: the group's master, else a slave).
+    """
+
+    def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str,
+                 commit_addr: Callable[[TopicQueue], str | None] | None = None) -> None:
         self.pool = pool
         self.routes = routes
         self.group = group
+        self.commit_addr = commit_addr
 
     async def load(self, tq: TopicQueue) -> int | None:
-        addr = await broker_addr(self.routes, tq)
+        addr = await read_addr(self.routes, tq)
         resp = await self.pool.request(addr, RequestCode.QUERY_OFFSET, {
             "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id})
         offset = int(resp.fields.get("offset", -1))
@@ -63,7 +83,8 @@ class RemoteOffsetStore:
 
     async def commit(self, offsets: dict[TopicQueue, int]) -> None:
         for tq, offset in sorted(offsets.items()):
-            addr = await broker_addr(self.routes, tq)
+            addr = (self.commit_addr(tq) if self.commit_addr is not None else None) \
+                or await read_addr(self.routes, tq)
             await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
                 "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id,
                 "offset": offset})

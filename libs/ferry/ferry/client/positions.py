@@ -17,7 +17,7 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import QueueFetcher
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import RouteCache
-from ferry.client.offsets import OffsetStore, broker_addr, queue_bounds
+from ferry.client.offsets import OffsetStore, queue_bounds, read_addr
 from ferry.client.retry import PendingOffsets
 from ferry.errors import FerryError
 from ferry.wire import RequestCode
@@ -99,7 +99,7 @@ class Positions:
         """The first offset stored at or after each timestamp (ms)."""
         out = {}
         for tq, ts_ms in timestamps.items():
-            addr = await broker_addr(self._routes, tq)
+            addr = await read_addr(self._routes, tq)
             resp = await self._pool.request(addr, RequestCode.OFFSET_FOR_TIME, {
                 "topic": tq.topic, "queue_id": tq.queue_id, "ts_ms": int(ts_ms)})
             out[tq] = int(resp.fields["offset"])

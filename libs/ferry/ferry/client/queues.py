@@ -1,7 +1,9 @@
 """The producer's queue choice: round robin over healthy brokers, or a stable hash for ordered keys.
 
 Plain messages go round robin over the writable queues whose broker has a
-live master, skipping brokers that failed in the last `broker_backoff_ms`.
+live master, skipping brokers that failed in the last `broker_backoff_ms`
+(a broker group is skipped only while its route still names the master that
+failed: once a failover gives the group a new master, it is used at once).
 Ordered messages (a key, or a queue selector, with `ordered=True`) are placed
 over the STABLE list of the route's writable queues, whether their broker is
 up or not: a key keeps its queue while a broker is down (its sends fail, they
@@ -20,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from ferry.client.message import Message, TopicQueue
 from ferry.client.namesrv import PRIORITIES, TopicRoute
-from ferry.errors import TopicNotFoundError
+from ferry.errors import NotMasterError, TopicNotFoundError
 
 QueueSelector = Callable[[Sequence[TopicQueue], Message], TopicQueue]
 
@@ -47,7 +49,8 @@ class QueueChooser:
     def __init__(self, broker_backoff_ms: int) -> None:
         self.broker_backoff_ms = broker_backoff_ms
         self._round_robin: dict[str, int] = {}
-        self._faulty: dict[str, float] = {}   # broker name -> monotonic time it may be used again
+        # broker name -> (monotonic time it may be used again, the master address that failed)
+        self._faulty: dict[str, tuple[float, str | None]] = {}
         # per topic: the route the list was built from, and the list
         self._queue_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
         self._key_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
@@ -55,9 +58,21 @@ class QueueChooser:
         self._level_lists: dict[tuple[str, int],
                                 tuple[TopicRoute, list[TopicQueue], list[TopicQueue]]] = {}
 
-    def mark_faulty(self, broker: str) -> None:
-        """Skip `broker` for plain messages during the next `broker_backoff_ms`."""
-        self._faulty[broker] = time.monotonic() + self.broker_backoff_ms / 1000
+    def mark_faulty(self, broker: str, addr: str | None = None) -> None:
+        """Skip `broker` for plain messages during the next `broker_backoff_ms`.
+
+        With `addr` (the master that failed), only while the route still names
+        that master: a group that failed over to a new master is used again.
+        """
+        self._faulty[broker] = (time.monotonic() + self.broker_backoff_ms / 1000, addr)
+
+    def _skipped(self, route: TopicRoute) -> set[str]:
+        """The broker groups plain messages avoid now (expired marks are dropped)."""
+        now = time.monotonic()
+        for name in [n for n, (until, _) in self._faulty.items() if until <= now]:
+            del self._faulty[name]
+        return {n for n, (_, addr) in self._faulty.items()
+                if addr is None or route.broker_addr(n) == addr}
 
     def _levelled(self, topic: str, route: TopicRoute, priority: int,
                   ) -> tuple[list[TopicQueue], list[TopicQueue]]:
@@ -91,14 +106,23 @@ class QueueChooser:
         else:
             queues = self._all_usable(topic, route)
         if not queues:
+            if self.key_queues(topic, route, priority):
+                # Queues exist, but no group has a master now: a failover is under way.
+                raise NotMasterError(f"no broker group of topic {topic} has a master now "
+                                     "(failing over)")
             raise TopicNotFoundError(f"topic {topic} has no writable queue on a live broker")
         if not self._faulty:
             return queues
-        now = time.monotonic()
-        for name in [n for n, until in self._faulty.items() if until <= now]:
-            del self._faulty[name]
-        healthy = [tq for tq in queues if tq.broker not in self._faulty]
+        skipped = self._skipped(route)
+        healthy = [tq for tq in queues if tq.broker not in skipped]
         return healthy or queues  # every broker looks faulty: try them anyway
+
+    def all_skipped(self, topic: str, route: TopicRoute, priority: int = 0) -> bool:
+        """Whether every usable queue's broker group is skipped now (its master failed)."""
+        if not self._faulty:
+            return False
+        skipped = self._skipped(route)
+        return all(tq.broker in skipped for tq in self.usable(topic, route, priority))
 
     def key_queues(self, topic: str, route: TopicRoute, priority: int = 0) -> list[TopicQueue]:
         """Every writable queue of the route (of the priority's level), up or down: the

@@ -1,0 +1,107 @@
+"""A master that hangs past its lease (SIGSTOP) and comes back (SIGCONT): no second master.
+
+While the master is stopped, its election lease ends and the slave takes over
+with a higher epoch. Requests that reached the stale master meanwhile wait in
+its socket buffers; when it runs again it must refuse them (NotMasterError),
+never acknowledge them: every ack is recorded with its time and the address
+that sent it, and none may come from the stale master after the new master's
+election was seen. Then the stale master rejoins as a slave and its log equals
+the new master's.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from ferry import Message, Producer
+from ferry.client.connection import BrokerConnection
+from ferry.client.encoding import to_wire
+from ferry.errors import FerryError, NotMasterError
+from ferry.wire import RequestCode, encode_messages
+
+from tests.replication.test_kill_master import _wait_same_end, _whole_log
+from tests.support.ha import Cluster, HaBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TOPIC = "ha-stale"
+SEND_INTERVAL_S = 0.02
+
+
+@dataclass
+class DirectSender:
+    """Sends to ONE broker address (no route, no retry); records each answer with its time."""
+
+    addr: str
+    acks: list[tuple[float, str]] = field(default_factory=list)     # (monotonic time, addr)
+    refusals: list[tuple[float, str]] = field(default_factory=list)  # (time, error type)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        conn = await BrokerConnection.open(self.addr, request_timeout_ms=60_000)
+        body = encode_messages([to_wire(Message(b"direct"))])
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while not self._stop.is_set():
+                task = asyncio.create_task(self._one(conn, body))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                await asyncio.sleep(SEND_INTERVAL_S)
+            if pending:
+                await asyncio.wait(pending, timeout=15)
+        finally:
+            await conn.close()
+
+    async def _one(self, conn: BrokerConnection, body: bytes) -> None:
+        try:
+            await conn.request(RequestCode.SEND, {"topic": TOPIC, "queue_id": 0}, body)
+        except FerryError as exc:
+            self.refusals.append((time.monotonic(), type(exc).__name__))
+        else:
+            self.acks.append((time.monotonic(), self.addr))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def test_a_stale_master_acknowledges_nothing_after_the_new_election(
+        clusters: Callable[..., Cluster]) -> None:
+    cluster = clusters(replication="sync")
+    old, old_epoch = cluster.wait_master("broker-a")
+    async with Producer(namesrv=cluster.namesrv) as producer:
+        await producer.send_and_wait(TOPIC, b"first")   # the topic exists on the group
+    sender = DirectSender(old.addr)
+    task = asyncio.create_task(sender.run())
+    await asyncio.sleep(1.0)
+    assert sender.acks, f"the master acknowledged nothing before the pause: {sender.refusals}"
+    old.pause()
+    try:
+        new, new_epoch = await asyncio.to_thread(cluster.wait_master, "broker-a",
+                                                 not_addr=old.addr, min_epoch=old_epoch + 1)
+        elected_seen = time.monotonic()
+        await asyncio.sleep(1.0)   # requests pile up in the stale master's socket
+    finally:
+        old.resume()
+    await asyncio.sleep(3.0)       # it runs again: answers what piled up, then steps down
+    sender.stop()
+    await task
+    stale_acks = [t for t, addr in sender.acks if addr == old.addr and t > elected_seen]
+    assert new_epoch > old_epoch
+    assert stale_acks == [], f"{len(stale_acks)} writes acknowledged by the stale master"
+    assert any(kind == NotMasterError.__name__ for _, kind in sender.refusals), sender.refusals
+    # It rejoins as a slave of the new master, and their logs agree.
+    await _rejoined(cluster, old, new)
+
+
+async def _rejoined(cluster: Cluster, old: HaBroker, new: HaBroker) -> None:
+    await asyncio.to_thread(cluster.wait_role, old, "slave")
+    async with Producer(namesrv=cluster.namesrv, retries=50, retry_backoff_ms=100) as producer:
+        for i in range(20):
+            await producer.send_and_wait(TOPIC, f"after-{i}".encode())
+    end = await _wait_same_end(old, new)
+    old.stop()
+    new.stop()
+    assert _whole_log(old.data_dir, end) == _whole_log(new.data_dir, end)
