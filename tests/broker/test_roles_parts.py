@@ -11,8 +11,10 @@ from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 
 from tests.broker import roles_support
+from tests.broker.conftest import start_broker
 from tests.broker.roles_support import eventually, replication
 from tests.broker.wire_client import message
+from tests.support.procs import Etcd
 
 group, prefix = roles_support.group, roles_support.prefix  # fixtures
 
@@ -65,3 +67,18 @@ async def test_a_term_older_than_the_store_takes_no_writes(group: Any, tmp_path:
             await client.send("t", 0, [message(b"x")])
     finally:
         await client.close()
+
+
+async def test_a_broker_without_replication_is_a_static_master(tmp_path: Path, etcd: Etcd) -> None:
+    b = start_broker(tmp_path, etcd)
+    try:
+        r = replication(b)
+        assert (r["mode"], r["role"], r["epoch"], r["writable"]) == ("none", "", 0, True)
+        assert "slaves" not in r and "follower" not in r
+        client = await b.client()
+        try:
+            await client.send("plain", 0, [message(b"as before issue 9")])
+        finally:
+            await client.close()
+    finally:
+        b.proc.stop()
