@@ -9,7 +9,8 @@ chunk (after its fsync in SYNC flush mode); `wait_replicated` resolves once
 every slave of the in-sync set (`set_required`, kept by ferry_broker.insync)
 acknowledged the offset. The server reports what changes that set to its
 `listener`: a slave that caught up with the log end, a slave unlinked, slaves
-that let a waiter time out. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
+that let a waiter time out. Without a listener (no set kept) a wait needs any
+one linked slave's ACK, and fails at once when none is linked. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
 lag, and answers with an ACK, so the master knows the slave lives) and, when it
 changed, the consumer-offset snapshot about once a second.
 
@@ -143,12 +144,22 @@ class ReplicationServer:
         """Return once every required slave acknowledged `end_offset` (at once when none
         is required); SlaveNotAvailableError at once when fewer slaves are required than
         the minimum, or after `timeout_ms`."""
+        if self._listener is None:
+            return await self._wait_any(end_offset, timeout_ms)
         required = self._required
         if len(required) < self._min_slaves:
             raise SlaveNotAvailableError(
                 f"the in-sync set has {len(required) + 1} member(s), fewer than "
                 f"min_insync_replicas {self._min_slaves + 1}")
         if not required or self._covered() >= end_offset:
+            return
+        await self._waiters.wait(end_offset, timeout_ms)
+
+    async def _wait_any(self, end_offset: int, timeout_ms: int) -> None:
+        """No in-sync set kept: any one linked slave's ACK will do."""
+        if not self._links:
+            raise SlaveNotAvailableError("no slave is connected")
+        if max(link.acked_offset for link in self._links.values()) >= end_offset:
             return
         await self._waiters.wait(end_offset, timeout_ms)
 
@@ -297,7 +308,9 @@ class ReplicationServer:
                     f"the slave acknowledged {offset}, past what it was sent ({link.next_offset})")
             if offset > link.acked_offset:
                 link.acked_offset = offset
-                if link.broker_id in self._required:
+                if self._listener is None:
+                    self._waiters.acked(offset)
+                elif link.broker_id in self._required:
                     self._waiters.acked(self._covered())
             if (link.broker_id not in self._required and self._listener is not None
                     and offset >= self.store.commit_log_max_offset):
@@ -354,7 +367,10 @@ class ReplicationServer:
         if self._links.get(link.broker_id) is link:
             del self._links[link.broker_id]
             log.info("replication: slave %d at %s unlinked", link.broker_id, link.addr)
-            if self._listener is not None:
+            if self._listener is None:
+                if not self._links:
+                    self._waiters.fail_all("no slave is connected")
+            else:
                 # (Waiters for it go on waiting: the set keeper removes it from the
                 # set in etcd first, then from `set_required`, which releases them.)
                 try:
