@@ -53,7 +53,7 @@ async def _group(tmp_path: Path, etcd: Etcd, min_insync: int) -> Group:
                         poll_s=0.1)
     await election.start()
     await election.wait_leading()
-    isr = InSyncSet(election, insync_key(prefix, CLUSTER, NAME), 0, min_insync)
+    isr = InSyncSet(election, insync_key(prefix, CLUSTER, NAME), 0, min_insync, 5_000)
     master = open_master(tmp_path / "master", epoch=election.epoch)
     master.listener = isr
     await master.start()

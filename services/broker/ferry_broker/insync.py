@@ -8,11 +8,14 @@ leader key's create_revision), so a deposed master never can.
 
 - A new master writes {"epoch": E, "members": [itself]} before its first write
   of the term (`InSyncSet.begin`).
-- A slave joins once its acknowledged offset reaches the master's log end. The
-  master counts it in the sync waits FROM THAT MOMENT, then writes the bigger
-  set: once etcd lists the slave (so it may be elected), every write acked
-  after the moment it caught up is on it too, and the ones before were at most
-  the end it had acknowledged.
+- A slave joins in two steps once its acknowledged offset is within
+  CAUGHT_UP_LAG_BYTES of the master's log end E (moment P): the master counts
+  it in the sync waits from P on, waits until it acknowledged E (every write
+  acked before P ended at or below E), and only then writes the bigger set.
+  So once etcd lists the slave (it may be elected), it has every acknowledged
+  write. Requiring the exact end instead would never let a slave in under a
+  steady load; if it does not reach E within `repl_timeout_ms`, the writes
+  waiting for it time out and it is dropped (it tries again later).
 - A set slave that unlinks, or that had not acknowledged a write when the
   write's wait timed out (`repl_timeout_ms`), leaves the set: the smaller set is
   written to etcd FIRST, and only then do the waits stop counting it (so a
@@ -36,6 +39,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ferry.errors import SlaveNotAvailableError
 from ferry.routing.election import Election
 
 if TYPE_CHECKING:
@@ -47,6 +51,9 @@ log = logging.getLogger(__name__)
 INSYNC_KEY = "insync/brokers/{cluster}/{name}"
 #: Pause before writing the set again after etcd failed or refused the write.
 WRITE_RETRY_S = 0.5
+#: A slave that failed to join (it did not reach the end in time) tries again only
+#: after this: each failed try costs the writes that waited for it a timeout.
+JOIN_RETRY_S = 5.0
 
 
 def insync_key(prefix: str, cluster: str, name: str) -> bytes:
@@ -88,15 +95,19 @@ class InSyncSet:
     tells the server which slaves the sync waits need (`set_required`)."""
 
     def __init__(self, election: Election, key: bytes, broker_id: int,
-                 min_insync_replicas: int) -> None:
+                 min_insync_replicas: int, repl_timeout_ms: int) -> None:
         self._election = election
         self.key = key
         self.broker_id = broker_id
         self.min_insync_replicas = min_insync_replicas
+        self.repl_timeout_ms = repl_timeout_ms
         self.epoch = 0
         #: The members etcd has (as last written by this master); [] outside a term.
         self.members: list[int] = []
-        self._want: set[int] = set()   # the slaves that should be members
+        self._want: set[int] = set()   # the slaves counted in waits (members or joining)
+        self._ready: set[int] = set()  # joining slaves that have every acked write
+        self._joins: set[asyncio.Task[None]] = set()
+        self._retry_at: dict[int, float] = {}   # failed joiner -> loop time of its next try
         self._server: ReplicationServer | None = None
         self._dirty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -116,7 +127,8 @@ class InSyncSet:
             return False
         if not ok:
             return False
-        self.epoch, self.members, self._want, self._server = epoch, members, set(), server
+        self.epoch, self.members, self._server = epoch, members, server
+        self._want, self._ready = set(), set()
         self._apply()
         self._task = asyncio.get_running_loop().create_task(self._writer(), name="insync")
         log.info("in-sync set of epoch %d: %s", epoch, members)
@@ -129,7 +141,9 @@ class InSyncSet:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._server, self.members, self._want = None, [], set()
+        for join in list(self._joins):
+            join.cancel()
+        self._server, self.members, self._want, self._ready = None, [], set(), set()
 
     def status(self) -> dict[str, Any]:
         """The set for /v1/stats: as etcd has it, plus slaves counted but not yet written."""
@@ -143,25 +157,56 @@ class InSyncSet:
     def caught_up(self, broker_id: int) -> None:
         if self._server is None or broker_id in self._want:
             return
-        log.info("slave %d caught up: joining the in-sync set", broker_id)
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._retry_at.get(broker_id, 0.0):
+            return
+        end = self._server.store.commit_log_max_offset
+        log.info("slave %d caught up: joining the in-sync set once it has offset %d",
+                 broker_id, end)
         self._want.add(broker_id)
-        self._apply()   # counted in waits now, before etcd lists it
-        self._dirty.set()
+        self._apply()   # counted in waits from now on, before etcd lists it
+        join = loop.create_task(self._join(broker_id, end), name=f"insync-join-{broker_id}")
+        self._joins.add(join)
+        join.add_done_callback(self._joins.discard)
+
+    async def _join(self, broker_id: int, end_offset: int) -> None:
+        """Once the joining slave has `end_offset` (all acked before it joined): write it."""
+        server = self._server
+        assert server is not None
+        try:
+            await server.wait_replicated(end_offset, self.repl_timeout_ms, enforce_min=False)
+        except SlaveNotAvailableError as exc:
+            if broker_id in self._want and broker_id not in self.members:
+                log.info("slave %d did not join the in-sync set (%s); next try in %.0f s",
+                         broker_id, exc, JOIN_RETRY_S)
+                self._want.discard(broker_id)
+                self._ready.discard(broker_id)
+                self._retry_at[broker_id] = asyncio.get_running_loop().time() + JOIN_RETRY_S
+                self._apply()
+            return
+        if server is self._server and broker_id in self._want:
+            self._ready.add(broker_id)
+            self._dirty.set()
 
     def unlinked(self, broker_id: int) -> None:
         self._leave([broker_id], "unlinked")
 
     def lagging(self, broker_ids: list[int]) -> None:
-        self._leave(broker_ids, "did not acknowledge within repl_timeout_ms")
+        gone = self._leave(broker_ids, "did not acknowledge within repl_timeout_ms")
+        retry_at = asyncio.get_running_loop().time() + JOIN_RETRY_S
+        for broker_id in gone:   # each try costs waiting writes a timeout: not at once
+            self._retry_at[broker_id] = retry_at
 
-    def _leave(self, broker_ids: list[int], why: str) -> None:
+    def _leave(self, broker_ids: list[int], why: str) -> list[int]:
         gone = [i for i in broker_ids if i in self._want]
         if self._server is None or not gone:
-            return
+            return []
         log.warning("slave(s) %s leave the in-sync set: %s", gone, why)
         self._want.difference_update(gone)
+        self._ready.difference_update(gone)
         self._apply()   # a member etcd lists stays counted until etcd has the smaller set
         self._dirty.set()
+        return gone
 
     # -- keeping etcd and the waits in step ----------------------------------------------
 
@@ -180,7 +225,8 @@ class InSyncSet:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            target = [self.broker_id, *sorted(self._want)]
+            target = [self.broker_id, *sorted(i for i in self._want
+                                              if i in self.members or i in self._ready)]
             if target == self.members:
                 self._apply()
                 continue
@@ -194,5 +240,6 @@ class InSyncSet:
                 self._dirty.set()
                 continue
             self.members = target
+            self._ready.difference_update(target)
             log.info("in-sync set of epoch %d: %s", self.epoch, target)
             self._apply()

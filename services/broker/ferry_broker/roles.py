@@ -171,7 +171,7 @@ class RoleManager:
         if self.mode == "sync":
             self.insync = InSyncSet(
                 self.election, insync_key(registration.registry.prefix, cfg.cluster, cfg.name),
-                cfg.id, cfg.min_insync_replicas)
+                cfg.id, cfg.min_insync_replicas, cfg.repl_timeout_ms)
         await self.election.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name="roles"),

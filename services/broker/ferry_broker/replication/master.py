@@ -45,13 +45,17 @@ LINK_IDLE_TIMEOUT_MS = 6_000
 OFFSETS_INTERVAL_MS = 1_000
 #: Connections (linked slaves and handshakes in progress) served at once.
 MAX_CONNECTIONS = 32
+#: A slave outside the in-sync set whose ACK is at most this far behind the log
+#: end is reported caught up (the set keeper then makes writes wait for it until
+#: it has the end of that moment: a margin, or it would never join under load).
+CAUGHT_UP_LAG_BYTES = 1 << 20
 
 
 class InSyncListener(Protocol):
     """What the in-sync set keeper hears from the server (all called on the loop)."""
 
     def caught_up(self, broker_id: int) -> None:
-        """A slave outside the set acknowledged the log end."""
+        """A slave outside the set acknowledged up to CAUGHT_UP_LAG_BYTES of the end."""
 
     def unlinked(self, broker_id: int) -> None:
         """A slave's link ended."""
@@ -140,14 +144,16 @@ class ReplicationServer:
         for link in self._links.values():
             link.wake.set()
 
-    async def wait_replicated(self, end_offset: int, timeout_ms: int) -> None:
+    async def wait_replicated(self, end_offset: int, timeout_ms: int, *,
+                              enforce_min: bool = True) -> None:
         """Return once every required slave acknowledged `end_offset` (at once when none
         is required); SlaveNotAvailableError at once when fewer slaves are required than
-        the minimum, or after `timeout_ms`."""
+        the minimum (unless not `enforce_min`: a joining slave's wait), or after
+        `timeout_ms`."""
         if self._listener is None:
             return await self._wait_any(end_offset, timeout_ms)
         required = self._required
-        if len(required) < self._min_slaves:
+        if enforce_min and len(required) < self._min_slaves:
             raise SlaveNotAvailableError(
                 f"the in-sync set has {len(required) + 1} member(s), fewer than "
                 f"min_insync_replicas {self._min_slaves + 1}")
@@ -313,7 +319,7 @@ class ReplicationServer:
                 elif link.broker_id in self._required:
                     self._waiters.acked(self._covered())
             if (link.broker_id not in self._required and self._listener is not None
-                    and offset >= self.store.commit_log_max_offset):
+                    and self.store.commit_log_max_offset - offset <= CAUGHT_UP_LAG_BYTES):
                 self._listener.caught_up(link.broker_id)
 
     async def _stream(self, link: _Link) -> None:
