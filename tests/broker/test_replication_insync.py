@@ -168,3 +168,36 @@ async def test_a_deposed_master_cannot_shrink_the_set_and_acks_nothing_a_member_
     finally:
         await s1.follower.stop()
         s1.store.close()
+
+
+async def test_a_slave_joins_the_set_under_a_steady_load(group: Group, tmp_path: Path) -> None:
+    m, isr = group.master, group.isr
+    assert m.server is not None
+    server = m.server
+    rng = random.Random(10)
+    m.put(200, rng)   # a backlog to stream first
+    stop = asyncio.Event()
+    acked: list[int] = []
+
+    async def load() -> None:
+        while not stop.is_set():
+            end = m.put(2, rng, max_body=500)
+            await server.wait_replicated(end, 5_000)
+            acked.append(end)
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(load())
+    s1 = open_slave(tmp_path / "s1", 1)
+    try:
+        await s1.follower.follow(m.addr, m.epoch)
+        await until(lambda: isr.members == [0, 1])
+        joined_at = len(acked)
+        await until(lambda: len(acked) >= joined_at + 20)
+        # Writes acknowledged while slave 1 is in the set are on it.
+        assert s1.store.commit_log_max_offset >= acked[-1]
+    finally:
+        stop.set()
+        await task
+        await s1.follower.stop()
+        s1.store.close()
+    assert await group.stored() == [0, 1]

@@ -142,6 +142,9 @@ async def test_the_old_master_rejoins_as_slave_with_an_equal_log(
     assert more.acked
     end = await _wait_same_end(old, new)
     assert cluster.master("broker-a")[0] is new   # type: ignore[index]
+    if replication == "sync":   # caught up, the old master is back in the in-sync set
+        members = await asyncio.to_thread(cluster.wait_insync, "broker-a", 2)
+        assert members[0] == new.broker_id and old.broker_id in members
     old.stop()
     new.stop()
     assert end > 0
