@@ -23,11 +23,9 @@ leader key is free, a candidate whose live sibling is strictly ahead (by
 (epoch, end offset)) declines to take it, for at most MAX_DECLINED_ROUNDS
 rounds in a row: the better one normally wins within a round, and a sibling
 that is ahead but cannot lead (its etcd link is down, it is stuck) delays a
-takeover by a bounded time only. In async mode safety never depends on this:
-it is a preference, fencing is the election's epoch and lease. In sync mode a
-hard rule comes first: only a member of the in-sync set (or anyone while the
-set's key is absent) may stand, and siblings outside the set do not count as
-ahead.
+takeover by a bounded time only; fencing is the election's epoch and lease.
+In sync mode a hard rule comes first: only in-sync set members may stand
+(ferry_broker.insync), and only members count as ahead.
 """
 from __future__ import annotations
 
