@@ -71,8 +71,22 @@ async def test_broker_list_shows_roles_epochs_and_lag(group: Any, namesrv: str) 
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].split() == ["group", "id", "role", "epoch", "addr", "end_offset",
-                                "lag_bytes", "state"]
+                                "lag_bytes", "in_sync", "state"]
+    assert m["in_sync"] == s["in_sync"] == "-"   # async: no in-sync set
     assert len(lines) == 3 and "master" in lines[1] and "slave" in lines[2]
     # A member that is gone from namesrv is gone from the list.
     slave.proc.stop()
     await eventually(lambda: [r["id"] for r in rows(namesrv)] == [master_id])
+
+
+async def test_broker_list_shows_the_in_sync_set_of_a_sync_group(group: Any, namesrv: str) -> None:
+    master, slave = await two_members(group, mode="sync")
+    master_id, slave_id = int(master.env["FERRY_BROKER_ID"]), int(slave.env["FERRY_BROKER_ID"])
+
+    def in_sync() -> dict[int, str]:
+        return {r["id"]: r["in_sync"] for r in rows(namesrv)}
+
+    await eventually(lambda: in_sync() == {master_id: "yes", slave_id: "yes"})
+    slave.proc.kill9()
+    await eventually(lambda: in_sync().get(master_id) == "yes"
+                     and in_sync().get(slave_id, "no") == "no")

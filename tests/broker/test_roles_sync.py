@@ -20,9 +20,16 @@ pytestmark = pytest.mark.integration
 group, prefix = roles_support.group, roles_support.prefix  # fixtures
 
 
+def insync(b: Any) -> list[int]:
+    return list(replication(b).get("insync", {}).get("members", []))
+
+
 async def test_sync_master_acks_only_what_a_slave_has(group: Any) -> None:
-    alone = group(0, mode="sync", FERRY_BROKER_REPL_TIMEOUT_MS="500")
+    """min_insync_replicas=2: strict, an ack means a slave has the records."""
+    strict = {"mode": "sync", "FERRY_BROKER_MIN_INSYNC_REPLICAS": "2"}
+    alone = group(0, FERRY_BROKER_REPL_TIMEOUT_MS="500", **strict)
     await eventually(lambda: is_master(alone))
+    assert insync(alone) == [0]
     client = await alone.client()
     try:
         # No slave: the records are stored, but never acknowledged (retriable error).
@@ -30,8 +37,9 @@ async def test_sync_master_acks_only_what_a_slave_has(group: Any) -> None:
             await client.send("pay", 0, [message(b"no slave yet")])
     finally:
         await client.close()
-    slave = group(1, mode="sync", FERRY_BROKER_REPL_TIMEOUT_MS="5000")
+    slave = group(1, FERRY_BROKER_REPL_TIMEOUT_MS="5000", **strict)
     await eventually(lambda: follows(slave, alone))
+    await eventually(lambda: insync(alone) == [0, 1])
     mc, sc = await alone.client(), await slave.client()
     try:
         for i in range(20):
@@ -43,6 +51,40 @@ async def test_sync_master_acks_only_what_a_slave_has(group: Any) -> None:
     finally:
         await mc.close()
         await sc.close()
+
+
+async def test_a_lone_sync_master_takes_writes_and_a_caught_up_slave_joins_the_set(
+        group: Any) -> None:
+    """min_insync_replicas=1 (default): the set is the master alone until a slave catches up."""
+    alone = group(0, mode="sync")
+    await eventually(lambda: is_master(alone))
+    client = await alone.client()
+    try:
+        await client.send("solo", 0, [message(b"acked by the master alone")])
+    finally:
+        await client.close()
+    slave = group(1, mode="sync")
+    await eventually(lambda: follows(slave, alone))
+    await eventually(lambda: insync(alone) == [0, 1])
+    section = replication(alone)
+    assert section["insync"]["epoch"] == section["epoch"]
+    assert [s["in_sync"] for s in section["slaves"]] == [True]
+    mc, sc = await alone.client(), await slave.client()
+    try:
+        ack = await mc.send("solo", 0, [message(b"in the set")])
+        _, msgs = await sc.pull("solo", 0, ack["queue_offset"], max_count=1)
+        assert [m.body for m in msgs] == [b"in the set"]
+    finally:
+        await mc.close()
+        await sc.close()
+    # The slave stops: the set shrinks (etcd first) and writes go on.
+    slave.proc.stop()
+    await eventually(lambda: insync(alone) == [0])
+    mc = await alone.client()
+    try:
+        await mc.send("solo", 0, [message(b"alone again")])
+    finally:
+        await mc.close()
 
 
 async def test_far_behind_pulls_are_told_to_read_from_the_slave(group: Any) -> None:

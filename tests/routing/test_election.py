@@ -181,3 +181,33 @@ async def test_bad_arguments_are_refused(etcd: Etcd, prefix: str) -> None:
         Election(etcd.endpoint, prefix, "k", "n", {}, 1)
     with pytest.raises(ValueError):
         Election(etcd.endpoint, prefix, "k", "n", {"epoch": 3}, TTL_S)
+
+
+async def test_only_the_current_leader_can_put_if_leader(etcd: Etcd, prefix: str) -> None:
+    """A deposed leader's write is refused by etcd, even before it noticed its loss."""
+    reg = EtcdRegistry(etcd.endpoint, prefix=prefix)
+    await reg.start()
+    a = make(etcd.endpoint, prefix, "a")
+    b = make(etcd.endpoint, prefix, "b")
+    key = f"{prefix}insync/test"
+    try:
+        await a.start()
+        await a.wait_leading()
+        assert not await b.put_if_leader(key, b"from b")  # not leading
+        assert await a.put_if_leader(key, b"term 1")
+        got = await reg.client.get(key.encode())
+        assert got is not None and got.value == b"term 1"
+        # a is deposed behind its back: its key goes and b takes a new term.
+        await reg.client.delete(a.key)
+        await b.start()
+        await b.wait_leading()
+        # Whether or not a noticed yet (it checks its key once per TTL/3), etcd
+        # compares the leader key's create_revision with a's: refused.
+        assert not await a.put_if_leader(key, b"stale")
+        assert await b.put_if_leader(key, b"term 2")
+        got = await reg.client.get(key.encode())
+        assert got is not None and got.value == b"term 2"
+    finally:
+        await a.stop()
+        await b.stop()
+        await reg.stop()

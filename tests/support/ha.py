@@ -190,6 +190,28 @@ class Cluster:
             time.sleep(0.1)
         raise RuntimeError(f"{name}'s master links {linked}, not {slaves} slave(s)")
 
+    def insync(self, name: str) -> list[int] | None:
+        """The in-sync set's members as the group's master reports them (None: no master)."""
+        got = self.master(name)
+        if got is None:
+            return None
+        try:
+            section = got[0].get_json("/v1/stats").get("replication", {})
+        except (OSError, ValueError):
+            return None
+        return list((section.get("insync") or {}).get("members") or [])
+
+    def wait_insync(self, name: str, members: int, timeout_s: float = 30.0) -> list[int]:
+        """Until the group's in-sync set (sync mode) has exactly `members` members."""
+        deadline = time.monotonic() + timeout_s
+        got: list[int] | None = None
+        while time.monotonic() < deadline:
+            got = self.insync(name)
+            if got is not None and len(got) == members:
+                return got
+            time.sleep(0.1)
+        raise RuntimeError(f"{name}'s in-sync set is {got}, not {members} member(s)")
+
     def wait_role(self, b: HaBroker, role: str, timeout_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -233,6 +255,8 @@ def start_cluster(etcd: Etcd, workdir: Path, *, replication: str = "sync",
             if replication != "none":
                 cluster.wait_master(name)
                 cluster.wait_linked(name, per_group - 1)
+            if replication == "sync":
+                cluster.wait_insync(name, per_group)
     except BaseException:
         cluster.stop()
         raise

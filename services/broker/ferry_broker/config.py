@@ -70,7 +70,10 @@ class BrokerConfig:
     replication: str = "none"
     repl_port: int = 10912
     election_ttl_s: int = 3      # the master's lease: failover within about this + 1 s
-    repl_timeout_ms: int = 3000  # sync: the longest an ack waits for a slave (then retriable error)
+    repl_timeout_ms: int = 3000  # sync: the longest an ack waits for the in-sync slaves
+    # Sync: the in-sync set's smallest size (the master included) for writes to be
+    # acknowledged; below it they answer SlaveNotAvailableError at once (2 = strict).
+    min_insync_replicas: int = 1
     repl_lag_bytes_max: int = 64 << 20    # a slave further behind is reported `lagging`
     # A PULL whose record lies further behind the log end than this gets
     # suggest_slave when a slave is live (reads of old data go to the slave).

@@ -8,7 +8,8 @@ group `{cluster}/{name}` is a candidate in the election at
 
 - leading: stop following, append (epoch, commit-log end) to the store's
   EpochLog (BEFORE the first write of the term), start the ReplicationServer
-  on `repl_port`, then take writes and register role "master" with the epoch;
+  on `repl_port`, in sync mode write the in-sync set {epoch, [itself]}
+  (ferry_broker.insync), then take writes and register role "master";
 - not leading: stop taking writes at once (`writable` reads the election's
   clock-checked `is_leader`, not a flag the loop might set late), stop the
   server, follow the leader's `repl_addr` at its epoch, register "slave".
@@ -22,8 +23,9 @@ leader key is free, a candidate whose live sibling is strictly ahead (by
 (epoch, end offset)) declines to take it, for at most MAX_DECLINED_ROUNDS
 rounds in a row: the better one normally wins within a round, and a sibling
 that is ahead but cannot lead (its etcd link is down, it is stuck) delays a
-takeover by a bounded time only. Safety never depends on this: it is a
-preference, fencing is the election's epoch and lease.
+takeover by a bounded time only; fencing is the election's epoch and lease.
+In sync mode a hard rule comes first: only in-sync set members may stand
+(ferry_broker.insync), and only members count as ahead.
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 from ferry.errors import NotMasterError
 from ferry.routing.election import Election
 from ferry.store.epochs import EpochLog
+
+from ferry_broker.insync import InSyncSet, insync_key, may_lead
 
 if TYPE_CHECKING:
     from ferry_broker.context import BrokerContext
@@ -96,6 +100,9 @@ class RoleManager:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._published: tuple[int | None, tuple[int, int]] | None = None
+        #: Sync mode: the in-sync set this broker keeps while master.
+        self.insync: InSyncSet | None = None
+        self._outside_logged = False
 
     # -- what the put path and the handlers read --------------------------------
 
@@ -131,6 +138,8 @@ class RoleManager:
                              **self.election.leader.value}
         if self.role == ROLE_MASTER and self.server is not None:
             out["slaves"] = self.server.slaves()
+            if self.insync is not None:
+                out["insync"] = self.insync.status()
         elif self.follower is not None and self._following is not None:
             out["follower"] = self.follower.status()
         return out
@@ -157,6 +166,10 @@ class RoleManager:
                           "http_addr": cfg.http_addr},
             cfg.election_ttl_s, eligible=self._eligible,
             on_change=lambda _leading: self._wake.set(), poll_s=ELECTION_POLL_S)
+        if self.mode == "sync":
+            self.insync = InSyncSet(
+                self.election, insync_key(registration.registry.prefix, cfg.cluster, cfg.name),
+                cfg.id, cfg.min_insync_replicas, cfg.repl_timeout_ms)
         await self.election.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name="roles"),
@@ -177,6 +190,8 @@ class RoleManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.insync is not None:
+            await self.insync.end()
         if self.election is not None:
             await self.election.stop()
         if self.server is not None:
@@ -257,9 +272,11 @@ class RoleManager:
                 ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
                 epoch=lambda: self.epoch, is_peer=self._is_peer,
                 offsets_snapshot=ctx.offsets.snapshot_bytes,
-                lag_bytes_max=cfg.repl_lag_bytes_max)
+                lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync)
             await server.start(cfg.host, cfg.repl_port)
             self.server = server
+        if self.insync is not None and not await self.insync.begin(epoch, self.server):
+            return  # the set is not written (etcd away, or the term lost): next round
         if not (self.election.is_leader and self.election.epoch == epoch):
             return  # lost it meanwhile: the next round steps down
         self.role, self._master = ROLE_MASTER, True
@@ -272,6 +289,8 @@ class RoleManager:
         if self.role == ROLE_MASTER:
             log.warning("no longer master (epoch %d)", self.epoch)
         self.role = ROLE_SLAVE
+        if self.insync is not None:
+            await self.insync.end()
         if self.server is not None:
             server, self.server = self.server, None
             await server.stop()
@@ -333,8 +352,19 @@ class RoleManager:
             await asyncio.sleep(PUBLISH_S)
 
     async def _eligible(self) -> bool:
-        """Decline a free leader key while a live sibling is strictly ahead (bounded)."""
+        """Sync: only a member of the in-sync set; then decline a free leader key while
+        a live sibling (of the set) is strictly ahead (bounded)."""
         assert self.election is not None
+        members: list[int] | None = None
+        if self.insync is not None:
+            allowed, members = await may_lead(self.election, self.insync.key,
+                                              self._ctx.config.id)
+            if not allowed:
+                if not self._outside_logged:   # once per absence, not every round
+                    log.warning("not standing for master: not in the in-sync set %s", members)
+                    self._outside_logged = True
+                return False
+            self._outside_logged = False
         mine = self.position()
         try:
             await self._publish()
@@ -345,7 +375,8 @@ class RoleManager:
         ahead = []
         for kv in kvs:
             sibling = kv.key.rsplit(b"/", 1)[-1].decode(errors="replace")
-            if sibling == str(self._ctx.config.id):
+            if sibling == str(self._ctx.config.id) or (
+                    members is not None and sibling not in {str(m) for m in members}):
                 continue
             try:
                 doc = json.loads(kv.value)

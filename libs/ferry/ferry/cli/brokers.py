@@ -7,7 +7,9 @@ end, its slaves or the master it follows) from its `/v1/stats` at its
 offset vs the master's end), else what the slave itself knows (its end vs the
 master's end it last saw). A member registered "master" under an older epoch
 than its group's master is a dead master whose key has not expired yet: shown
-as `master?` (routes ignore it).
+as `master?` (routes ignore it). In a sync group, `in_sync` says whether the
+member is in the in-sync set its master reports (only members may be elected);
+"-" for async groups and lone brokers.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from ferry.client.namesrv import NamesrvClient
 
 #: How long one broker's /v1/stats may take before it is shown unreachable.
 STATS_TIMEOUT_S = 3.0
-COLUMNS = ("group", "id", "role", "epoch", "addr", "end_offset", "lag_bytes", "state")
+COLUMNS = ("group", "id", "role", "epoch", "addr", "end_offset", "lag_bytes", "in_sync",
+           "state")
 
 
 async def _stats(session: aiohttp.ClientSession, http_addr: str) -> dict[str, Any] | None:
@@ -42,6 +45,7 @@ def _rows(brokers: list[dict[str, Any]], stats: list[dict[str, Any] | None]) -> 
     """One row per member, grouped by broker group, ordered by id."""
     top_epoch: dict[str, int] = {}
     acked_lag: dict[tuple[str, int], int] = {}
+    insync: dict[str, set[int]] = {}   # group -> the in-sync set its master reports
     for b, st in zip(brokers, stats, strict=True):
         group = f"{b['cluster']}/{b['name']}"
         if b.get("role") == "master":
@@ -49,6 +53,8 @@ def _rows(brokers: list[dict[str, Any]], stats: list[dict[str, Any] | None]) -> 
         repl = (st or {}).get("replication") or {}
         for s in repl.get("slaves") or ():
             acked_lag[(group, int(s["broker_id"]))] = int(s["lag_bytes"])
+        if repl.get("role") == "master" and isinstance(repl.get("insync"), dict):
+            insync[group] = {int(m) for m in repl["insync"].get("members") or ()}
     rows = []
     for b, st in zip(brokers, stats, strict=True):
         group = f"{b['cluster']}/{b['name']}"
@@ -76,7 +82,10 @@ def _rows(brokers: list[dict[str, Any]], stats: list[dict[str, Any] | None]) -> 
         rows.append({"group": group, "id": int(b["id"]), "role": role or "-", "epoch": epoch,
                      "addr": b.get("addr", ""),
                      "end_offset": repl.get("end_offset", "-") if st else "-",
-                     "lag_bytes": lag, "state": state})
+                     "lag_bytes": lag,
+                     "in_sync": ("yes" if int(b["id"]) in insync[group] else "no")
+                     if group in insync else "-",
+                     "state": state})
     rows.sort(key=lambda r: (r["group"], r["id"]))
     return rows
 

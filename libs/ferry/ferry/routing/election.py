@@ -292,6 +292,21 @@ class Election:
         self.safe_until = self._lease_sent + self.ttl_s * SAFE_SHARE
         self._set(True, LeaderInfo(self.node_id, epoch, dict(self.value)))
 
+    async def put_if_leader(self, key: bytes | str, value: bytes) -> bool:
+        """Put `key` = `value` only while this node's leader key is still the one it
+        created (one etcd transaction): a deposed leader, whose key was replaced or
+        expired, can never write it. True when written. No lease: the key outlives
+        the term (the broker's in-sync set, issue 9)."""
+        if not self._leading or self._created_rev == 0:
+            return False
+        client = self.registry.client
+        tx = client.transactions
+        raw_key = key.encode() if isinstance(key, str) else key
+        ok, _ = await client.transaction(
+            compare=[tx.create(self.key) == self._created_rev],
+            success=[tx.put(raw_key, value)], failure=[])
+        return bool(ok)
+
     async def _observe(self) -> bool:
         """Note the leader as etcd has it now; True when the key is held (even unreadable)."""
         got = await self.registry.client.get(self.key)

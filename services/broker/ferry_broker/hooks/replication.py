@@ -7,10 +7,13 @@ belong at both ends of it:
   ReplicationServer that records were put, so slaves stream them while the
   durability wait (sync flush) goes on. Both modes.
 - `ReplicationWaitHook` (first in the list, so last before the ack): in sync
-  mode waits until a slave acknowledged the request's end offset, at most
-  `repl_timeout_ms` (then SlaveNotAvailableError, retriable: the records are
-  stored here and may reach a slave later, so a retry may duplicate them; an
-  ack is never sent for records no slave has). In every mode it then checks
+  mode waits until every slave of the in-sync set (ferry_broker.insync)
+  acknowledged the request's end offset, at most `repl_timeout_ms` (then
+  SlaveNotAvailableError, retriable: the records are stored here and may reach
+  a slave later, so a retry may duplicate them; the late slaves leave the set).
+  A set smaller than `min_insync_replicas` answers SlaveNotAvailableError at
+  once. An ack is never sent for records a member of the set lacks, so any
+  broker that may be elected has them. In every mode it then checks
   that the broker still leads: a master that lost its lease during the waits
   answers NotMasterError instead of an ack (the client retries at the new
   master; duplicates are allowed, lost acks are not).
@@ -41,7 +44,7 @@ class ReplicationNotifyHook(PutHook):
 
 
 class ReplicationWaitHook(PutHook):
-    """Sync mode: a slave has the records; every mode: still the master before the ack."""
+    """Sync mode: the in-sync slaves have the records; every mode: still the master."""
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx

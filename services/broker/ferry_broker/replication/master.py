@@ -5,8 +5,12 @@ its epoch entries). The master checks the peer, computes where the two logs stop
 agreeing (`divergence_point`), answers WELCOME (start there, plus its own epoch
 entries) and streams DATA chunks from `read_log` whenever `notify()` says new
 records were put or the slave is behind. The slave ACKs its new end after each
-chunk (after its fsync in SYNC flush mode); `wait_replicated` resolves on those
-ACKs. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
+chunk (after its fsync in SYNC flush mode); `wait_replicated` resolves once
+every slave of the in-sync set (`set_required`, kept by ferry_broker.insync)
+acknowledged the offset. The server reports what changes that set to its
+`listener`: a slave that caught up with the log end, a slave unlinked, slaves
+that let a waiter time out. Without a listener (no set kept) a wait needs any
+one linked slave's ACK, and fails at once when none is linked. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
 lag, and answers with an ACK, so the master knows the slave lives) and, when it
 changed, the consumer-offset snapshot about once a second.
 
@@ -18,7 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from ferry.errors import FerryError, SlaveNotAvailableError
 from ferry.store import MessageStore
@@ -40,6 +45,23 @@ LINK_IDLE_TIMEOUT_MS = 6_000
 OFFSETS_INTERVAL_MS = 1_000
 #: Connections (linked slaves and handshakes in progress) served at once.
 MAX_CONNECTIONS = 32
+#: A slave outside the in-sync set whose ACK is at most this far behind the log
+#: end is reported caught up (the set keeper then makes writes wait for it until
+#: it has the end of that moment: a margin, or it would never join under load).
+CAUGHT_UP_LAG_BYTES = 1 << 20
+
+
+class InSyncListener(Protocol):
+    """What the in-sync set keeper hears from the server (all called on the loop)."""
+
+    def caught_up(self, broker_id: int) -> None:
+        """A slave outside the set acknowledged up to CAUGHT_UP_LAG_BYTES of the end."""
+
+    def unlinked(self, broker_id: int) -> None:
+        """A slave's link ended."""
+
+    def lagging(self, broker_ids: list[int]) -> None:
+        """These set slaves had not acknowledged a write when its wait timed out."""
 
 
 class _Link:
@@ -67,7 +89,8 @@ class ReplicationServer:
 
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
-                 offsets_snapshot: Callable[[], bytes], lag_bytes_max: int) -> None:
+                 offsets_snapshot: Callable[[], bytes], lag_bytes_max: int,
+                 listener: InSyncListener | None = None) -> None:
         self.store = store
         self.epochs = epochs
         self.cluster = cluster
@@ -80,7 +103,12 @@ class ReplicationServer:
         self._links: dict[int, _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
-        self._waiters = AckWaiters()
+        self._waiters = AckWaiters(on_timeout=self._timed_out)
+        self._listener = listener
+        #: The slaves whose ACKs a sync write waits for (the in-sync set's, without us).
+        self._required: frozenset[int] = frozenset()
+        #: Fewer required slaves than this: sync writes fail at once (min_insync_replicas - 1).
+        self._min_slaves = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -116,14 +144,57 @@ class ReplicationServer:
         for link in self._links.values():
             link.wake.set()
 
-    async def wait_replicated(self, end_offset: int, timeout_ms: int) -> None:
-        """Return once a connected slave acknowledged `end_offset`; SlaveNotAvailableError
-        at once when no slave is connected, or after `timeout_ms`."""
+    async def wait_replicated(self, end_offset: int, timeout_ms: int, *,
+                              enforce_min: bool = True) -> None:
+        """Return once every required slave acknowledged `end_offset` (at once when none
+        is required); SlaveNotAvailableError at once when fewer slaves are required than
+        the minimum (unless not `enforce_min`: a joining slave's wait), or after
+        `timeout_ms`."""
+        if self._listener is None:
+            return await self._wait_any(end_offset, timeout_ms)
+        required = self._required
+        if enforce_min and len(required) < self._min_slaves:
+            raise SlaveNotAvailableError(
+                f"the in-sync set has {len(required) + 1} member(s), fewer than "
+                f"min_insync_replicas {self._min_slaves + 1}")
+        if not required or self._covered() >= end_offset:
+            return
+        await self._waiters.wait(end_offset, timeout_ms)
+
+    async def _wait_any(self, end_offset: int, timeout_ms: int) -> None:
+        """No in-sync set kept: any one linked slave's ACK will do."""
         if not self._links:
             raise SlaveNotAvailableError("no slave is connected")
         if max(link.acked_offset for link in self._links.values()) >= end_offset:
             return
         await self._waiters.wait(end_offset, timeout_ms)
+
+    def set_required(self, broker_ids: Iterable[int], min_slaves: int) -> None:
+        """The slaves sync writes wait for from now on (waiting ones included)."""
+        self._required = frozenset(broker_ids)
+        self._min_slaves = min_slaves
+        if len(self._required) < min_slaves:
+            self._waiters.fail_all(f"the in-sync set has {len(self._required) + 1} member(s), "
+                                   f"fewer than min_insync_replicas {min_slaves + 1}")
+        else:
+            self._waiters.acked(self._covered())
+
+    def _covered(self) -> int:
+        """The offset every required slave acknowledged (an unlinked one: nothing)."""
+        links = self._links
+        return min((links[i].acked_offset if i in links else -1 for i in self._required),
+                   default=self.store.commit_log_max_offset)
+
+    def _timed_out(self, end_offset: int) -> None:
+        """A sync write's wait timed out: the required slaves below its end lag."""
+        links = self._links
+        late = sorted(i for i in self._required
+                      if i not in links or links[i].acked_offset < end_offset)
+        if late and self._listener is not None:
+            try:
+                self._listener.lagging(late)
+            except Exception:
+                log.exception("replication: the in-sync listener failed")
 
     def slaves(self) -> list[dict]:
         """Each connected slave: id, address, acknowledged offset, lag and whether it lags."""
@@ -133,7 +204,8 @@ class ReplicationServer:
             lag = max(0, end - link.acked_offset)
             out.append({"broker_id": link.broker_id, "addr": link.addr,
                         "acked_offset": link.acked_offset, "lag_bytes": lag,
-                        "lagging": lag > self.lag_bytes_max})
+                        "lagging": lag > self.lag_bytes_max,
+                        "in_sync": link.broker_id in self._required})
         return out
 
     # -- one connection ------------------------------------------------------------------
@@ -242,7 +314,13 @@ class ReplicationServer:
                     f"the slave acknowledged {offset}, past what it was sent ({link.next_offset})")
             if offset > link.acked_offset:
                 link.acked_offset = offset
-                self._waiters.acked(offset)
+                if self._listener is None:
+                    self._waiters.acked(offset)
+                elif link.broker_id in self._required:
+                    self._waiters.acked(self._covered())
+            if (link.broker_id not in self._required and self._listener is not None
+                    and self.store.commit_log_max_offset - offset <= CAUGHT_UP_LAG_BYTES):
+                self._listener.caught_up(link.broker_id)
 
     async def _stream(self, link: _Link) -> None:
         """Send the log from the slave's position on, then heartbeats and offsets when idle."""
@@ -295,8 +373,16 @@ class ReplicationServer:
         if self._links.get(link.broker_id) is link:
             del self._links[link.broker_id]
             log.info("replication: slave %d at %s unlinked", link.broker_id, link.addr)
-        if not self._links:
-            self._waiters.fail_all("no slave is connected")
+            if self._listener is None:
+                if not self._links:
+                    self._waiters.fail_all("no slave is connected")
+            else:
+                # (Waiters for it go on waiting: the set keeper removes it from the
+                # set in etcd first, then from `set_required`, which releases them.)
+                try:
+                    self._listener.unlinked(link.broker_id)
+                except Exception:
+                    log.exception("replication: the in-sync listener failed")
 
 
 def _describe(exc: BaseException) -> str:
