@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ferry.codec.record import BLANK_MAGIC, H_QUEUE_ID, H_TOPIC_LEN, HEADER, HEADER_SIZE, SIZE_MAGIC
 from ferry.errors import FerryError
 from ferry.store import FlushMode, MessageStore
 from ferry.store.epochs import EpochLog
@@ -208,25 +207,31 @@ class ReplicaFollower:
             await writer.drain()
 
     async def _append(self, phy_offset: int, master_end: int, chunk: memoryview) -> int:
-        """Append one DATA chunk off the loop, wake long polls of its queues; the new end."""
+        """Append one DATA chunk, wake long polls of its queues; the new end.
+
+        The chunk is a view of the frame's payload all the way into the store (no
+        copy); the store reports which queues got records, so the chunk is walked
+        once (by its checks), not again here.
+        """
         self._master_end = master_end
+        touched: set[tuple[str, int]] = set()
         if self.store.config.flush_mode is FlushMode.SYNC:
             # append_replicated waits for the fsync: off the loop.
-            end = await self._off_loop(self._append_sync, phy_offset, chunk)
+            end = await self._off_loop(self._append_sync, phy_offset, chunk, touched)
         else:
             # A write to the page cache: a thread hop would cost more than it saves
             # (the in-process bench of sync replication lost a third to it).
-            end = self._append_sync(phy_offset, chunk)
-        queues = touched_queues(chunk)
-        if queues:
+            end = self._append_sync(phy_offset, chunk, touched)
+        if touched:
             try:
-                self._on_append(queues)
+                self._on_append(touched)
             except Exception:
                 log.exception("replication: the on_append callback failed")
         return end
 
-    def _append_sync(self, phy_offset: int, chunk: memoryview) -> int:
-        end = self.store.append_replicated(phy_offset, chunk)
+    def _append_sync(self, phy_offset: int, chunk: memoryview,
+                     touched: set[tuple[str, int]]) -> int:
+        end = self.store.append_replicated(phy_offset, chunk, touched)
         self._sync_epochs(end)
         return end
 
@@ -236,17 +241,3 @@ class ReplicaFollower:
         except Exception:
             log.exception("replication: loading the master's consumer offsets failed")
 
-
-def touched_queues(chunk: bytes | memoryview) -> set[tuple[str, int]]:
-    """The (topic, queue_id) of every record in a chunk that append_replicated accepted."""
-    out: set[tuple[str, int]] = set()
-    off, n = 0, len(chunk)
-    while off < n:
-        size, magic = SIZE_MAGIC.unpack_from(chunk, off)
-        if magic == BLANK_MAGIC:
-            break
-        head = HEADER.unpack_from(chunk, off)
-        topic = bytes(chunk[off + HEADER_SIZE:off + HEADER_SIZE + head[H_TOPIC_LEN]])
-        out.add((topic.decode(), head[H_QUEUE_ID]))
-        off += size
-    return out
