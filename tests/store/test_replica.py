@@ -246,9 +246,15 @@ def test_read_log_ends_a_chunk_before_a_unit_of_impossible_size(
     master, slave = pair
     phys = _small_tail(master, slave)
     _patch(master, phys[4], U32.pack(3))  # a record's total_size below a header's
-    assert len(master.read_log(phys[0], 1 << 20)) == phys[4] - phys[0]
+    end = master.commit_log_max_offset
+    # a chunk cut short by max_bytes walks the sizes: it stops before the damage
+    assert len(master.read_log(phys[0], end - phys[0] - 1)) == phys[4] - phys[0]
     with pytest.raises(StoreError, match=f"no valid record starts at {phys[4]}"):
         master.read_log(phys[4], 1 << 20)
+    # the whole rest is sent without a walk: the slave refuses it, nothing written
+    with pytest.raises(StoreError, match=f"refused.*commit-log offset {phys[4]}"):
+        slave.append_replicated(phys[0], master.read_log(phys[0], 1 << 20))
+    assert slave.commit_log_max_offset == phys[0]
 
 
 _BODY_LEN_AT = HEADER_SIZE - U32.size  # the header's last field

@@ -113,17 +113,23 @@ def read_log(cl: CommitLog, from_phy: int, max_bytes: int) -> bytes:
     never past the end of `from_phy`'s segment; b"" at the end of the log. The
     first unit is checked in full (CRC, its own offset): StoreError if it fails, as
     for an offset outside [commit_log_min_offset, commit_log_max_offset] or not at
-    a unit start. The units after it are walked by size and magic only, and a unit
-    whose size or magic is impossible ends the chunk before it (the next call,
-    starting there, names the problem).
+    a unit start.
 
-    Why the CRCs of the later units are not re-computed here: the slave checks
-    every unit in full before it writes a byte (`check_chunk`), so a damaged record
-    never reaches a slave's log; it is refused there, with its offset logged, and
-    replication stops at that chunk, as it stopped at the record before. Those
-    records were CRC-checked when this store wrote them (it encoded them, or
-    check_chunk let them in) and by recovery's scan after a crash. Checking
-    here too doubled the per-record work on the master for no added safety.
+    The units after the first are not checked here, and mostly not even walked:
+    when the rest of the log (or of its segment) fits in `max_bytes` it is whole
+    units as it is (the log end is published only past whole units, and a sealed
+    segment ends with its marker), so a slave that keeps up costs the master one
+    copy per chunk and no per-record work. Only a chunk cut short by `max_bytes`
+    walks the units by size and magic to end on a boundary; an impossible size or
+    magic ends it before that unit (the next call, starting there, names it).
+
+    Why the CRCs are not re-computed here: the slave checks every unit in full
+    before it writes a byte (`check_chunk`), so a damaged record never reaches a
+    slave's log; it is refused there, with its offset logged, and replication
+    stops at that chunk (as it stopped at that record before). Those records were
+    CRC-checked when this store wrote them (it encoded them, or check_chunk let
+    them in) and by recovery's scan after a crash. Checking here too doubled the
+    per-record work on the master for no added safety.
     """
     if not 0 < max_bytes <= MAX_READ_LOG_BYTES:
         raise StoreError(f"read_log: max_bytes must be in 1..{MAX_READ_LOG_BYTES}, "
@@ -142,11 +148,17 @@ def read_log(cl: CommitLog, from_phy: int, max_bytes: int) -> bytes:
         raise StoreError(f"read_log: no valid record starts at {from_phy}: {problem}")
     size, magic = _size_magic(view, rel)
     pos = rel + size
-    if magic == BLANK_MAGIC:
-        return bytes(view[rel:pos])
     stop = min(seg.end_offset, end) - seg.start_offset
-    limit = min(stop, rel + max_bytes)  # a unit must end by here to join the chunk
-    seg_size = seg.size
+    if magic == BLANK_MAGIC:
+        return bytes(view[rel:pos])  # a marker ends its segment: a chunk of its own
+    if stop - rel <= max_bytes:
+        return bytes(view[rel:max(pos, stop)])  # the rest: whole units as it is
+    return bytes(view[rel:_walk(view, pos, rel + max_bytes, seg.size)])
+
+
+def _walk(view: memoryview, pos: int, limit: int, seg_size: int) -> int:
+    """The end of the last whole unit from `pos` that ends by `limit` (sizes and magics
+    only: an impossible one ends the walk before it)."""
     while pos < limit:
         size, magic = _size_magic(view, pos)
         nxt = pos + size
@@ -155,12 +167,11 @@ def read_log(cl: CommitLog, from_phy: int, max_bytes: int) -> bytes:
                 break
             pos = nxt
         else:
-            # a marker fills its segment (then the log goes on in the next one)
+            # a marker fills its segment (the log goes on in the next one)
             if magic == BLANK_MAGIC and nxt == seg_size and nxt <= limit:
                 pos = nxt
             break
-    return bytes(view[rel:pos])
-
+    return pos
 
 def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                 phy_offset: int, data: bytes | bytearray | memoryview) -> CheckedChunk:
