@@ -96,14 +96,19 @@ class CheckedChunk(NamedTuple):
 class _Run:
     """The records a chunk adds to one queue: checked to carry consecutive queue offsets."""
 
-    __slots__ = ("key", "first", "next", "entries", "key_crc")
+    __slots__ = ("topic_b", "queue_id", "key", "first", "next", "entries", "key_crc")
 
-    def __init__(self, key: tuple[str, int], first: int, key_crc: int) -> None:
+    def __init__(self, topic_b: bytes, key: tuple[str, int], first: int) -> None:
+        self.topic_b = topic_b
+        self.queue_id = key[1]
         self.key = key
         self.first = first
         self.next = first  # the queue offset the next record must carry
         self.entries: list[bytes] = []  # packed CQ_ENTRY of each record
-        self.key_crc = key_crc  # CRC of the index key prefix b"K" + topic + b"\0"
+        self.key_crc = crc32c(b"K" + topic_b + b"\x00")  # of the index key prefix
+
+
+_NO_RUN = _Run(b"", ("", -1), 0)  # matches no record (queue ids are >= 0)
 
 
 def read_log(cl: CommitLog, from_phy: int, max_bytes: int) -> bytes:
@@ -199,6 +204,8 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     room_end = seg_bytes - phy_offset % seg_bytes  # where the segment ends, in the chunk
     fast_end = min(n, room_end - BLANK_SIZE)  # a record must end by here
     runs: dict[tuple[bytes, int], _Run] = {}
+    run = _NO_RUN  # the last record's queue (a batch's records share one)
+    heads = _head_topic
     items: list[tuple[int, int, int]] = []  # (index key hash, phy, store ts)
     off = last_ts = 0
     marker_at = -1
@@ -207,7 +214,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
         if off + _MIN_RECORD_ROOM <= room_end and off + HEADER_SIZE <= n:
             tl = buf[off + AT_TOPIC_LEN]
             if off + HEADER_SIZE + tl <= n:
-                h = _head_topic_unpacker(tl)(buf, off)
+                h = (heads.get(tl) or _head_topic_unpacker(tl))(buf, off)
                 size = h[H_TOTAL_SIZE]
                 nxt = off + size
                 if (h[H_MAGIC] == RECORD_MAGIC and nxt <= fast_end
@@ -215,11 +222,9 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                         + h[H_TAGS_LEN] + h[H_KEYS_LEN] + h[H_PROPS_LEN] + h[H_BODY_LEN]
                         and h[H_PHY_OFFSET] == pos
                         and crc32c(mv[off + CRC_START:nxt]) == h[H_CRC]):
-                    topic_b = h[-1]
-                    run = runs.get((topic_b, h[H_QUEUE_ID]))
-                    if run is None:
-                        run = runs[(topic_b, h[H_QUEUE_ID])] = _new_run(
-                            topic_b, h[H_QUEUE_ID], next_queue_offset, pos)
+                    if h[H_QUEUE_ID] != run.queue_id or h[-1] != run.topic_b:
+                        run = runs.get((h[-1], h[H_QUEUE_ID])) or _new_run(
+                            runs, h[-1], h[H_QUEUE_ID], next_queue_offset, pos)
                     if h[H_QUEUE_OFFSET] != run.next:
                         raise _diverged(pos, h[H_QUEUE_OFFSET], run)
                     run.next += 1
@@ -233,17 +238,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                     off = nxt
                     continue
         # A marker, or a unit that failed a fast check: judged in full.
-        problem = check_unit(buf, off, room_end - off, pos)
-        if problem is not None:
-            raise StoreError(f"replicated chunk refused, nothing written: {problem}")
-        size, magic = _size_magic(buf, off)
-        if magic != BLANK_MAGIC:  # (cannot be: a valid record passes the fast checks)
-            raise StoreError(f"replicated chunk refused, nothing written: the record at {pos} "
-                             "failed a check")
-        marker_at, off = off, off + size
-        if off < n:
-            raise StoreError(f"replicated chunk refused, nothing written: it goes on past an "
-                             f"end-of-segment marker at {phy_offset + off}")
+        marker_at, off = off, off + _marker_size(buf, off, room_end, pos)
     batch = PendingDispatch()
     batch.queues = {run.key: QueueEntries(run.first, run.entries) for run in runs.values()}
     batch.index_items = items
@@ -251,8 +246,24 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                         {run.key: run.next for run in runs.values()}, last_ts)
 
 
-def _new_run(topic_b: bytes, queue_id: int, next_queue_offset: Mapping[tuple[str, int], int],
-             pos: int) -> _Run:
+def _marker_size(buf: bytes | memoryview, off: int, room_end: int, pos: int) -> int:
+    """The size of the end-of-segment marker at `off`, which must end the chunk: else the
+    StoreError that names what is wrong with the unit there."""
+    problem = check_unit(buf, off, room_end - off, pos)
+    if problem is not None:
+        raise StoreError(f"replicated chunk refused, nothing written: {problem}")
+    size, magic = _size_magic(buf, off)
+    if magic != BLANK_MAGIC:  # (cannot be: a valid record passes the fast checks)
+        raise StoreError(f"replicated chunk refused, nothing written: the record at {pos} "
+                         "failed a check")
+    if off + size < len(buf):
+        raise StoreError(f"replicated chunk refused, nothing written: it goes on past an "
+                         f"end-of-segment marker at {pos + size}")
+    return int(size)
+
+
+def _new_run(runs: dict[tuple[bytes, int], _Run], topic_b: bytes, queue_id: int,
+             next_queue_offset: Mapping[tuple[str, int], int], pos: int) -> _Run:
     """The first record of a chunk in a queue: where that queue stands in this store."""
     try:
         topic = topic_b.decode()
@@ -260,7 +271,8 @@ def _new_run(topic_b: bytes, queue_id: int, next_queue_offset: Mapping[tuple[str
         raise StoreError(f"replicated chunk refused, nothing written: the record at {pos} "
                          "has a topic that is not UTF-8") from None
     key = (topic, queue_id)
-    return _Run(key, next_queue_offset.get(key, 0), crc32c(b"K" + topic_b + b"\x00"))
+    run = runs[(topic_b, queue_id)] = _Run(topic_b, key, next_queue_offset.get(key, 0))
+    return run
 
 
 def _diverged(pos: int, queue_offset: int, run: _Run) -> StoreError:

@@ -31,6 +31,10 @@ RETRY_MAX_MS = 2_000
 MASTER_IDLE_TIMEOUT_MS = 3_000
 #: Connecting and the HELLO/WELCOME exchange must finish within this.
 CONNECT_TIMEOUT_MS = 3_000
+#: The link's StreamReader limit: it stops reading the socket past twice this, so a
+#: whole DATA frame fits without the pause/resume of reading (two epoll calls) that
+#: asyncio's 64 KiB default costs for every 128 KiB of a chunk.
+READ_LIMIT_BYTES = p.CHUNK_BYTES
 
 
 class _Refused(Exception):
@@ -116,8 +120,9 @@ class ReplicaFollower:
     async def _session(self, addr: str, epoch: int) -> None:
         """One connection: handshake, then apply frames until it fails (raises)."""
         host, _, port = addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
-                                                CONNECT_TIMEOUT_MS / 1000)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), limit=READ_LIMIT_BYTES),
+            CONNECT_TIMEOUT_MS / 1000)
         try:
             await self._handshake(reader, writer, epoch)
             self._connected = self._linked = True
