@@ -31,10 +31,6 @@ RETRY_MAX_MS = 2_000
 MASTER_IDLE_TIMEOUT_MS = 3_000
 #: Connecting and the HELLO/WELCOME exchange must finish within this.
 CONNECT_TIMEOUT_MS = 3_000
-#: The link's StreamReader limit: it stops reading the socket past twice this, so a
-#: whole DATA frame fits without the pause/resume of reading (two epoll calls) that
-#: asyncio's 64 KiB default costs for every 128 KiB of a chunk.
-READ_LIMIT_BYTES = p.CHUNK_BYTES
 
 
 class _Refused(Exception):
@@ -120,29 +116,28 @@ class ReplicaFollower:
     async def _session(self, addr: str, epoch: int) -> None:
         """One connection: handshake, then apply frames until it fails (raises)."""
         host, _, port = addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port), limit=READ_LIMIT_BYTES),
-            CONNECT_TIMEOUT_MS / 1000)
+        loop = asyncio.get_running_loop()
+        transport, link = await asyncio.wait_for(
+            loop.create_connection(p.LinkProtocol, host, int(port)), CONNECT_TIMEOUT_MS / 1000)
         try:
-            await self._handshake(reader, writer, epoch)
+            await self._handshake(link, epoch)
             self._connected = self._linked = True
             log.info("replication: following %s (epoch %d) from %d", addr, epoch,
                      self.store.commit_log_max_offset)
             self._heard_at = asyncio.get_running_loop().time()
             await until_first_ends(
-                self._apply_frames(reader, writer),
+                self._apply_frames(link),
                 watch_idle(lambda: self._heard_at, MASTER_IDLE_TIMEOUT_MS, "master"))
         finally:
-            writer.close()
+            transport.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         epoch: int) -> None:
+    async def _handshake(self, link: p.LinkProtocol, epoch: int) -> None:
         hello = p.Hello(p.MAGIC, p.VERSION, self.broker_id, epoch,
                         self.store.commit_log_max_offset, self.cluster, self.name,
                         self.epochs.entries)
-        writer.writelines(p.encode_hello(hello))
-        await writer.drain()
-        ftype, payload = await asyncio.wait_for(p.read_frame(reader), CONNECT_TIMEOUT_MS / 1000)
+        link.write(p.encode_hello(hello))
+        await link.drain()
+        ftype, payload = await asyncio.wait_for(link.read_frame(), CONNECT_TIMEOUT_MS / 1000)
         if ftype is p.FrameType.REFUSE:
             master_epoch, reason = p.decode_refuse(payload)
             side = "higher" if master_epoch > epoch else "lower" if master_epoch < epoch else "equal"
@@ -153,8 +148,8 @@ class ReplicaFollower:
         self._master_end = welcome.master_end
         self._master_entries = welcome.entries
         end = await self._off_loop(self._rejoin, welcome.start_offset)
-        writer.writelines(p.encode_offset(p.FrameType.ACK, end))
-        await writer.drain()
+        link.write(p.encode_offset(p.FrameType.ACK, end))
+        await link.drain()
 
     async def _off_loop(self, fn: Callable[..., int], *args: object) -> int:
         """Run store work in a thread; a cancel leaves it running and `stop` waits for it."""
@@ -188,11 +183,11 @@ class ReplicaFollower:
             self.epochs.append(epoch, start)
         return end
 
-    async def _apply_frames(self, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> None:
+    async def _apply_frames(self, link: p.LinkProtocol) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            ftype, payload = await p.read_frame(reader)
+            # (payload: a view of the link's buffer, valid until the next read_frame)
+            ftype, payload = await link.read_frame()
             self._heard_at = loop.time()
             if ftype is p.FrameType.DATA:
                 end = await self._append(*p.decode_data(payload))
@@ -200,7 +195,7 @@ class ReplicaFollower:
                 self._master_end = p.decode_offset("HEARTBEAT", payload)
                 end = self.store.commit_log_max_offset
             elif ftype is p.FrameType.OFFSETS:
-                self._offsets(payload)
+                self._offsets(bytes(payload))
                 continue
             elif ftype is p.FrameType.EPOCHS:
                 self._master_entries = p.decode_epochs(payload)
@@ -208,8 +203,8 @@ class ReplicaFollower:
                 continue
             else:
                 raise p.ReplicationProtocolError(f"a master sent {ftype.name}")
-            writer.writelines(p.encode_offset(p.FrameType.ACK, end))
-            await writer.drain()
+            link.write(p.encode_offset(p.FrameType.ACK, end))
+            await link.drain()
 
     async def _append(self, phy_offset: int, master_end: int, chunk: memoryview) -> int:
         """Append one DATA chunk, wake long polls of its queues; the new end.
