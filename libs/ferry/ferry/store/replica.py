@@ -21,6 +21,7 @@ chunks; MessageStore wraps these functions under its lock.
 """
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -61,6 +62,7 @@ from .consume_queue import CQ_ENTRY, ConsumeQueues
 from .dispatch import PendingDispatch, check_unit
 from .encode_context import ID_KEY_CRC, QueueEntries
 from .index_file import IndexService
+from .mapped_file import MappedFile
 
 #: Largest `max_bytes` a read_log call may ask for (a chunk is held in memory twice).
 MAX_READ_LOG_BYTES = 64 << 20
@@ -157,8 +159,15 @@ def read_log(cl: CommitLog, from_phy: int, max_bytes: int) -> bytes:
     if magic == BLANK_MAGIC:
         return bytes(view[rel:pos])  # a marker ends its segment: a chunk of its own
     if stop - rel <= max_bytes:
-        return bytes(view[rel:max(pos, stop)])  # the rest: whole units as it is
-    return bytes(view[rel:_walk(view, pos, rel + max_bytes, seg.size)])
+        return _copy(seg, rel, max(pos, stop))  # the rest: whole units as it is
+    return _copy(seg, rel, _walk(view, pos, rel + max_bytes, seg.size))
+
+
+def _copy(seg: MappedFile, rel: int, stop: int) -> bytes:
+    """The bytes [rel, stop) of a segment, read with pread: the writer filled those pages
+    with pwrite, so a copy out of the mapping would first fault each page into it."""
+    data = os.pread(seg.fd, stop - rel, rel)
+    return data if len(data) == stop - rel else bytes(seg.read_view[rel:stop])
 
 
 def _walk(view: memoryview, pos: int, limit: int, seg_size: int) -> int:
