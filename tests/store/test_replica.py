@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ferry.codec.record import AT_CRC, AT_PHY_OFFSET
+from crc32c import crc32c
+from ferry.codec.record import AT_CRC, AT_PHY_OFFSET, CRC_START, HEADER_SIZE, U32
 from ferry.errors import StoreError
 from ferry.store import FlushMode, GetStatus, MessageIn, MessageStore, StoreConfig, new_msg_id
 
@@ -198,6 +199,99 @@ def test_a_record_with_an_unexpected_queue_offset_is_refused(
     with pytest.raises(StoreError, match="queue offset 1 of orders/0.*expects 0"):
         slave.append_replicated(end, chunk)
     assert slave.commit_log_max_offset == end
+
+
+def _small_tail(master: MessageStore, slave: MessageStore) -> list[int]:
+    """Replicate what the master has, then put 10 small records there; their phy offsets."""
+    _fill(master, 30, seed=13)
+    _replicate(master, slave, 1 << 20)
+    got = master.put_batch([MessageIn("orders", i % 3, b"x" * 200, keys=f"t{i}")
+                            for i in range(10)])
+    return [r.phy_offset for r in got]
+
+
+def _patch(store: MessageStore, phy: int, data: bytes) -> None:
+    """Overwrite bytes of the store's commit-log file at `phy` (damage on disk)."""
+    seg = SMALL["commitlog_segment_bytes"]
+    path = Path(store.config.root_dir) / "commitlog" / f"{phy // seg * seg:020d}"
+    with open(path, "r+b") as f:
+        f.seek(phy % seg)
+        f.write(data)
+
+
+def test_a_record_damaged_on_the_master_never_reaches_a_slave(
+        pair: tuple[MessageStore, MessageStore]) -> None:
+    master, slave = pair
+    phys = _small_tail(master, slave)
+    end = slave.commit_log_max_offset
+    assert phys[0] == end
+    last_byte = phys[3] - 1  # the body of the third record
+    _patch(master, last_byte, bytes([master.read_log(phys[2], 1)[-1] ^ 0xFF]))
+    # read_log does not re-compute the CRCs past its first record: the chunk carries it...
+    chunk = master.read_log(end, 1 << 20)
+    assert len(chunk) == master.commit_log_max_offset - end
+    # ...and the slave refuses the whole chunk, naming the record
+    with pytest.raises(StoreError, match=f"crc mismatch.*commit-log offset {phys[2]}"):
+        slave.append_replicated(end, chunk)
+    assert slave.commit_log_max_offset == end and slave.failure is None
+    # what lies before it still goes in; a read starting at it is refused on the master
+    slave.append_replicated(end, master.read_log(end, phys[2] - end))
+    assert slave.commit_log_max_offset == phys[2]
+    with pytest.raises(StoreError, match=f"no valid record starts at {phys[2]}"):
+        master.read_log(phys[2], 1 << 20)
+
+
+def test_read_log_ends_a_chunk_before_a_unit_of_impossible_size(
+        pair: tuple[MessageStore, MessageStore]) -> None:
+    master, slave = pair
+    phys = _small_tail(master, slave)
+    _patch(master, phys[4], U32.pack(3))  # a record's total_size below a header's
+    end = master.commit_log_max_offset
+    # a chunk cut short by max_bytes walks the sizes: it stops before the damage
+    assert len(master.read_log(phys[0], end - phys[0] - 1)) == phys[4] - phys[0]
+    with pytest.raises(StoreError, match=f"no valid record starts at {phys[4]}"):
+        master.read_log(phys[4], 1 << 20)
+    # the whole rest is sent without a walk: the slave refuses it, nothing written
+    with pytest.raises(StoreError, match=f"refused.*commit-log offset {phys[4]}"):
+        slave.append_replicated(phys[0], master.read_log(phys[0], 1 << 20))
+    assert slave.commit_log_max_offset == phys[0]
+
+
+_BODY_LEN_AT = HEADER_SIZE - U32.size  # the header's last field
+_RECRC_DAMAGE = {  # (byte, bits flipped, the refusal): then the CRC is made to match again
+    "topic not UTF-8": (HEADER_SIZE, 0x80, "not UTF-8"),
+    "another phy offset": (AT_PHY_OFFSET, 0x08, "claims another phy offset"),
+    "part lengths": (_BODY_LEN_AT, 0x01, "do not add up"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_RECRC_DAMAGE))
+def test_a_record_with_a_good_crc_but_bad_fields_is_refused(
+        pair: tuple[MessageStore, MessageStore], damage: str) -> None:
+    master, slave = pair
+    _small_tail(master, slave)
+    end = slave.commit_log_max_offset
+    at, bits, why = _RECRC_DAMAGE[damage]
+    chunk = master.read_log(end, 1 << 20)
+    bad = bytearray(chunk)
+    bad[at] ^= bits
+    size = U32.unpack_from(bad, 0)[0]
+    U32.pack_into(bad, AT_CRC, crc32c(bytes(bad[CRC_START:size])))
+    with pytest.raises(StoreError, match=f"refused.*{why}"):
+        slave.append_replicated(end, bytes(bad))
+    assert slave.commit_log_max_offset == end and slave.failure is None
+    slave.append_replicated(end, chunk)
+
+
+def test_append_replicated_reports_the_queues_it_touched(
+        pair: tuple[MessageStore, MessageStore]) -> None:
+    master, slave = pair
+    master.put_batch([MessageIn("orders", 0, b"a"), MessageIn("audit", 2, b"b"),
+                      MessageIn("orders", 0, b"c")])
+    touched: set[tuple[str, int]] = set()
+    slave.append_replicated(0, master.read_log(0, 1 << 20), touched)
+    assert touched == {("orders", 0), ("audit", 2)}
+    assert slave.max_offset("orders", 0) == 2 and slave.max_offset("audit", 2) == 1
 
 
 def test_truncate_then_follow_a_different_tail(pair: tuple[MessageStore, MessageStore]) -> None:

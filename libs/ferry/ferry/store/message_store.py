@@ -357,7 +357,8 @@ class MessageStore:
             self._check_readable()
             return replica.read_log(self._cl, from_phy, max_bytes)
 
-    def append_replicated(self, phy_offset: int, data: bytes | bytearray | memoryview) -> int:
+    def append_replicated(self, phy_offset: int, data: bytes | bytearray | memoryview,
+                          touched: set[tuple[str, int]] | None = None) -> int:
         """Append a chunk of a master's commit log as it is; return the new log end.
 
         `phy_offset` must be this log's end. Every record is checked first (size,
@@ -365,6 +366,8 @@ class MessageStore:
         chunk raises StoreError with nothing written. Consume queues and the index
         are then built by the same dispatch as a put. In FlushMode.SYNC this returns
         once the chunk is durable (a slave acknowledges only what it has on disk).
+        `touched`, when given, gets the (topic, queue_id) of every record appended
+        (to wake long polls without walking the chunk again).
         """
         with self._lock:
             self._check_open()
@@ -383,6 +386,8 @@ class MessageStore:
             if chunk.dispatch.index_items:
                 self._dispatcher.add(phy_offset, chunk.dispatch.queues, chunk.dispatch.index_items)
             self._appender.next_queue_offset.update(chunk.next_queue_offset)
+            if touched is not None:
+                touched.update(chunk.next_queue_offset)
             self._last_store_ts = max(self._last_store_ts, chunk.last_store_ts_ms)
         if self.config.flush_mode is FlushMode.SYNC:
             self.wait_durable(chunk.end).result()

@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ferry.codec.record import BLANK_MAGIC, H_QUEUE_ID, H_TOPIC_LEN, HEADER, HEADER_SIZE, SIZE_MAGIC
 from ferry.errors import FerryError
 from ferry.store import FlushMode, MessageStore
 from ferry.store.epochs import EpochLog
@@ -117,28 +116,28 @@ class ReplicaFollower:
     async def _session(self, addr: str, epoch: int) -> None:
         """One connection: handshake, then apply frames until it fails (raises)."""
         host, _, port = addr.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
-                                                CONNECT_TIMEOUT_MS / 1000)
+        loop = asyncio.get_running_loop()
+        transport, link = await asyncio.wait_for(
+            loop.create_connection(p.LinkProtocol, host, int(port)), CONNECT_TIMEOUT_MS / 1000)
         try:
-            await self._handshake(reader, writer, epoch)
+            await self._handshake(link, epoch)
             self._connected = self._linked = True
             log.info("replication: following %s (epoch %d) from %d", addr, epoch,
                      self.store.commit_log_max_offset)
             self._heard_at = asyncio.get_running_loop().time()
             await until_first_ends(
-                self._apply_frames(reader, writer),
+                self._apply_frames(link),
                 watch_idle(lambda: self._heard_at, MASTER_IDLE_TIMEOUT_MS, "master"))
         finally:
-            writer.close()
+            transport.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         epoch: int) -> None:
+    async def _handshake(self, link: p.LinkProtocol, epoch: int) -> None:
         hello = p.Hello(p.MAGIC, p.VERSION, self.broker_id, epoch,
                         self.store.commit_log_max_offset, self.cluster, self.name,
                         self.epochs.entries)
-        writer.writelines(p.encode_hello(hello))
-        await writer.drain()
-        ftype, payload = await asyncio.wait_for(p.read_frame(reader), CONNECT_TIMEOUT_MS / 1000)
+        link.write(p.encode_hello(hello))
+        await link.drain()
+        ftype, payload = await asyncio.wait_for(link.read_frame(), CONNECT_TIMEOUT_MS / 1000)
         if ftype is p.FrameType.REFUSE:
             master_epoch, reason = p.decode_refuse(payload)
             side = "higher" if master_epoch > epoch else "lower" if master_epoch < epoch else "equal"
@@ -149,8 +148,8 @@ class ReplicaFollower:
         self._master_end = welcome.master_end
         self._master_entries = welcome.entries
         end = await self._off_loop(self._rejoin, welcome.start_offset)
-        writer.writelines(p.encode_offset(p.FrameType.ACK, end))
-        await writer.drain()
+        link.write(p.encode_offset(p.FrameType.ACK, end))
+        await link.drain()
 
     async def _off_loop(self, fn: Callable[..., int], *args: object) -> int:
         """Run store work in a thread; a cancel leaves it running and `stop` waits for it."""
@@ -184,11 +183,11 @@ class ReplicaFollower:
             self.epochs.append(epoch, start)
         return end
 
-    async def _apply_frames(self, reader: asyncio.StreamReader,
-                            writer: asyncio.StreamWriter) -> None:
+    async def _apply_frames(self, link: p.LinkProtocol) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            ftype, payload = await p.read_frame(reader)
+            # (payload: a view of the link's buffer, valid until the next read_frame)
+            ftype, payload = await link.read_frame()
             self._heard_at = loop.time()
             if ftype is p.FrameType.DATA:
                 end = await self._append(*p.decode_data(payload))
@@ -196,7 +195,7 @@ class ReplicaFollower:
                 self._master_end = p.decode_offset("HEARTBEAT", payload)
                 end = self.store.commit_log_max_offset
             elif ftype is p.FrameType.OFFSETS:
-                self._offsets(payload)
+                self._offsets(bytes(payload))
                 continue
             elif ftype is p.FrameType.EPOCHS:
                 self._master_entries = p.decode_epochs(payload)
@@ -204,29 +203,35 @@ class ReplicaFollower:
                 continue
             else:
                 raise p.ReplicationProtocolError(f"a master sent {ftype.name}")
-            writer.writelines(p.encode_offset(p.FrameType.ACK, end))
-            await writer.drain()
+            link.write(p.encode_offset(p.FrameType.ACK, end))
+            await link.drain()
 
     async def _append(self, phy_offset: int, master_end: int, chunk: memoryview) -> int:
-        """Append one DATA chunk off the loop, wake long polls of its queues; the new end."""
+        """Append one DATA chunk, wake long polls of its queues; the new end.
+
+        The chunk is a view of the frame's payload all the way into the store (no
+        copy); the store reports which queues got records, so the chunk is walked
+        once (by its checks), not again here.
+        """
         self._master_end = master_end
+        touched: set[tuple[str, int]] = set()
         if self.store.config.flush_mode is FlushMode.SYNC:
             # append_replicated waits for the fsync: off the loop.
-            end = await self._off_loop(self._append_sync, phy_offset, chunk)
+            end = await self._off_loop(self._append_sync, phy_offset, chunk, touched)
         else:
             # A write to the page cache: a thread hop would cost more than it saves
             # (the in-process bench of sync replication lost a third to it).
-            end = self._append_sync(phy_offset, chunk)
-        queues = touched_queues(chunk)
-        if queues:
+            end = self._append_sync(phy_offset, chunk, touched)
+        if touched:
             try:
-                self._on_append(queues)
+                self._on_append(touched)
             except Exception:
                 log.exception("replication: the on_append callback failed")
         return end
 
-    def _append_sync(self, phy_offset: int, chunk: memoryview) -> int:
-        end = self.store.append_replicated(phy_offset, chunk)
+    def _append_sync(self, phy_offset: int, chunk: memoryview,
+                     touched: set[tuple[str, int]]) -> int:
+        end = self.store.append_replicated(phy_offset, chunk, touched)
         self._sync_epochs(end)
         return end
 
@@ -236,17 +241,3 @@ class ReplicaFollower:
         except Exception:
             log.exception("replication: loading the master's consumer offsets failed")
 
-
-def touched_queues(chunk: bytes | memoryview) -> set[tuple[str, int]]:
-    """The (topic, queue_id) of every record in a chunk that append_replicated accepted."""
-    out: set[tuple[str, int]] = set()
-    off, n = 0, len(chunk)
-    while off < n:
-        size, magic = SIZE_MAGIC.unpack_from(chunk, off)
-        if magic == BLANK_MAGIC:
-            break
-        head = HEADER.unpack_from(chunk, off)
-        topic = bytes(chunk[off + HEADER_SIZE:off + HEADER_SIZE + head[H_TOPIC_LEN]])
-        out.add((topic.decode(), head[H_QUEUE_ID]))
-        off += size
-    return out
