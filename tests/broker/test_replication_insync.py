@@ -201,3 +201,59 @@ async def test_a_slave_joins_the_set_under_a_steady_load(group: Group, tmp_path:
         await s1.follower.stop()
         s1.store.close()
     assert await group.stored() == [0, 1]
+
+
+class _SlowEtcdElection:
+    """A unit-test stand-in for the election: `put_if_leader` lands after a delay."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s, self.listed, self.fail_after_landing = delay_s, [], False
+
+    async def put_if_leader(self, key: bytes, value: bytes) -> bool:
+        await asyncio.sleep(self.delay_s)
+        self.listed = json.loads(value)["members"]
+        if self.fail_after_landing:
+            raise ConnectionError("reply lost after the write landed")
+        return True
+
+
+class _RecordingServer:
+    class store:  # noqa: N801 - the attribute the set reads
+        commit_log_max_offset = 1000
+
+    def __init__(self) -> None:
+        self.required: frozenset[int] = frozenset()
+
+    def set_required(self, ids: set[int], min_slaves: int) -> None:
+        self.required = frozenset(ids)
+
+    async def wait_replicated(self, end: int, timeout_ms: int, enforce_min: bool = True) -> None:
+        return None
+
+
+@pytest.mark.parametrize("reply_lost", [False, True])
+async def test_a_member_etcd_may_list_is_waited_for_while_the_write_is_in_flight(
+        reply_lost: bool) -> None:
+    # Slave 2 joins; while the write of [1, 2] is in flight its link ends. Until etcd is
+    # known to hold a set without 2, writes must still wait for 2: etcd may list it, and
+    # a listed member may be elected (acknowledging without it would lose those writes).
+    election = _SlowEtcdElection(0.3)
+    server = _RecordingServer()
+    insync = InSyncSet(election, b"k", 1, 1, 3000)  # type: ignore[arg-type]
+    assert await insync.begin(5, server)  # type: ignore[arg-type]
+    try:
+        election.fail_after_landing = reply_lost
+        insync.caught_up(2)
+        await asyncio.sleep(0.1)                 # the join is done; [1, 2] is being written
+        insync.unlinked(2)
+        assert 2 in server.required              # etcd may list 2 any moment now
+        await asyncio.sleep(0.35)                # the write of [1, 2] landed
+        assert election.listed == [1, 2] and 2 in server.required
+        election.fail_after_landing = False
+        for _ in range(50):                      # the writer then writes the smaller set
+            if election.listed == [1] and insync.members == [1]:
+                break
+            await asyncio.sleep(0.1)
+        assert election.listed == [1] and server.required == frozenset()
+    finally:
+        await insync.end()

@@ -106,6 +106,9 @@ class InSyncSet:
         self.members: list[int] = []
         self._want: set[int] = set()   # the slaves counted in waits (members or joining)
         self._ready: set[int] = set()  # joining slaves that have every acked write
+        # Members a write in flight (or one whose outcome is unknown: it raised) may have
+        # put in etcd: counted in waits until a write is known to have landed.
+        self._maybe_listed: set[int] = set()
         self._joins: set[asyncio.Task[None]] = set()
         self._retry_at: dict[int, float] = {}   # failed joiner -> loop time of its next try
         self._server: ReplicationServer | None = None
@@ -128,7 +131,7 @@ class InSyncSet:
         if not ok:
             return False
         self.epoch, self.members, self._server = epoch, members, server
-        self._want, self._ready = set(), set()
+        self._want, self._ready, self._maybe_listed = set(), set(), set()
         self._apply()
         self._task = asyncio.get_running_loop().create_task(self._writer(), name="insync")
         log.info("in-sync set of epoch %d: %s", epoch, members)
@@ -144,6 +147,7 @@ class InSyncSet:
         for join in list(self._joins):
             join.cancel()
         self._server, self.members, self._want, self._ready = None, [], set(), set()
+        self._maybe_listed = set()
 
     def status(self) -> dict[str, Any]:
         """The set for /v1/stats: as etcd has it, plus slaves counted but not yet written."""
@@ -213,7 +217,7 @@ class InSyncSet:
     def _apply(self) -> None:
         """Waits need every member etcd may list: the written ones and the joining ones."""
         if self._server is not None:
-            required = (set(self.members) | self._want) - {self.broker_id}
+            required = (set(self.members) | self._maybe_listed | self._want) - {self.broker_id}
             self._server.set_required(required, self.min_insync_replicas - 1)
 
     async def _write(self, epoch: int, members: list[int]) -> bool:
@@ -227,12 +231,16 @@ class InSyncSet:
             self._dirty.clear()
             target = [self.broker_id, *sorted(i for i in self._want
                                               if i in self.members or i in self._ready)]
-            if target == self.members:
+            if target == self.members and self._maybe_listed <= set(target):
                 self._apply()
                 continue
+            # Until this write is known to have landed, etcd may list `target`: a slave of
+            # it that leaves meanwhile must still be waited for (else writes would be
+            # acknowledged without a member etcd lets stand for master).
+            self._maybe_listed |= set(target)
             try:
                 ok = await self._write(self.epoch, target)
-            except Exception as exc:
+            except Exception as exc:   # outcome unknown: it may have landed
                 log.warning("cannot write the in-sync set %s: %s", target, exc)
                 ok = False
             if not ok:   # etcd away, or no longer leader (the roles loop steps down)
@@ -240,6 +248,7 @@ class InSyncSet:
                 self._dirty.set()
                 continue
             self.members = target
+            self._maybe_listed = set()
             self._ready.difference_update(target)
             log.info("in-sync set of epoch %d: %s", self.epoch, target)
             self._apply()
