@@ -52,6 +52,18 @@ def test_master_offsets_are_clamped_to_the_slaves_log_and_local_ones_stay(tmp_pa
         slave.merge_snapshot(b"not json", lambda t, q: 0)
 
 
+def test_offsets_past_a_truncated_log_are_lowered_to_its_queue_ends(tmp_path: Path) -> None:
+    # A member that rejoined (its log truncated) and leads again before the new master's
+    # offsets reached it must not keep offsets past its own queue ends.
+    offsets = ConsumerOffsetManager(tmp_path / "o.json")
+    offsets.commit("g", "t", 0, 120)
+    offsets.commit("g", "t", 1, 30)
+    ends = {("t", 0): 100, ("t", 1): 100}
+    assert offsets.clamp(lambda t, q: ends[(t, q)]) == 1
+    assert offsets.query("g", "t", 0) == 100 and offsets.query("g", "t", 1) == 30
+    assert offsets.dirty and offsets.clamp(lambda t, q: ends[(t, q)]) == 0
+
+
 async def test_a_term_older_than_the_store_takes_no_writes(group: Any, tmp_path: Path) -> None:
     """etcd lost the epoch key (fresh prefix): epoch 1 < the store's 7 is refused."""
     data = tmp_path / "old-store"

@@ -146,3 +146,17 @@ def test_divergence_point_examples() -> None:
     assert divergence_point([], [(1, 0)], 50, 0) == 0
     assert divergence_point([(1, 0)], [(1, 0)], 50, 80) == 50
     assert divergence_point([(5, 0)], [(6, 0)], 50, 80) == 0
+
+
+def test_replace_writes_the_whole_list_at_once_and_refuses_a_disorder(tmp_path: Path) -> None:
+    log = EpochLog(str(tmp_path))
+    log.append(1, 0)
+    log.append(3, 100)
+    log.replace([(1, 0), (2, 50), (4, 200)])
+    assert EpochLog(str(tmp_path)).entries == [(1, 0), (2, 50), (4, 200)]
+    for bad in ([(2, 0), (1, 10)], [(1, 10), (2, 10)], [(-1, 0)]):
+        with pytest.raises(StoreError):
+            log.replace(bad)
+    assert EpochLog(str(tmp_path)).entries == [(1, 0), (2, 50), (4, 200)]
+    log.replace([])
+    assert EpochLog(str(tmp_path)).entries == []

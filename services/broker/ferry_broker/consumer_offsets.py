@@ -113,6 +113,21 @@ class ConsumerOffsetManager:
             self._version += 1
         return changed
 
+    def clamp(self, limit: Callable[[str, int], int]) -> int:
+        """Lower every offset past `limit(topic, queue_id)` (this store's max offset) to it;
+        the number lowered. A member whose log was truncated (it rejoined a new master)
+        must not keep offsets past its own queue ends when it leads again: consumers
+        would skip what it then writes there."""
+        lowered = 0
+        for (group, topic, qid), offset in list(self._offsets.items()):
+            top = limit(topic, qid)
+            if offset > top:
+                self._offsets[(group, topic, qid)] = top
+                lowered += 1
+        if lowered:
+            self._version += 1
+        return lowered
+
     def write_snapshot(self, version: int, table: dict[OffsetKey, int]) -> None:
         """Serialise and write a snapshot atomically; safe to call from a worker thread."""
         with self._save_lock:

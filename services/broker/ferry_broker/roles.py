@@ -19,11 +19,9 @@ group `{cluster}/{name}` is a candidate in the election at
 Most caught-up slave first: each member publishes its position (last epoch
 of its EpochLog, commit-log end) at `{etcd_prefix}replicas/{cluster}/{name}/{id}`
 under its election lease, so the key vanishes with the member. When the
-leader key is free, a candidate whose live sibling is strictly ahead (by
-(epoch, end offset)) declines to take it, for at most MAX_DECLINED_ROUNDS
-rounds in a row: the better one normally wins within a round, and a sibling
-that is ahead but cannot lead (its etcd link is down, it is stuck) delays a
-takeover by a bounded time only; fencing is the election's epoch and lease.
+leader key is free, a candidate whose live sibling is strictly ahead declines
+it for at most MAX_DECLINED_ROUNDS rounds in a row (a stuck sibling delays a
+takeover by a bounded time only; fencing is the election's epoch and lease).
 In sync mode a hard rule comes first: only in-sync set members may stand
 (ferry_broker.insync), and only members count as ahead.
 """
@@ -111,7 +109,10 @@ class RoleManager:
         """True while this broker may take writes: the static master, or the elected one
         whose lease is safe now (checked against the clock, per request)."""
         election = self.election
-        return self._master and (election is None or election.is_leader)
+        # The epoch check: a lease lost and a new term won within one election round
+        # must not let writes go on before `_lead` wrote that term's epoch entry.
+        return self._master and (election is None or (election.is_leader
+                                                      and election.epoch == self.epoch))
 
     @property
     def replicating(self) -> bool:
@@ -279,6 +280,9 @@ class RoleManager:
             return  # the set is not written (etcd away, or the term lost): next round
         if not (self.election.is_leader and self.election.epoch == epoch):
             return  # lost it meanwhile: the next round steps down
+        if lowered := ctx.offsets.clamp(ctx.store.max_offset):
+            log.warning("%d consumer offsets were past this store's queue ends: lowered to "
+                        "them (re-delivery, never a skip)", lowered)
         self.role, self._master = ROLE_MASTER, True
         log.info("master of %s/%s in epoch %d from offset %d", cfg.cluster, cfg.name, epoch,
                  ctx.store.commit_log_max_offset)

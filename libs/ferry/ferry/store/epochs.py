@@ -74,6 +74,17 @@ class EpochLog:
         entries.append((epoch, start_offset))
         self._save(entries)
 
+    def replace(self, entries: list[Entry]) -> None:
+        """Make the log exactly `entries` (a master's list, copied by a slave) in one
+        durable write: a crash leaves the old list or the new one, never a mix or none."""
+        for i, (epoch, start) in enumerate(entries):
+            if epoch < 0 or start < 0 or (i and not (epoch > entries[i - 1][0]
+                                                     and start > entries[i - 1][1])):
+                raise StoreError(f"epoch entries must be >= 0 and strictly increasing: "
+                                 f"{entries[max(0, i - 1):i + 1]}")
+        if entries != self._entries:
+            self._save(list(entries))
+
     def end_offset_of(self, epoch: int, log_end: int) -> int:
         """Where the records of `epoch` (and all before it) end: the start of the first
         later epoch, or `log_end` when none is later."""

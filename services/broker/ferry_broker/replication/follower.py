@@ -173,14 +173,10 @@ class ReplicaFollower:
     def _sync_epochs(self, end: int) -> int:
         """Make the epoch log equal the master's entries that start within our log."""
         want = [e for e in self._master_entries if e[1] <= end]
-        have = self.epochs.entries
-        if have == want:
-            return end
-        if have != want[:len(have)]:
-            self.epochs.truncate_from(0)
-            have = []
-        for epoch, start in want[len(have):]:
-            self.epochs.append(epoch, start)
+        if self.epochs.entries != want:
+            # One durable write: a kill -9 here leaves the old list or the master's, never
+            # an empty one (which would share no epoch with anybody: a full re-copy).
+            self.epochs.replace(want)
         return end
 
     async def _apply_frames(self, link: p.LinkProtocol) -> None:
