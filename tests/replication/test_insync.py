@@ -20,6 +20,7 @@ import pytest
 from ferry import Message, Producer
 from ferry.client.connection import BrokerConnection
 from ferry.client.encoding import to_wire
+from ferry.client.fetcher import decode_pull_body
 from ferry.errors import FerryError, SlaveNotAvailableError
 from ferry.wire import RequestCode, encode_messages
 
@@ -144,3 +145,48 @@ async def test_a_slave_outside_the_set_is_never_elected(
         await reader.stop()
     # The slave follows it, catches up and rejoins the set.
     assert sorted(await asyncio.to_thread(cluster.wait_insync, "broker-a", 2)) == [0, 1]
+
+
+async def _pull(addr: str, topic: str, offset: int, max_wait_ms: int = 0) -> tuple[str, int, int]:
+    """One PULL of queue 0 at `offset`: (status, next_offset, records in the body)."""
+    conn = await BrokerConnection.open(addr, request_timeout_ms=30_000)
+    try:
+        resp = await conn.request(RequestCode.PULL, {
+            "group": "g-hw", "topic": topic, "queue_id": 0, "offset": offset,
+            "max_count": 32, "max_wait_ms": max_wait_ms})
+    finally:
+        await conn.close()
+    count = len(decode_pull_body(resp.body, topic, "broker-a")) if resp.body else 0
+    return str(resp.fields["status"]), int(resp.fields["next_offset"]), count
+
+
+async def test_a_sync_master_serves_only_what_its_in_sync_slaves_have(
+        clusters: Callable[..., Cluster]) -> None:
+    # A consumer must never see a record that a failover could take back (and then
+    # write another one at its queue offset, which the consumer, past it, would skip).
+    cluster, master, slave = _sync_pair(clusters)
+    topic = "isr-visible"
+    async with Producer(namesrv=cluster.namesrv) as producer:
+        await producer.send_and_wait(topic, b"first")
+    assert (await _pull(master.addr, topic, 0))[2] == 1
+    slave.pause()
+    try:
+        conn = await BrokerConnection.open(master.addr, request_timeout_ms=30_000)
+        body = encode_messages([to_wire(Message(b"unconfirmed"))])
+        send = asyncio.ensure_future(
+            conn.request(RequestCode.SEND, {"topic": topic, "queue_id": 0}, body))
+        await asyncio.sleep(0.3)          # stored on the master, not on the hung slave
+        assert not send.done()
+        status, next_offset, count = await _pull(master.addr, topic, 1)
+        assert (status, next_offset, count) == ("OFFSET_OVERFLOW_ONE", 1, 0)
+        with pytest.raises(SlaveNotAvailableError):
+            await send                    # never acknowledged: the slave did not confirm
+        await conn.close()
+        # The set shrinks to the master alone: what it holds is then what the group holds.
+        deadline = time.monotonic() + 10
+        while cluster.insync("broker-a") != [master.broker_id]:
+            assert time.monotonic() < deadline, cluster.insync("broker-a")
+            await asyncio.sleep(0.1)
+        assert (await _pull(master.addr, topic, 1, max_wait_ms=2000))[2] == 1
+    finally:
+        slave.resume()

@@ -112,6 +112,7 @@ H_BODY_LEN = _index("body_len")
 AT_CRC = _offset("crc")
 AT_FLAGS = _offset("flags")
 AT_PHY_OFFSET = _offset("phy_offset")
+AT_QUEUE_OFFSET = _offset("queue_offset")
 AT_STORE_TS_MS = _offset("store_ts_ms")
 AT_MSG_ID = _offset("msg_id")
 #: The CRC covers [CRC_START, total_size): everything after the CRC itself.

@@ -18,14 +18,17 @@ of queues that have held TTL messages are checked for expiry (see
 
 Slaves serve PULL too (issue 9). A master whose answer lies more than
 `slave_read_lag_bytes` behind its commit-log end, while a slave is live,
-adds `suggest_slave: true` (the consumer reads from a slave next time).
+adds `suggest_slave: true` (the consumer reads from a slave next time). A
+sync master serves only records below its confirmed offset (what every
+in-sync slave acknowledged; `hooks/replication.confirmed_offset`), as if its
+queues ended there: a record a consumer saw survives any failover.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from ferry.codec.record import AT_PHY_OFFSET, I64
+from ferry.codec.record import AT_PHY_OFFSET, AT_QUEUE_OFFSET, I64
 from ferry.store import GetResult, GetStatus
 from ferry.wire import Frame, response
 
@@ -37,6 +40,7 @@ from ferry_broker.handlers.fields import (
     queue_field,
     topic_field,
 )
+from ferry_broker.hooks.replication import confirmed_offset
 
 DEFAULT_MAX_COUNT = 32
 MAX_PULL_COUNT = 1024
@@ -47,6 +51,8 @@ MAX_PULL_BYTES = 8 << 20  # keeps a response under the 16 MiB frame limit
 # stall every other client for seconds. The scan stops there; the answer's
 # next_offset says how far it got, and the consumer pulls again at once.
 MAX_FILTER_SCAN_MS = 20
+# How often a pull parked on a sync master looks for newly confirmed records anyway.
+CONFIRMED_RECHECK_S = 0.2
 # Statuses after which a pull waits for new messages instead of answering at once.
 _WAIT_STATUSES = frozenset({GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
                             GetStatus.NO_MATCHED_MESSAGE})
@@ -77,6 +83,8 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                 status = GetStatus.FOUND if live else GetStatus.NO_MATCHED_MESSAGE
                 got = GetResult(status, live, got.next_queue_offset, got.min_offset,
                                 got.max_offset)
+        if got.records and (limit := confirmed_offset(ctx)) is not None:
+            got = _confirmed_only(got, limit)
         return got
 
     got = get(offset)
@@ -104,6 +112,19 @@ def _far_behind(ctx: BrokerContext, last: memoryview) -> bool:
     return behind > ctx.config.slave_read_lag_bytes and ctx.roles.has_live_slave()
 
 
+def _confirmed_only(got: GetResult, limit: int) -> GetResult:
+    """`got` without the records at or past commit-log offset `limit` (a sync master's
+    records no in-sync slave has yet): the queue looks as if it ended there."""
+    records = got.records
+    if I64.unpack_from(records[-1], AT_PHY_OFFSET)[0] < limit:
+        return got
+    keep = [r for r in records if I64.unpack_from(r, AT_PHY_OFFSET)[0] < limit]
+    end = I64.unpack_from(records[len(keep)], AT_QUEUE_OFFSET)[0]
+    if keep:
+        return GetResult(GetStatus.FOUND, keep, end, got.min_offset, got.max_offset)
+    return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], end, got.min_offset, end)
+
+
 def _caught_up(got: GetResult) -> bool:
     """Nothing to serve and nothing left to scan: the pull may wait for new messages.
 
@@ -121,6 +142,9 @@ async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: i
                      get: Callable[[int], GetResult]) -> GetResult:
     """Park until a matching message arrives or the wait runs out; the last result."""
     deadline = time.monotonic() + max_wait_ms / 1000.0
+    # A sync master also looks again now and then: records become visible when a slave
+    # confirms them, and a write whose wait failed (or a smaller in-sync set) wakes nobody.
+    recheck_s = CONFIRMED_RECHECK_S if confirmed_offset(ctx) is not None else None
     async with ctx.long_poll.slot(conn.conn_id):
         while _caught_up(got):
             remaining = deadline - time.monotonic()
@@ -129,8 +153,9 @@ async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: i
             # Messages that did not match are skipped for good: the next look starts
             # after them (and so does the answer's next_offset).
             offset = max(offset, got.next_queue_offset)
-            woke = await ctx.long_poll.wait(topic, queue_id, remaining)
+            woke = await ctx.long_poll.wait(
+                topic, queue_id, remaining if recheck_s is None else min(remaining, recheck_s))
             got = get(offset)
-            if not woke:
+            if not woke and recheck_s is None:
                 break
     return got

@@ -58,5 +58,24 @@ class ReplicationWaitHook(PutHook):
             if server is None:  # stepped down between the put and now
                 raise not_master(ctx)
             await server.wait_replicated(done.end_offset, self._timeout_ms)
+            # Pulls see a sync master's records only once confirmed (`confirmed_offset`):
+            # the ones parked on these queues look again now.
+            for topic, queue_id in done.queues:
+                ctx.long_poll.notify(topic, queue_id)
         if not ctx.roles.writable:
             raise not_master(ctx)
+
+
+def confirmed_offset(ctx: BrokerContext) -> int | None:
+    """On a sync master: the commit-log offset below which every in-sync slave has the
+    records (the log end while the set is the master alone); None elsewhere.
+
+    PULL serves a sync master's records only below it (Kafka's high watermark): a
+    record a consumer saw is then on every member that may be elected, so a failover
+    can neither take it back nor write another record at its queue offset (which the
+    consumer, already past that offset, would skip)."""
+    roles = ctx.roles
+    server = roles.server
+    if server is None or roles.mode != "sync":
+        return None
+    return server.confirmed_offset

@@ -179,6 +179,12 @@ class ReplicationServer:
         else:
             self._waiters.acked(self._covered())
 
+    @property
+    def confirmed_offset(self) -> int:
+        """The offset every required (in-sync) slave acknowledged; the log end when none
+        is required (-1 while a required one is unlinked)."""
+        return self._covered()
+
     def _covered(self) -> int:
         """The offset every required slave acknowledged (an unlinked one: nothing)."""
         links = self._links
