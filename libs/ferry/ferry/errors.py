@@ -186,6 +186,23 @@ class NotMasterError(NoPermissionError):
     retriable = True
 
 
+class DuplicateMessage(FerryError):  # noqa: N818 - the name the idempotence API promises
+    """A consumer's ledger already holds this (scene, business key): the message was processed.
+
+    Raised by `ferry.idempotence.Ledger.record` inside the caller's own
+    transaction; letting it propagate rolls that transaction back, so the
+    business change of a duplicate never commits. Not retriable: the same
+    message will always be a duplicate.
+    """
+
+    code = 25
+
+    def __init__(self, message: str = "", *, scene: str = "", biz_key: str = "") -> None:
+        super().__init__(message or f"already recorded: scene={scene}, biz_key={biz_key}")
+        self.scene = scene
+        self.biz_key = biz_key
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():
