@@ -178,3 +178,76 @@ def _wait_ready(proc: Proc, probe: Callable[[], None]) -> None:
     except TimeoutError:
         proc.stop()
         raise RuntimeError(f"{proc.name} did not start:\n{proc.log()[-2000:]}") from None
+
+
+@dataclass
+class Postgres:
+    """A throwaway PostgreSQL cluster; `dsn` logs in as the `postgres` superuser (trust auth)."""
+
+    proc: Proc
+    host: str
+    port: int
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@{self.host}:{self.port}/postgres"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
+
+
+def postgres_bindir() -> Path:
+    """The newest PostgreSQL server's bin dir (Debian puts it under /usr/lib/postgresql)."""
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+                        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
+    if not candidates:
+        raise RuntimeError("the PostgreSQL server is not installed: run `make setup`")
+    return candidates[-1].parent
+
+
+def _as_postgres_user(argv: list[str]) -> list[str]:
+    # The server refuses to run as root; as another user it runs as itself.
+    if os.getuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+def start_postgres(workdir: Path) -> Postgres:
+    """initdb a cluster in `workdir` and run it on a free port (socket dir inside it too)."""
+    bindir = postgres_bindir()
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = workdir / "pgdata"
+    if os.getuid() == 0:
+        # The temp dir's parents belong to root: let the postgres user reach its own dir.
+        shutil.chown(workdir, user="postgres", group="postgres")
+        for parent in workdir.parents:
+            if parent == Path("/"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+    init = subprocess.run(
+        _as_postgres_user([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                           "-A", "trust", "-E", "UTF8", "--no-sync"]),
+        capture_output=True, cwd=workdir, check=False)
+    if init.returncode != 0:
+        raise RuntimeError(f"initdb failed:\n{init.stdout.decode()}{init.stderr.decode()}")
+    port = free_port()
+    argv = _as_postgres_user([
+        str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
+        "-k", str(workdir), "-c", "fsync=off", "-c", "max_connections=50",
+    ])
+    proc = spawn("postgres", argv, workdir)
+    _wait_ready(proc, lambda: _wait_pg_ready(bindir, port))
+    return Postgres(proc, "127.0.0.1", port)
+
+
+def _wait_pg_ready(bindir: Path, port: int, timeout_s: float = 30.0) -> None:
+    """Wait until the server accepts connections (an open port may still be starting up)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port)],
+                               capture_output=True, check=False)
+        if probe.returncode == 0:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"postgres on port {port} not ready after {timeout_s}s")

@@ -204,11 +204,17 @@ class Ledger:
 
     def _lookup_rows(self, target: Target, conn: Any, sql: str,
                      params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        # A ledger never written to has no table yet: it holds nothing. PostgreSQL is
+        # asked first (a failed statement would abort the caller's transaction);
+        # SQLite says so in its error and keeps the transaction going.
+        if target.database is not None and target.database not in self._ready:
+            if not run_sync(target, conn, self._sql(target).table_exists(),
+                            {"table_name": self.table}):
+                return []
+            self._ready.add(target.database)
         try:
             return run_sync(target, conn, sql, params)
         except Exception as exc:
-            # A ledger never written to has no table yet: it holds nothing. (SQLite only:
-            # on PostgreSQL the failed statement would abort the caller's transaction.)
             if target.dialect == SQLITE and is_missing_table(exc, self._sql(target)):
                 return []
             raise
@@ -238,12 +244,19 @@ class Ledger:
 
     async def _lookup_async(self, target: Target, conn: Any, sql: str, params: dict[str, Any],
                             *, one: bool) -> LedgerEntry | None | list[LedgerEntry]:
+        rows: list[tuple[Any, ...]] = []
+        exists = True
+        if target.database is not None and target.database not in self._ready:
+            exists = bool(await run_async(target, conn, self._sql(target).table_exists(),
+                                          {"table_name": self.table}))
+            if exists:
+                self._ready.add(target.database)
         try:
-            rows = await run_async(target, conn, sql, params)
+            if exists:
+                rows = await run_async(target, conn, sql, params)
         except Exception as exc:
             if not (target.dialect == SQLITE and is_missing_table(exc, self._sql(target))):
                 raise
-            rows = []
         entries = [LedgerEntry.from_row(r) for r in rows]
         if one:
             return entries[0] if entries else None
