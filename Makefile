@@ -19,6 +19,7 @@ system-deps:
 	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
@@ -34,7 +35,7 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requir
 	@test -x $(PY) || python3 -m venv .venv
 	@echo "setup: installing Python packages into .venv (log: .venv/setup.log)"
 	@( $(PIP) install -q --upgrade pip && $(PIP) install -q -r requirements-dev.txt \
-	   && $(PIP) install -q -e libs/ferry $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
+	   && $(PIP) install -q -e "libs/ferry[idempotence]" $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
 	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 
