@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from ferry import Consumer, Producer
+from ferry import Admin, Consumer, Producer
 from ferry.client.message import ConsumerRecord
-from ferry.idempotence import RedisClaim
+from ferry.idempotence import ClaimBusyError, RedisClaim
 from ferry.idempotence.claim import Handler
 
 from tests.client.conftest import Mesh, start_mesh, unique
@@ -29,9 +28,9 @@ MESSAGES = 1_000
 DEADLINE_S = 60.0
 
 
-@pytest.fixture
-def mesh(etcd: Etcd, tmp_path: Path) -> Iterator[Mesh]:
-    m = start_mesh(etcd, tmp_path / "mesh", broker_names=("broker-a",))
+@pytest.fixture(scope="module")
+def mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    m = start_mesh(etcd, tmp_path_factory.mktemp("mesh"), broker_names=("broker-a",))
     yield m
     m.stop()
 
@@ -94,3 +93,41 @@ async def test_each_message_delivered_twice_runs_the_handler_once(
     assert claim.stats.skipped_done == MESSAGES   # every message came back once more...
     assert set(runs) == first and set(runs.values()) == {1}   # ...and ran once in all
     assert claim.stats.claimed == claim.stats.confirmed == MESSAGES
+
+
+async def test_a_message_another_holder_is_processing_is_retried_not_skipped(
+        mesh: Mesh, redis_server: Redis) -> None:
+    topic, group = unique("idem-busy"), unique("g")
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        # back-off 0: the retry copy is stored at once (no delay scheduler needed)
+        await admin.create_group(group, retry_backoff_ms=[0], consume_from="earliest")
+    async with Producer(namesrv=mesh.namesrv) as producer:
+        await producer.send_and_wait(topic, b"pay", key="order-busy")
+    prefix = unique_prefix()
+    ran: list[int] = []
+    done = asyncio.Event()
+
+    async def handle(rec: ConsumerRecord) -> None:
+        ran.append(rec.reconsume_times)
+        done.set()
+
+    async with RedisClaim(redis_server.url, key_prefix=prefix) as other, \
+            RedisClaim(redis_server.url, key_prefix=prefix) as claim:
+        held = await other.acquire("billing", "order-busy")   # another consumer is on it
+        claimed = claim.wrap(handle, scene="billing")
+
+        async def handler(rec: ConsumerRecord) -> None:
+            try:
+                await claimed(rec)
+            except ClaimBusyError:
+                await other.release(held)   # the other holder fails: the retry may take it
+                raise
+
+        async with Consumer(topic, group=group, namesrv=mesh.namesrv, **FAST) as consumer:
+            running = asyncio.create_task(consumer.run(handler))
+            await asyncio.wait_for(done.wait(), DEADLINE_S)
+            await consumer.stop()
+            await running
+        assert ran == [1]   # not run while busy, not skipped: run on the first retry
+        assert claim.stats.busy == 1 and claim.stats.confirmed == 1
+        assert await claim.state_of("billing", "order-busy") == "done"
