@@ -18,6 +18,8 @@ from ferry.idempotence.keys import MAX_BIZ_KEY_CHARS
 from tests.idempotence.conftest import record, unique_prefix
 from tests.support.procs import Redis
 
+pytestmark = pytest.mark.integration
+
 
 def test_biz_key_is_the_message_key_else_the_message_id() -> None:
     assert biz_key_of(record(key="order-17", msg_id="AB" * 16)) == "order-17"

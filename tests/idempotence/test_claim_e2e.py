@@ -27,6 +27,8 @@ from tests.support.procs import Etcd, Redis
 MESSAGES = 1_000
 DEADLINE_S = 60.0
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:

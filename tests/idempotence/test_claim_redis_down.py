@@ -11,6 +11,8 @@ from ferry.idempotence import ClaimState, ClaimUnavailableError, RedisClaim, Red
 from tests.idempotence.conftest import record, unique_prefix
 from tests.support.procs import Redis, start_redis
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def doomed_redis(tmp_path: Path) -> Iterator[Redis]:
