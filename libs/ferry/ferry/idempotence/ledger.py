@@ -24,8 +24,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ferry.errors import DuplicateMessage
-from ferry.idempotence.keys import biz_key_of
+from ferry.errors import DuplicateMessage, FerryError
+from ferry.idempotence.keys import MAX_SCENE_CHARS, biz_key_of, validate_scene
 from ferry.idempotence.ledger_conn import (
     LedgerUsageError,
     Target,
@@ -38,7 +38,6 @@ from ferry.idempotence.ledger_sql import SQLITE, LedgerSQL, is_duplicate, is_mis
 from ferry.idempotence.ledger_sql import valid_table_name as _valid_table_name
 
 DEFAULT_TABLE = "ferry_ledger"
-SCENE_MAX_CHARS = 128
 BIZ_KEY_MAX_CHARS = 512
 
 
@@ -110,8 +109,10 @@ class Ledger:
               recorded_ms: int | None = None) -> LedgerEntry:
         """The row `record()` inserts for these arguments (validated)."""
         key = biz_key if biz_key is not None else biz_key_of(record)
-        if not scene or len(scene) > SCENE_MAX_CHARS:
-            raise LedgerUsageError(f"ledger: scene must be 1..{SCENE_MAX_CHARS} characters")
+        try:
+            validate_scene(scene)   # the same scenes as the Redis claim's
+        except FerryError as exc:
+            raise LedgerUsageError(f"ledger: {exc} (at most {MAX_SCENE_CHARS})") from None
         if not key or len(key) > BIZ_KEY_MAX_CHARS:
             raise LedgerUsageError(f"ledger: biz_key must be 1..{BIZ_KEY_MAX_CHARS} characters")
         if amount is not None and not isinstance(amount, int):

@@ -1,0 +1,273 @@
+"""The weak idempotence check: a claim per (scene, business key) in Redis.
+
+A claim is one Redis key, `ferry:idem:{scene}:{biz_key}`. Taking it is a
+`SET key processing:<token> NX PX lease_ms`: only one consumer gets it, and a
+consumer that dies holding it loses it when the lease runs out. After the
+handler succeeded the holder turns it into `done:<token>` for `done_ttl_ms`
+(a later duplicate finds it and is skipped); after a failure the holder
+deletes it (the retry may take it again). Confirm and release act only if the
+key still holds *our* token, compared and changed in one Lua script: a holder
+whose lease ran out and was taken over cannot confirm or delete the new
+holder's claim.
+
+Weak, because Redis and the business change are not one transaction: a
+crash between the business write and the confirm lets a duplicate run again
+once the lease expires, and a Redis that loses writes (no persistence, a
+failover) forgets "done" keys. The ledger (strong check) has neither gap.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ferry.client.message import ConsumerRecord
+from ferry.idempotence.keys import DEFAULT_KEY_PREFIX, biz_key_of, bounded_biz_key, claim_key
+from ferry.idempotence.states import (
+    Claim,
+    ClaimBusyError,
+    ClaimState,
+    ClaimStats,
+    ClaimUnavailableError,
+    RedisUnavailablePolicy,
+)
+
+log = logging.getLogger("ferry.idempotence")
+
+DEFAULT_LEASE_MS = 30_000                       # a handler taking longer should extend()
+DEFAULT_DONE_TTL_MS = 7 * 24 * 3_600_000        # duplicates come within days, not months
+MIN_LEASE_MS, MAX_LEASE_MS = 100, 3_600_000
+MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
+# Used only for a client made from a URL: a dead Redis must fail a claim quickly,
+# not hold a consumer's handler for the OS connect timeout.
+REDIS_TIMEOUT_S = 2.0
+PROCESSING, DONE = "processing:", "done:"
+# Errors that mean "Redis is unreachable"; a script or data error is a bug and propagates.
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+Handler = Callable[[ConsumerRecord], Awaitable[Any]]
+
+# Take the claim, or report what holds it. Returns "" when taken.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
+return redis.call('GET', KEYS[1])
+"""
+# Only our own processing claim may become done, be extended or be released.
+_CONFIRM = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+_EXTEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+"""
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> int:
+    if not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in {low}..{high}, got {value!r}")
+    return value
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisClaim:
+    """Claims on Redis around a message handler: `await claim.run(record, handler, scene=...)`.
+
+    `redis` is a `redis.asyncio.Redis` (kept open on close) or a URL such as
+    `redis://127.0.0.1:6379/0` (a client is made with short timeouts and
+    closed by `aclose()` / `async with`). `on_unavailable` says what happens
+    when Redis cannot be reached (RedisUnavailablePolicy; FAIL by default).
+    """
+
+    def __init__(self, redis: aioredis.Redis | str, *, lease_ms: int = DEFAULT_LEASE_MS,
+                 done_ttl_ms: int = DEFAULT_DONE_TTL_MS,
+                 on_unavailable: RedisUnavailablePolicy = RedisUnavailablePolicy.FAIL,
+                 key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        self.lease_ms = _check_range("lease_ms", lease_ms, MIN_LEASE_MS, MAX_LEASE_MS)
+        self.done_ttl_ms = _check_range("done_ttl_ms", done_ttl_ms,
+                                        MIN_DONE_TTL_MS, MAX_DONE_TTL_MS)
+        self.on_unavailable = RedisUnavailablePolicy(on_unavailable)
+        if not key_prefix or " " in key_prefix:
+            raise ValueError(f"bad key_prefix {key_prefix!r}")
+        self.key_prefix = key_prefix
+        self._owned = isinstance(redis, str)
+        self._redis: aioredis.Redis = (
+            aioredis.Redis.from_url(redis, socket_timeout=REDIS_TIMEOUT_S,
+                                    socket_connect_timeout=REDIS_TIMEOUT_S)
+            if isinstance(redis, str) else redis)
+        self._acquire = self._redis.register_script(_ACQUIRE)
+        self._confirm = self._redis.register_script(_CONFIRM)
+        self._extend = self._redis.register_script(_EXTEND)
+        self._release = self._redis.register_script(_RELEASE)
+        self.stats = ClaimStats()
+
+    async def aclose(self) -> None:
+        """Close the Redis client if this claim made it (from a URL)."""
+        if self._owned:
+            await self._redis.aclose()
+
+    async def __aenter__(self) -> RedisClaim:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the claim's steps --------------------------------------------------------------------
+    async def acquire(self, scene: str, biz_key: str) -> Claim:
+        """Try to take the claim of (scene, biz_key); the returned Claim says what was found.
+
+        Redis unreachable: ClaimUnavailableError (policy FAIL) or an UNCHECKED
+        claim (policy PROCESS).
+        """
+        key = claim_key(scene, biz_key, self.key_prefix)
+        biz_key = bounded_biz_key(biz_key)
+        token = secrets.token_hex(16)
+        try:
+            found = _text(await self._acquire(keys=[key], args=[PROCESSING + token,
+                                                               self.lease_ms]))
+        except UNAVAILABLE as exc:
+            return self._unavailable(scene, biz_key, key, token, exc)
+        if not found:
+            self.stats.claimed += 1
+            return Claim(scene, biz_key, key, token, ClaimState.CLAIMED)
+        if found.startswith(DONE):
+            self.stats.skipped_done += 1
+            return Claim(scene, biz_key, key, token, ClaimState.DONE)
+        self.stats.busy += 1
+        return Claim(scene, biz_key, key, token, ClaimState.PROCESSING)
+
+    def _unavailable(self, scene: str, biz_key: str, key: str, token: str,
+                     exc: Exception) -> Claim:
+        if self.on_unavailable is RedisUnavailablePolicy.PROCESS:
+            self.stats.unavailable_unchecked += 1
+            log.warning("idempotence: Redis unreachable (%s); policy PROCESS runs %s:%s "
+                        "WITHOUT the duplicate check", exc, scene, biz_key)
+            return Claim(scene, biz_key, key, token, ClaimState.UNCHECKED)
+        self.stats.unavailable_failed += 1
+        log.warning("idempotence: Redis unreachable (%s); %s:%s fails for a retry",
+                    exc, scene, biz_key)
+        raise ClaimUnavailableError(
+            f"Redis unreachable for the claim of scene={scene}, biz_key={biz_key}: {exc}") from exc
+
+    async def confirm(self, claim: Claim) -> bool:
+        """Turn our processing claim into done (TTL done_ttl_ms); False if it is not ours now."""
+        if claim.state is not ClaimState.CLAIMED:
+            return False
+        done = await self._confirm(keys=[claim.key], args=[PROCESSING + claim.token,
+                                                          DONE + claim.token, self.done_ttl_ms])
+        return self._owned_outcome(claim, bool(done), "confirm")
+
+    async def extend(self, claim: Claim, lease_ms: int | None = None) -> bool:
+        """Renew our processing lease for a long handler; False if the claim is not ours now."""
+        if claim.state is not ClaimState.CLAIMED:
+            return False
+        lease_ms = _check_range("lease_ms", lease_ms or self.lease_ms, MIN_LEASE_MS, MAX_LEASE_MS)
+        ok = await self._extend(keys=[claim.key], args=[PROCESSING + claim.token, lease_ms])
+        return self._owned_outcome(claim, bool(ok), "extend")
+
+    async def release(self, claim: Claim) -> bool:
+        """Delete our processing claim so a retry can take it; False if it is not ours now."""
+        if claim.state is not ClaimState.CLAIMED:
+            return False
+        gone = await self._release(keys=[claim.key], args=[PROCESSING + claim.token])
+        return self._owned_outcome(claim, bool(gone), "release")
+
+    def _owned_outcome(self, claim: Claim, ok: bool, step: str) -> bool:
+        if ok:
+            if step == "confirm":
+                self.stats.confirmed += 1
+            elif step == "release":
+                self.stats.released += 1
+        else:
+            self.stats.lost += 1
+            log.warning("idempotence: %s of %s:%s found the claim no longer ours (the lease "
+                        "of %d ms ran out)", step, claim.scene, claim.biz_key, self.lease_ms)
+        return ok
+
+    async def state_of(self, scene: str, biz_key: str) -> str | None:
+        """What Redis holds for (scene, biz_key): "processing", "done" or None (for tools, tests)."""
+        value = _text(await self._redis.get(claim_key(scene, biz_key, self.key_prefix)))
+        return value.split(":", 1)[0] if value else None
+
+    # -- around a handler ---------------------------------------------------------------------
+    async def run(self, record: ConsumerRecord, handler: Handler, *, scene: str,
+                  biz_key: str | None = None) -> ClaimState:
+        """Run `handler(record)` at most once per (scene, business key) while claims hold.
+
+        Returns CLAIMED (it ran and was confirmed), DONE (a duplicate: skipped,
+        acknowledge it) or UNCHECKED (Redis away, policy PROCESS: it ran
+        unchecked). Raises ClaimBusyError when another holder is processing it
+        and ClaimUnavailableError when Redis is away under policy FAIL: both
+        retriable, so `Consumer.run` nacks the message for a later retry. A
+        handler's exception releases the claim and propagates.
+        """
+        async with self.guard(record, scene=scene, biz_key=biz_key) as claim:
+            if claim.should_run:
+                await handler(record)
+        return claim.state
+
+    def wrap(self, handler: Handler, *, scene: str) -> Handler:
+        """`handler` behind the claim, for `consumer.run(claim.wrap(handle, scene="pay"))`."""
+        async def claimed(record: ConsumerRecord) -> ClaimState:
+            return await self.run(record, handler, scene=scene)
+        return claimed
+
+    @contextlib.asynccontextmanager
+    async def guard(self, record: ConsumerRecord, *, scene: str,
+                    biz_key: str | None = None) -> AsyncIterator[Claim]:
+        """The claim around a block: `async with claim.guard(rec, scene="pay") as c:`.
+
+        The block runs the handler only `if c.should_run` (a DONE claim is a
+        duplicate: skip it). Leaving the block normally confirms our claim; an
+        exception (or cancellation) releases it and propagates. Entering raises
+        ClaimBusyError / ClaimUnavailableError as `run` does.
+        """
+        claim = await self.acquire(scene, biz_key or biz_key_of(record))
+        if claim.state is ClaimState.PROCESSING:
+            raise ClaimBusyError(f"being processed elsewhere: scene={scene}, "
+                                 f"biz_key={claim.biz_key}; retry later")
+        if claim.state is not ClaimState.CLAIMED:
+            yield claim
+            return
+        try:
+            yield claim
+        except BaseException:
+            await self._release_quietly(claim)
+            raise
+        await self._confirm_quietly(claim)
+
+    async def _release_quietly(self, claim: Claim) -> None:
+        # The handler's error is what the caller must see; a claim we cannot
+        # delete still frees itself when its lease runs out.
+        try:
+            await self.release(claim)
+        except UNAVAILABLE as exc:
+            log.warning("idempotence: release of %s:%s failed (%s); it frees itself in %d ms",
+                        claim.scene, claim.biz_key, exc, self.lease_ms)
+
+    async def _confirm_quietly(self, claim: Claim) -> None:
+        # The handler's work is done: failing the message now would run it again
+        # for sure, so a lost confirm is logged and counted, not raised (a
+        # duplicate can run once the lease expires: the weak check's gap).
+        try:
+            await self.confirm(claim)
+        except UNAVAILABLE as exc:
+            self.stats.confirm_failed += 1
+            log.warning("idempotence: confirm of %s:%s failed (%s); a duplicate may run after "
+                        "the lease of %d ms", claim.scene, claim.biz_key, exc, self.lease_ms)
