@@ -42,11 +42,11 @@ class SyncBackend:
             finally:
                 conn.close()
         elif self.name == "psycopg":
-            with psycopg.connect(self.target) as conn:
-                yield conn
+            with psycopg.connect(self.target) as pg:
+                yield pg
         else:
-            with self.engine.connect() as conn:
-                yield conn
+            with self.engine.connect() as sa_conn:
+                yield sa_conn
 
     @contextlib.contextmanager
     def transaction(self, conn: Any) -> Iterator[None]:
