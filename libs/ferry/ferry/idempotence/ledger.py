@@ -34,7 +34,7 @@ from ferry.idempotence.ledger_conn import (
     run_async,
     run_sync,
 )
-from ferry.idempotence.ledger_sql import SQLITE, LedgerSQL, is_duplicate, is_missing_table
+from ferry.idempotence.ledger_sql import POSTGRES, SQLITE, LedgerSQL, is_duplicate, is_missing_table
 from ferry.idempotence.ledger_sql import valid_table_name as _valid_table_name
 
 DEFAULT_TABLE = "ferry_ledger"
@@ -98,9 +98,10 @@ class Ledger:
         self.group = group
         # Databases (psycopg connections, SQLAlchemy engines) where the table was seen.
         self._ready: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sqls = {d: LedgerSQL(d, table) for d in (SQLITE, POSTGRES)}
 
     def _sql(self, target: Target) -> LedgerSQL:
-        return LedgerSQL(target.dialect, self.table)
+        return self._sqls[target.dialect]
 
     # -- the entry a record() call writes ------------------------------------------
 
