@@ -16,14 +16,16 @@ import aiosqlite
 import psycopg
 import sqlalchemy as sa
 from ferry.idempotence.ledger_sql import to_pyformat
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
 
 from tests.support.procs import Postgres
 
 BUSINESS_TABLE = "CREATE TABLE orders (order_id TEXT NOT NULL, amount INTEGER NOT NULL)"
-SYNC_BACKENDS = ["sqlite3", "psycopg", "sqlalchemy-sqlite", "sqlalchemy-postgresql"]
+SYNC_BACKENDS = ["sqlite3", "psycopg", "sqlalchemy-sqlite", "sqlalchemy-postgresql",
+                 "sqlalchemy-session-postgresql"]
 ASYNC_BACKENDS = ["aiosqlite", "psycopg-async", "sqlalchemy-async-sqlite",
-                  "sqlalchemy-async-postgresql"]
+                  "sqlalchemy-async-postgresql", "sqlalchemy-async-session-sqlite"]
 
 
 @dataclass
@@ -44,6 +46,9 @@ class SyncBackend:
         elif self.name == "psycopg":
             with psycopg.connect(self.target) as pg:
                 yield pg
+        elif "session" in self.name:
+            with Session(self.engine) as session:
+                yield session
         else:
             with self.engine.connect() as sa_conn:
                 yield sa_conn
@@ -89,6 +94,9 @@ class AsyncBackend:
         elif self.name == "psycopg-async":
             async with await psycopg.AsyncConnection.connect(self.target) as conn:
                 yield conn
+        elif "session" in self.name:
+            async with AsyncSession(self.engine) as session:
+                yield session
         else:
             async with self.engine.connect() as conn:
                 yield conn
@@ -138,7 +146,7 @@ def make_sync(name: str, tmp_path: Path, server: Postgres | None, database: str)
     elif name == "sqlalchemy-sqlite":
         backend = SyncBackend(name, "", sa.create_engine(
             f"sqlite:///{tmp_path / 'app.db'}", connect_args={"timeout": 30}))
-    else:
+    else:   # sqlalchemy-postgresql and sqlalchemy-session-postgresql
         assert server is not None
         backend = SyncBackend(name, "", sa.create_engine(
             f"postgresql+psycopg://postgres@{server.host}:{server.port}/{database}"))
@@ -154,7 +162,7 @@ async def make_async(name: str, tmp_path: Path, server: Postgres | None,
     elif name == "psycopg-async":
         assert server is not None
         backend = AsyncBackend(name, pg_conninfo(server, database))
-    elif name == "sqlalchemy-async-sqlite":
+    elif name in ("sqlalchemy-async-sqlite", "sqlalchemy-async-session-sqlite"):
         backend = AsyncBackend(name, "", create_async_engine(
             f"sqlite+aiosqlite:///{tmp_path / 'app.db'}", connect_args={"timeout": 30}))
     else:

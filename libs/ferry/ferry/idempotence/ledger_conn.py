@@ -2,8 +2,8 @@
 
 The ledger takes whatever connection the caller's business code already
 holds: `sqlite3.Connection`, `aiosqlite.Connection`, `psycopg.Connection` /
-`psycopg.AsyncConnection`, or SQLAlchemy's `Connection` / `AsyncConnection`
-(on SQLite or PostgreSQL). The drivers are optional: a type is only checked
+`psycopg.AsyncConnection`, or SQLAlchemy's `Connection` / `AsyncConnection` /
+ORM `Session` / `AsyncSession` (on SQLite or PostgreSQL). The drivers are optional: a type is only checked
 against a driver already imported by the caller (it made the connection).
 """
 from __future__ import annotations
@@ -52,6 +52,13 @@ def _sqlalchemy_dialect(name: str) -> str:
                            "(sqlite and postgresql are)")
 
 
+def _session_target(session: Any, *, is_async: bool) -> Target:
+    """An ORM session runs the ledger's statements in its own transaction (`execute`)."""
+    bind = session.get_bind()
+    engine = getattr(bind, "engine", bind)   # bound to a Connection or to an Engine
+    return Target(SQLALCHEMY, _sqlalchemy_dialect(engine.dialect.name), is_async, engine)
+
+
 def detect(conn: Any) -> Target:
     """The kind of `conn`; LedgerUsageError if it is none the ledger knows."""
     if isinstance(conn, sqlite3.Connection):
@@ -69,12 +76,18 @@ def detect(conn: Any) -> Target:
     if sa_async is not None and isinstance(conn, sa_async.AsyncConnection):
         return Target(SQLALCHEMY, _sqlalchemy_dialect(conn.dialect.name), True,
                       conn.sync_engine)
+    if sa_async is not None and isinstance(conn, sa_async.AsyncSession):
+        return _session_target(conn.sync_session, is_async=True)
+    sa_orm = _module("sqlalchemy.orm")
+    if sa_orm is not None and isinstance(conn, sa_orm.Session):
+        return _session_target(conn, is_async=False)
     sa_engine = _module("sqlalchemy.engine")
     if sa_engine is not None and isinstance(conn, sa_engine.Connection):
         return Target(SQLALCHEMY, _sqlalchemy_dialect(conn.dialect.name), False, conn.engine)
     raise LedgerUsageError(
         f"ledger: unsupported connection type {type(conn).__module__}.{type(conn).__qualname__} "
-        "(use sqlite3, aiosqlite, psycopg 3 or a SQLAlchemy Connection/AsyncConnection)")
+        "(use sqlite3, aiosqlite, psycopg 3, or a SQLAlchemy Connection, AsyncConnection, "
+        "Session or AsyncSession)")
 
 
 def require_transaction(target: Target, conn: Any) -> None:
