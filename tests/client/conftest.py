@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
+from tests.support.procs import (
+    Etcd,
+    Proc,
+    free_port,
+    spawn,
+    start_namesrv,
+    wait_until_ready,
+)
 
 READY_TIMEOUT_S = 30.0
 
@@ -57,14 +64,8 @@ class Mesh:
         return f"127.0.0.1:{self.namesrv_port}"
 
     def start_namesrv(self) -> None:
-        self.namesrv_port = free_port()
-        env = {"FERRY_NAMESRV_HOST": "127.0.0.1", "FERRY_NAMESRV_PORT": str(self.namesrv_port),
-               "FERRY_NAMESRV_ETCD": self.etcd.endpoint, "FERRY_NAMESRV_ETCD_PREFIX": self.prefix,
-               "FERRY_NAMESRV_AUTO_CREATE_TOPICS": "true", "FERRY_NAMESRV_DEFAULT_QUEUES": "4"}
-        self.namesrv_proc = spawn("namesrv", [sys.executable, "-m", "ferry_namesrv"],
-                                  self.workdir / "namesrv", env)
-        wait_until_ready(self.namesrv_proc, f"http://{self.namesrv}/readyz",
-                         READY_TIMEOUT_S)
+        self.namesrv_proc, self.namesrv_port = start_namesrv(
+            self.etcd.endpoint, self.prefix, self.workdir / "namesrv", timeout_s=READY_TIMEOUT_S)
 
     def start_broker(self, name: str, *, port: int | None = None) -> BrokerProc:
         """Start (or restart, on its old port and data) broker `name`; waits until routed."""

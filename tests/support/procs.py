@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -124,6 +125,20 @@ class Etcd:
     @property
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def start_namesrv(etcd_endpoint: str, prefix: str, workdir: Path,
+                  extra_env: dict[str, str] | None = None,
+                  timeout_s: float = 20.0) -> tuple[Proc, int]:
+    """A namesrv process on a free port over `prefix` of etcd, once ready: (proc, port)."""
+    port = free_port()
+    env = {"FERRY_NAMESRV_HOST": "127.0.0.1", "FERRY_NAMESRV_PORT": str(port),
+           "FERRY_NAMESRV_ETCD": etcd_endpoint, "FERRY_NAMESRV_ETCD_PREFIX": prefix,
+           "FERRY_NAMESRV_AUTO_CREATE_TOPICS": "true", "FERRY_NAMESRV_DEFAULT_QUEUES": "4",
+           **(extra_env or {})}
+    proc = spawn("namesrv", [sys.executable, "-m", "ferry_namesrv"], workdir, env)
+    wait_until_ready(proc, f"http://127.0.0.1:{port}/readyz", timeout_s)
+    return proc, port
 
 
 def start_etcd(workdir: Path) -> Etcd:

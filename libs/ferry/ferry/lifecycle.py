@@ -47,13 +47,17 @@ def as_step(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     return run
 
 
-async def cancel_task(tasks: dict[str, asyncio.Task[None]], name: str) -> None:
-    """Cancel the background task `name` (if running), drop it from `tasks`, wait for its end."""
-    task = tasks.pop(name, None)
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` (if any) and wait for its end (its cancellation is not re-raised)."""
     if task is not None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def cancel_task(tasks: dict[str, asyncio.Task[None]], name: str) -> None:
+    """Cancel the background task `name` (if running), drop it from `tasks`, wait for its end."""
+    await cancel_and_wait(tasks.pop(name, None))
 
 
 async def cancel_tasks(tasks: dict[str, asyncio.Task[None]]) -> None:

@@ -25,7 +25,7 @@ from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
 from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.producers import ProducerManager, Push
-from ferry_broker.put_pipeline import DurabilityHook, PutPipeline, WakePullsHook
+from ferry_broker.put_pipeline import DurabilityHook, PutHook, PutPipeline, WakePullsHook
 from ferry_broker.queue_locks import QueueLockTable
 from ferry_broker.roles import RoleManager
 from ferry_broker.topics import TopicManager
@@ -82,12 +82,20 @@ class BrokerContext:
         # woken before the durability wait (as RocketMQ does). The txn hook goes
         # before the delay hook, so that a delayed half is refused, not scheduled.
         # Replication: slaves are woken first of all, the slave wait and the
-        # leadership check come last, after the durability wait.
-        hooks = [DurabilityHook(self), WakePullsHook(self),
-                 TxnHook(self.topics, self.txn_stats),
-                 DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)]
-        if self.config.replication != "none":
-            hooks = [ReplicationWaitHook(self), *hooks, ReplicationNotifyHook(self)]
+        # leadership check come after the durability wait. A sync master's pulls see
+        # records only once the in-sync slaves have them (handlers/pull.py), so there
+        # pulls are woken last, after that wait.
+        core = [TxnHook(self.topics, self.txn_stats),
+                DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)]
+        durable, wake = DurabilityHook(self), WakePullsHook(self)
+        mode = self.config.replication
+        hooks: list[PutHook]
+        if mode == "none":
+            hooks = [durable, wake, *core]
+        elif mode == "async":
+            hooks = [ReplicationWaitHook(self), durable, wake, *core, ReplicationNotifyHook(self)]
+        else:
+            hooks = [wake, ReplicationWaitHook(self), durable, *core, ReplicationNotifyHook(self)]
         self.pipeline = PutPipeline(self, hooks)
         self.txn_ends = EndBatcher(self.pipeline)
         self.locks = QueueLockTable(self.config.lock_expiry_ms)

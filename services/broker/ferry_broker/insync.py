@@ -34,12 +34,12 @@ required set (one frozenset per write) and the waiters' heap.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from ferry.errors import SlaveNotAvailableError
+from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
 
 if TYPE_CHECKING:
@@ -140,10 +140,7 @@ class InSyncSet:
     async def end(self) -> None:
         """The term ended: stop writing the set (the next master writes its own)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         for join in list(self._joins):
             join.cancel()
         self._server, self.members, self._want, self._ready = None, [], set(), set()

@@ -34,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ferry.errors import NotMasterError
+from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
 from ferry.store.epochs import EpochLog
 
@@ -186,10 +187,7 @@ class RoleManager:
             return
         self._master = False
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks = []
         if self.insync is not None:
             await self.insync.end()

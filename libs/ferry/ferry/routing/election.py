@@ -40,6 +40,7 @@ from typing import Any
 
 import aetcd.exceptions
 
+from ferry.lifecycle import cancel_and_wait
 from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
 
 log = logging.getLogger("ferry.routing.election")
@@ -177,10 +178,7 @@ class Election:
     async def stop(self) -> None:
         """Resign (revoke the lease: the key goes at once) and stop."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._set(False, None, "stopped")
         await self._drop_lease()
         if self._owns_registry:

@@ -213,31 +213,19 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
 
 
 def add_record(batch: PendingDispatch, buf: bytes | memoryview, off: int, pos: int, *,
-               cq: bool = True, keys: bool = True) -> RecordHead:
+               cq: bool = True, keys: bool = True) -> None:
     """Queue into `batch` the consume-queue entry (if `cq`) and index keys (if `keys`) of
-    the checked record at `buf[off:]`, stored at commit-log offset `pos`; return its head."""
+    the checked record at `buf[off:]`, stored at commit-log offset `pos`."""
     h = HEADER.unpack_from(buf, off)
     p = off + HEADER_SIZE
     topic_b = bytes(buf[p:p + h[H_TOPIC_LEN]])
-    topic = topic_b.decode()
     if cq:
-        batch.add_entry(topic, h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, h[H_TOTAL_SIZE],
+        batch.add_entry(topic_b.decode(), h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, h[H_TOTAL_SIZE],
                         h[H_TAG_HASH])
     if keys:
         k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
         batch.add_keys(topic_b, bytes(buf[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
                        h[H_STORE_TS_MS])
-    return RecordHead(topic, h[H_QUEUE_ID], h[H_QUEUE_OFFSET], h[H_TOTAL_SIZE], h[H_STORE_TS_MS])
-
-
-class RecordHead(NamedTuple):
-    """The header fields of a dispatched record that its callers check or track."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    size: int
-    store_ts_ms: int
 
 
 def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None:

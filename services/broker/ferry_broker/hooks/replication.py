@@ -58,10 +58,6 @@ class ReplicationWaitHook(PutHook):
             if server is None:  # stepped down between the put and now
                 raise not_master(ctx)
             await server.wait_replicated(done.end_offset, self._timeout_ms)
-            # Pulls see a sync master's records only once confirmed (`confirmed_offset`):
-            # the ones parked on these queues look again now.
-            for topic, queue_id in done.queues:
-                ctx.long_poll.notify(topic, queue_id)
         if not ctx.roles.writable:
             raise not_master(ctx)
 

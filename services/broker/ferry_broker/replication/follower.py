@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from ferry.errors import FerryError
+from ferry.lifecycle import cancel_and_wait
 from ferry.store import FlushMode, MessageStore
 from ferry.store.epochs import EpochLog
 
@@ -72,10 +73,7 @@ class ReplicaFollower:
     async def stop(self) -> None:
         """Stop following (the local store is left as it is)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._in_thread is not None:
             # The store work of a cancelled link still runs in its thread: wait, so that
             # whoever writes next (a promoted master) finds the log end settled.
