@@ -28,7 +28,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ferry.client.message import ConsumerRecord
-from ferry.idempotence.keys import DEFAULT_KEY_PREFIX, biz_key_of, bounded_biz_key, claim_key
+from ferry.errors import FerryError
+from ferry.idempotence.keys import (
+    DEFAULT_KEY_PREFIX,
+    biz_key_of,
+    bounded_biz_key,
+    claim_key,
+    validate_scene,
+)
 from ferry.idempotence.states import (
     Claim,
     ClaimBusyError,
@@ -93,12 +100,14 @@ class RedisClaim:
     `redis://127.0.0.1:6379/0` (a client is made with short timeouts and
     closed by `aclose()` / `async with`). `on_unavailable` says what happens
     when Redis cannot be reached (RedisUnavailablePolicy; FAIL by default).
+    `scene` is the default scene of `wrap()` and of `consumer.run(...,
+    idempotence=claim)` (which otherwise uses the consumer group's name).
     """
 
     def __init__(self, redis: aioredis.Redis | str, *, lease_ms: int = DEFAULT_LEASE_MS,
                  done_ttl_ms: int = DEFAULT_DONE_TTL_MS,
                  on_unavailable: RedisUnavailablePolicy = RedisUnavailablePolicy.FAIL,
-                 key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+                 key_prefix: str = DEFAULT_KEY_PREFIX, scene: str | None = None) -> None:
         self.lease_ms = _check_range("lease_ms", lease_ms, MIN_LEASE_MS, MAX_LEASE_MS)
         self.done_ttl_ms = _check_range("done_ttl_ms", done_ttl_ms,
                                         MIN_DONE_TTL_MS, MAX_DONE_TTL_MS)
@@ -106,6 +115,7 @@ class RedisClaim:
         if not key_prefix or " " in key_prefix:
             raise ValueError(f"bad key_prefix {key_prefix!r}")
         self.key_prefix = key_prefix
+        self.scene = None if scene is None else validate_scene(scene)
         self._owned = isinstance(redis, str)
         self._redis: aioredis.Redis = (
             aioredis.Redis.from_url(redis, socket_timeout=REDIS_TIMEOUT_S,
@@ -222,10 +232,20 @@ class RedisClaim:
                 await handler(record)
         return claim.state
 
-    def wrap(self, handler: Handler, *, scene: str) -> Handler:
-        """`handler` behind the claim, for `consumer.run(claim.wrap(handle, scene="pay"))`."""
+    def wrap(self, handler: Handler, *, scene: str | None = None) -> Handler:
+        """`handler` behind the claim, for `consumer.run(claim.wrap(handle, scene="pay"))`.
+
+        `scene` defaults to the claim's own (`RedisClaim(scene=...)`); one of them is needed.
+        The wrapped handler returns the ClaimState (DONE: a duplicate was skipped).
+        """
+        chosen = scene or self.scene
+        if chosen is None:
+            raise FerryError("RedisClaim.wrap needs a scene: wrap(handler, scene=...) or "
+                             "RedisClaim(..., scene=...)")
+        validate_scene(chosen)
+
         async def claimed(record: ConsumerRecord) -> ClaimState:
-            return await self.run(record, handler, scene=scene)
+            return await self.run(record, handler, scene=chosen)
         return claimed
 
     @contextlib.asynccontextmanager
