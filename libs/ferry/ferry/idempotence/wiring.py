@@ -35,6 +35,8 @@ from ferry.idempotence.transactional import TransactionalLedger
 log = logging.getLogger("ferry.idempotence")
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
+#: What `consumer.run` takes: a Handler, or `handler(record, conn)` for a TransactionalLedger.
+AnyHandler = Callable[..., Awaitable[Any]]
 
 
 @runtime_checkable
@@ -64,12 +66,12 @@ class IdempotenceStats:
         return asdict(self)
 
 
-def _checked(handler: Handler, check: object, group: str) -> Handler:
+def _checked(handler: AnyHandler, check: object, group: str) -> Handler:
     """`handler` behind `check` (the four kinds the module docstring lists)."""
     if isinstance(check, RedisClaim):
         return check.wrap(handler, scene=check.scene or group)
     if isinstance(check, TransactionalLedger):
-        return check.wrap(handler, scene=check.scene or group,  # type: ignore[arg-type]
+        return check.wrap(handler, scene=check.scene or group,
                           group=check.ledger.group or group)
     if isinstance(check, Ledger):
         return handler   # it records in its own transaction; DuplicateMessage is caught below
@@ -87,7 +89,8 @@ def _outcome(result: object) -> Outcome:
     return Outcome.RAN
 
 
-def wire(handler: Handler, check: object, *, group: str, stats: IdempotenceStats) -> Handler:
+def wire(handler: AnyHandler, check: object, *, group: str,
+         stats: IdempotenceStats) -> Handler:
     """`handler` behind `check`, counting each outcome in `stats` (for `Consumer.run`)."""
     inner = _checked(handler, check, group)
 
