@@ -46,7 +46,7 @@ from tests.support.procs import Proc, start_etcd, start_redis  # noqa: E402
 MESSAGES = int(os.environ.get("FERRY_BENCH_IDEMPOTENCE_MESSAGES", "20000"))
 BODY = os.urandom(1024)
 PRODUCE_BATCH = 256
-CONCURRENCY = 16
+CONCURRENCY = int(os.environ.get("FERRY_BENCH_IDEMPOTENCE_CONCURRENCY", "64"))
 TIMEOUT_S = 300.0
 TARGETS = {"redis": 0.3, "ledger_sqlite": 0.2}
 
