@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -186,3 +187,30 @@ async def test_any_wrap_object_is_a_check_and_other_objects_are_refused() -> Non
     assert (stats.ran, stats.duplicates) == (3, 3)
     with pytest.raises(FerryError, match="idempotence="):
         wire(handle, "redis://localhost", group=GROUP, stats=stats)
+
+
+async def test_sqlite_group_commit_rolls_back_only_the_failing_message(tmp_path: Path) -> None:
+    """Messages handled together share one SQLite transaction, each in a savepoint."""
+    path = tmp_path / "app.db"
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE orders (order_id TEXT NOT NULL)")
+
+    async def handle(rec: ConsumerRecord, conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO orders VALUES (?)", (rec.key,))
+        if rec.key == "order-3":
+            raise RuntimeError("failed after the business write")
+
+    async with Ledger().transactional(connect=lambda: sqlite3.connect(path, timeout=30)) as check:
+        stats = IdempotenceStats()
+        wired = wire(handle, check, group=GROUP, stats=stats)
+        records = [msg(f"order-{i}") for i in range(8)]
+        again = records[5]   # delivered twice in the same batch
+        outcomes = await asyncio.gather(*(wired(r) for r in [*records, again]),
+                                        return_exceptions=True)
+    assert isinstance(outcomes[3], RuntimeError)
+    assert outcomes.count(Outcome.RAN) == 7 and outcomes.count(Outcome.DUPLICATE) == 1
+    with closing(sqlite3.connect(path)) as db:
+        orders = sorted(r[0] for r in db.execute("SELECT order_id FROM orders"))
+        keys = sorted(r[0] for r in db.execute("SELECT biz_key FROM ferry_ledger"))
+    assert orders == keys == sorted(f"order-{i}" for i in range(8) if i != 3)
+    assert (stats.ran, stats.duplicates, stats.failed) == (7, 1, 1)

@@ -11,6 +11,14 @@ the ledger insert before the handler runs: rolled back, reported as
 Inserting the ledger row first makes a duplicate cost one failed insert and
 no business work, and on PostgreSQL it makes a racing second delivery wait on
 the row lock of the first instead of doing its business work twice.
+
+On SQLite (sqlite3, aiosqlite) the messages that wait together share one
+transaction (group commit): each runs inside a SAVEPOINT of its own, so a
+failing or duplicate message rolls back only its own ledger row and business
+change, and all are committed at once. SQLite has one writer at a time, so
+this is where its throughput comes from. Every message of the batch learns
+its outcome only after the commit (or all fail with the commit's error), so
+a message is acknowledged only once its rows are durable.
 """
 from __future__ import annotations
 
@@ -19,6 +27,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ferry.client.message import ConsumerRecord
@@ -40,6 +49,21 @@ Connect = Callable[[], Any]
 
 DEFAULT_MAX_IDLE = 8      # connections kept open between messages (one per concurrent handler)
 MAX_IDLE_LIMIT = 256
+#: Messages per shared SQLite transaction at most: it holds the database's write lock.
+MAX_GROUP_COMMIT = 128
+_SAVEPOINT = "ferry_ledger_msg"
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """One message waiting for a shared (group-commit) transaction."""
+
+    record: ConsumerRecord
+    handler: TxHandler
+    scene: str
+    group: str | None
+    future: asyncio.Future[Outcome] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -94,6 +118,8 @@ class TransactionalLedger:
         self.max_idle = max_idle
         self._connect = connect
         self._idle: list[Any] = []
+        self._target: Target | None = None   # the kind of connection connect() makes
+        self._waiting: list[_Waiting] = []   # messages waiting for a group commit
         # SQLite has one writer at a time, and a sync driver's lock wait would block the
         # event loop while the holder (another handler on this loop) cannot commit: such
         # transactions run one at a time. Async drivers on PostgreSQL run concurrently.
@@ -135,6 +161,17 @@ class TransactionalLedger:
         before (rolled back, the handler did not run). The handler's
         exception rolls back and propagates.
         """
+        if self._target is None:   # learn the kind of connection once
+            conn = await self._take()
+            self._target = detect(conn)
+            await self._give_back(conn, True)
+        if self._target.driver in (SQLITE3, AIOSQLITE):
+            return await self._group_commit(_Waiting(record, handler, scene, group))
+        return await self._run_alone(record, handler, scene, group)
+
+    async def _run_alone(self, record: ConsumerRecord, handler: TxHandler, scene: str,
+                         group: str | None) -> Outcome:
+        """One message in a transaction of its own."""
         conn = await self._take()
         target = detect(conn)
         failed_in_handler: BaseException | None = None
@@ -152,8 +189,7 @@ class TransactionalLedger:
             return Outcome.RAN
         except DuplicateMessage:
             healthy = True   # rolled back cleanly: the connection is fine
-            log.debug("idempotence: %s (%s:%s) already recorded; skipped", record.msg_id,
-                      scene, record.key or record.msg_id)
+            self._log_duplicate(record, scene)
             return Outcome.DUPLICATE
         except Exception as exc:
             # The handler's own failure was rolled back; anything else (commit,
@@ -162,6 +198,71 @@ class TransactionalLedger:
             raise
         finally:
             await self._give_back(conn, healthy)
+
+    async def _group_commit(self, waiting: _Waiting) -> Outcome:
+        """Wait for a shared transaction to run this message (or lead one), then its outcome."""
+        self._waiting.append(waiting)
+        await asyncio.sleep(0)   # let the handlers started in this turn join the batch
+        while not waiting.future.done():
+            async with self._one_at_a_time:
+                if not waiting.future.done():
+                    batch = self._waiting[:MAX_GROUP_COMMIT]
+                    del self._waiting[:MAX_GROUP_COMMIT]
+                    await self._run_batch([w for w in batch if not w.future.done()])
+        return waiting.future.result()
+
+    async def _run_batch(self, batch: list[_Waiting]) -> None:
+        """Each message in a SAVEPOINT of one transaction; outcomes set after the commit."""
+        conn = await self._take()
+        target = detect(conn)
+        outcomes: list[Outcome | Exception] = []
+        healthy = False
+        try:
+            async with transaction(target, conn):
+                for waiting in batch:
+                    outcomes.append(await self._in_savepoint(conn, waiting))
+            healthy = True
+        except Exception as exc:   # the commit (or a savepoint) failed: none of them is done
+            for waiting in batch:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc)
+            return
+        except BaseException:      # cancelled: rolled back; the others are not done either
+            for waiting in batch:
+                waiting.future.cancel()
+            raise
+        finally:
+            await self._give_back(conn, healthy)
+        for waiting, outcome in zip(batch, outcomes, strict=True):
+            if waiting.future.done():
+                continue
+            if isinstance(outcome, Exception):
+                waiting.future.set_exception(outcome)
+            else:
+                waiting.future.set_result(outcome)
+
+    async def _in_savepoint(self, conn: Any, waiting: _Waiting) -> Outcome | Exception:
+        """One message of a shared transaction: its rows stay, or roll back to the savepoint."""
+        await _maybe_await(conn.execute(f"SAVEPOINT {_SAVEPOINT}"))
+        try:
+            await _maybe_await(self.ledger.record(conn, scene=waiting.scene,
+                                                  record=waiting.record,
+                                                  group=waiting.group or None))
+            await waiting.handler(waiting.record, conn)
+        except Exception as exc:
+            await _maybe_await(conn.execute(f"ROLLBACK TO {_SAVEPOINT}"))
+            await _maybe_await(conn.execute(f"RELEASE {_SAVEPOINT}"))
+            if isinstance(exc, DuplicateMessage):
+                self._log_duplicate(waiting.record, waiting.scene)
+                return Outcome.DUPLICATE
+            return exc
+        await _maybe_await(conn.execute(f"RELEASE {_SAVEPOINT}"))
+        return Outcome.RAN
+
+    @staticmethod
+    def _log_duplicate(record: ConsumerRecord, scene: str) -> None:
+        log.debug("idempotence: %s (%s:%s) already recorded; skipped", record.msg_id, scene,
+                  record.key or record.msg_id)
 
     def _serialised(self, target: Target) -> contextlib.AbstractAsyncContextManager[Any]:
         if target.dialect == SQLITE or not target.is_async:
