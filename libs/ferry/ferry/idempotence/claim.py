@@ -18,6 +18,7 @@ failover) forgets "done" keys. The ledger (strong check) has neither gap.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -55,6 +56,7 @@ MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
 # Used only for a client made from a URL: a dead Redis must fail a claim quickly,
 # not hold a consumer's handler for the OS connect timeout.
 REDIS_TIMEOUT_S = 2.0
+TOKEN_SERIAL_MASK = (1 << 64) - 1
 PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (see the scripts)
 # Errors that mean "Redis is unreachable"; a script or data error is a bug and propagates.
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -151,6 +153,10 @@ class RedisClaim:
         self._extend = self._redis.register_script(_EXTEND)
         self._release = self._redis.register_script(_RELEASE)
         self.stats = ClaimStats()
+        # A token names one claim attempt: random per RedisClaim, then a serial
+        # (unique without a random draw per message).
+        self._token_prefix = secrets.token_hex(8)
+        self._token_serial = itertools.count()
 
     async def aclose(self) -> None:
         """Close the Redis client if this claim made it (from a URL)."""
@@ -172,7 +178,7 @@ class RedisClaim:
         """
         key = claim_key(scene, biz_key, self.key_prefix)
         biz_key = bounded_biz_key(biz_key)
-        token = secrets.token_hex(16)
+        token = f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
         try:
             found = await self._acquires.submit((key, token))
         except UNAVAILABLE as exc:
@@ -265,9 +271,19 @@ class RedisClaim:
         retriable, so `Consumer.run` nacks the message for a later retry. A
         handler's exception releases the claim and propagates.
         """
-        async with self.guard(record, scene=scene, biz_key=biz_key) as claim:
-            if claim.should_run:
+        # `guard` without the context manager's generator: this is the per-message path
+        # of consumer.run, where that overhead showed in bench idempotence.
+        claim = await self._enter(record, scene, biz_key)
+        if claim.state is not ClaimState.CLAIMED:
+            if claim.should_run:   # UNCHECKED
                 await handler(record)
+            return claim.state
+        try:
+            await handler(record)
+        except BaseException:
+            await self._release_quietly(claim)
+            raise
+        await self._confirm_quietly(claim)
         return claim.state
 
     def wrap(self, handler: Handler, *, scene: str | None = None) -> Handler:
@@ -296,10 +312,7 @@ class RedisClaim:
         exception (or cancellation) releases it and propagates. Entering raises
         ClaimBusyError / ClaimUnavailableError as `run` does.
         """
-        claim = await self.acquire(scene, biz_key or biz_key_of(record))
-        if claim.state is ClaimState.PROCESSING:
-            raise ClaimBusyError(f"being processed elsewhere: scene={scene}, "
-                                 f"biz_key={claim.biz_key}; retry later")
+        claim = await self._enter(record, scene, biz_key)
         if claim.state is not ClaimState.CLAIMED:
             yield claim
             return
@@ -309,6 +322,14 @@ class RedisClaim:
             await self._release_quietly(claim)
             raise
         await self._confirm_quietly(claim)
+
+    async def _enter(self, record: ConsumerRecord, scene: str, biz_key: str | None) -> Claim:
+        """Acquire for `record`; ClaimBusyError when another holder is processing it."""
+        claim = await self.acquire(scene, biz_key or biz_key_of(record))
+        if claim.state is ClaimState.PROCESSING:
+            raise ClaimBusyError(f"being processed elsewhere: scene={scene}, "
+                                 f"biz_key={claim.biz_key}; retry later")
+        return claim
 
     async def _release_quietly(self, claim: Claim) -> None:
         # The handler's error is what the caller must see; a claim we cannot
