@@ -8,7 +8,9 @@ handler succeeded the holder turns it into `done:<token>` for `done_ttl_ms`
 deletes it (the retry may take it again). Confirm and release act only if the
 key still holds *our* token, compared and changed in one Lua script: a holder
 whose lease ran out and was taken over cannot confirm or delete the new
-holder's claim.
+holder's claim. The claims (and the confirms) asked for in one turn of the
+event loop go to Redis as one script call (`batching.Coalescer`): one round
+trip for all the handlers `consumer.run` started together.
 
 Weak, because Redis and the business change are not one transaction: a
 crash between the business write and the confirm lets a duplicate run again
