@@ -20,6 +20,7 @@ from ferry.client.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence import (
     ClaimBusyError,
+    ClaimState,
     DuplicateMessage,
     IdempotenceStats,
     Ledger,
@@ -214,3 +215,17 @@ async def test_sqlite_group_commit_rolls_back_only_the_failing_message(tmp_path:
         keys = sorted(r[0] for r in db.execute("SELECT biz_key FROM ferry_ledger"))
     assert orders == keys == sorted(f"order-{i}" for i in range(8) if i != 3)
     assert (stats.ran, stats.duplicates, stats.failed) == (7, 1, 1)
+
+
+async def test_claims_asked_in_one_turn_share_a_call_and_each_stays_atomic(
+        redis_server: Redis) -> None:
+    async with RedisClaim(redis_server.url, key_prefix=unique_prefix()) as claim:
+        found = await asyncio.gather(*(claim.acquire("pay", key) for key in
+                                       ["order-a", "order-b", "order-a"]))
+        assert [c.state for c in found] == [ClaimState.CLAIMED, ClaimState.CLAIMED,
+                                            ClaimState.PROCESSING]   # the 2nd order-a waits
+        assert all(await asyncio.gather(*(claim.confirm(c) for c in found[:2])))
+        assert not await claim.confirm(found[2])   # never ours
+        again = await claim.acquire("pay", "order-a")
+        assert again.state is ClaimState.DONE
+        assert len({c.token for c in [*found, again]}) == 4   # one token per attempt
