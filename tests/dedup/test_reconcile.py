@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -203,3 +207,38 @@ async def test_scheduled_reconciliation_keeps_reports(
         assert again.ok("GET", f"/v1/reports/{first['id']}")["counts"]["missing"] == 1
     finally:
         again.proc.stop()
+
+
+def ferry_cli(dedup: DedupProc, *args: str) -> subprocess.CompletedProcess[str]:
+    """`ferry dedup ...` as an operator types it (the service's address in FERRY_DEDUP)."""
+    env = {**os.environ, "FERRY_DEDUP": dedup.addr}
+    return subprocess.run([sys.executable, "-m", "ferry.cli.main", "dedup", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+async def test_the_cli_reconciles_lists_reports_and_looks_up(
+        mesh: Mesh, sqlite_dedup: DedupProc) -> None:
+    d = sqlite_dedup
+    p = await plant(mesh, sqlite_connect(d), lambda conn: conn)
+    done = await asyncio.to_thread(ferry_cli, d, "reconcile", "--topic", p.topic, "--group",
+                                   p.group, "--since", "10m", "--grace-ms", "0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert_finds_exactly_the_planted(report, p)
+
+    listed = json.loads((await asyncio.to_thread(ferry_cli, d, "reports", "--limit", "1")).stdout)
+    assert [r["id"] for r in listed["reports"]] == [report["id"]]
+    one = await asyncio.to_thread(ferry_cli, d, "reports", "--id", report["id"])
+    assert json.loads(one.stdout)["samples"] == report["samples"]
+
+    by_key = await asyncio.to_thread(ferry_cli, d, "lookup", "--scene", p.group, "--biz-key",
+                                     DUPLICATE_KEY)
+    assert by_key.returncode == 0 and json.loads(by_key.stdout)["msg_id"] == p.first_id
+    by_id = await asyncio.to_thread(ferry_cli, d, "lookup", "--msg-id", p.first_id)
+    assert [r["biz_key"] for r in json.loads(by_id.stdout)["rows"]] == [DUPLICATE_KEY]
+    # Nothing found, and bad usage, are errors with a message, not tracebacks.
+    missing = await asyncio.to_thread(ferry_cli, d, "lookup", "--msg-id", p.lost_id)
+    assert missing.returncode == 1 and "MessageNotFoundError" in missing.stderr
+    bad = await asyncio.to_thread(ferry_cli, d, "reconcile", "--topic", p.topic, "--group",
+                                  p.group, "--since", "soon")
+    assert bad.returncode == 2 and "duration" in bad.stderr
