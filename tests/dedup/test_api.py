@@ -185,3 +185,23 @@ def test_redis_down_is_a_503_then_claims_recover(service: Service) -> None:
     wait_for(claimed, 20, "a claim after Redis came back")
     assert d.ok("GET", "/v1/health")["status"] == "ok"
     assert d.ok("GET", "/v1/stats")["claims"]["outcomes"]["unavailable"] >= 1
+
+
+def test_ledger_database_down_is_a_503_and_claims_keep_working(
+        mesh: Mesh, service: Service, tmp_path: Path) -> None:
+    """A PostgreSQL ledger nobody listens for: the service starts and serves all the same."""
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/ledger"
+    d = start_dedup(mesh, f"redis://127.0.0.1:{service.redis_port}/0", tmp_path / "dedup",
+                    ledger_url=dead)
+    try:
+        status, body = d.call("GET", "/v1/ledger?scene=billing&biz_key=order-1")
+        assert status == 503 and body["error"]["type"] == "StoreUnavailableError"
+        assert "ledger database unreachable" in body["error"]["message"]
+        assert d.call("GET", f"/v1/ledger/messages/{uuid.uuid4().hex}")[0] == 503
+        status, health = d.call("GET", "/v1/health")
+        assert status == 503 and health["ledger"]["ok"] is False and health["redis"]["ok"]
+        assert d.ok("POST", "/v1/claims", {"scene": "billing", "biz_key": key()})["state"] == \
+            "claimed"
+        assert d.ok("GET", "/healthz") == {"status": "ok"}
+    finally:
+        d.proc.stop()
