@@ -85,7 +85,7 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 30.0, what: str = "con
 
 @pytest.fixture(scope="module")
 def mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """One broker is enough: reconciliation reads every queue of the route the same way."""
-    m = start_mesh(etcd, tmp_path_factory.mktemp("mesh"), broker_names=("broker-a",))
+    """Two brokers: reconciliation reads every queue of the route, on every broker."""
+    m = start_mesh(etcd, tmp_path_factory.mktemp("mesh"))
     yield m
     m.stop()
