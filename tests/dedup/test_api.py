@@ -7,6 +7,7 @@ consumer's own transaction writes it (`ferry.idempotence.Ledger`).
 from __future__ import annotations
 
 import shutil
+import signal
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -203,5 +204,9 @@ def test_ledger_database_down_is_a_503_and_claims_keep_working(
         assert d.ok("POST", "/v1/claims", {"scene": "billing", "biz_key": key()})["state"] == \
             "claimed"
         assert d.ok("GET", "/healthz") == {"status": "ok"}
+        # SIGTERM stops it cleanly (exit status 0), database away or not.
+        d.proc.popen.send_signal(signal.SIGTERM)
+        assert d.proc.popen.wait(timeout=15) == 0, d.proc.log()[-2000:]
+        assert "dedup stopped" in d.proc.log()
     finally:
         d.proc.stop()

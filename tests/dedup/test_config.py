@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,16 @@ def test_every_report_section_is_documented() -> None:
     text = DOC.read_text(encoding="utf-8")
     for name in ("recorded", "stored", "ledger_rows", *SECTIONS):
         assert f"`{name}`" in text, name
+
+
+def test_ferry_dedup_commands_have_help() -> None:
+    for action in ([], ["reconcile"], ["reports"], ["lookup"]):
+        done = subprocess.run([sys.executable, "-m", "ferry.cli.main", "dedup", *action,
+                               "--help"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "usage: ferry dedup" in done.stdout, done.stderr
+
+
+def test_the_service_has_help() -> None:
+    done = subprocess.run([sys.executable, "-m", "ferry_dedup", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "FERRY_DEDUP_" in done.stdout, done.stderr
