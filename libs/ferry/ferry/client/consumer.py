@@ -47,8 +47,8 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ferry.client.allocation import allocator
 from ferry.client.connection import ConnectionPool
@@ -66,10 +66,13 @@ from ferry.client.positions import Positions
 from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
-from ferry.client.runner import RUN_STOP_GRACE_MS, Handler, OrderedRunner, Runner
+from ferry.client.runner import RUN_STOP_GRACE_MS, OrderedRunner, Runner
 from ferry.client.subscriptions import Spec, compile_subscriptions, subscription_specs
 from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
+
+if TYPE_CHECKING:
+    from ferry.idempotence.wiring import IdempotenceStats
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +150,8 @@ class Consumer(Positions):
         # None: the group's consume_from decides, read at start
         self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
+        #: What `run(..., idempotence=...)` did (None until such a run starts).
+        self.idempotence_stats: IdempotenceStats | None = None
         self._started = False
         # Ordered consumption (see `ordered`): its queue locks, when on.
         if suspend_ms < 0 or lock_renew_interval_ms <= 0:
@@ -314,8 +319,8 @@ class Consumer(Positions):
         """True when records are handed out only from queues locked by this member."""
         return self._ordered is not None
 
-    async def run(self, handler: Handler, *, concurrency: int = 1,
-                  ordered: bool | None = None) -> None:
+    async def run(self, handler: Callable[..., Awaitable[Any]], *, concurrency: int = 1,
+                  ordered: bool | None = None, idempotence: object = None) -> None:
         """Push style: call `await handler(record)` for each record, up to `concurrency` at once.
 
         A handler that returns consumed its record; one that raises has it
@@ -328,9 +333,17 @@ class Consumer(Positions):
         record per queue at a time in offset order, queues in parallel
         (`concurrency` caps the handlers running), a failing record called
         again in place after `suspend_ms`, then dead-lettered (`OrderedRunner`).
+
+        `idempotence`: a RedisClaim, a Ledger, `ledger.transactional(...)` or
+        any `wrap(handler)` check around the handler; duplicates are
+        acknowledged, counted in `idempotence_stats` (see `ferry.idempotence.wiring`).
         """
         if not self._started:
             raise RuntimeError("the consumer is not started: call start() or use `async with`")
+        if idempotence is not None:   # an optional extra: imported only when used
+            from ferry.idempotence.wiring import IdempotenceStats, wire
+            self.idempotence_stats = self.idempotence_stats or IdempotenceStats()
+            handler = wire(handler, idempotence, group=self.group, stats=self.idempotence_stats)
         if ordered is False and self._ordered is not None:
             raise ValueError("this consumer is ordered: its run() is ordered too")
         if ordered and self._ordered is None:

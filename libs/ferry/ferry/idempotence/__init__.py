@@ -3,7 +3,8 @@
 The weak check is `RedisClaim` (a claim per (scene, business key) in Redis);
 the strong check is `Ledger` (a 流水 ledger row inserted in the caller's own
 database transaction, unique per (scene, business key), so a duplicate raises
-`DuplicateMessage` and its transaction rolls back).
+`DuplicateMessage` and its transaction rolls back). `consumer.run(handler,
+idempotence=...)` wires either around a handler (see `wiring`).
 """
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from ferry.idempotence.states import (
     ClaimState,
     ClaimStats,
     ClaimUnavailableError,
+    Outcome,
     RedisUnavailablePolicy,
 )
+from ferry.idempotence.transactional import TransactionalLedger
+from ferry.idempotence.wiring import IdempotenceCheck, IdempotenceStats
 
 __all__ = [
     # weak check (Redis)
@@ -37,6 +41,11 @@ __all__ = [
     "LedgerEntry",
     "LedgerUsageError",
     "MessageRef",
+    "TransactionalLedger",
+    # consumer.run(handler, idempotence=...)
+    "IdempotenceCheck",
+    "IdempotenceStats",
+    "Outcome",
     # shared
     "biz_key_of",
     "claim_key",

@@ -28,7 +28,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ferry.client.message import ConsumerRecord
-from ferry.idempotence.keys import DEFAULT_KEY_PREFIX, biz_key_of, bounded_biz_key, claim_key
+from ferry.errors import FerryError
+from ferry.idempotence.batching import Coalescer
+from ferry.idempotence.keys import (
+    DEFAULT_KEY_PREFIX,
+    biz_key_of,
+    bounded_biz_key,
+    claim_key,
+    validate_scene,
+)
 from ferry.idempotence.states import (
     Claim,
     ClaimBusyError,
@@ -47,22 +55,43 @@ MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
 # Used only for a client made from a URL: a dead Redis must fail a claim quickly,
 # not hold a consumer's handler for the OS connect timeout.
 REDIS_TIMEOUT_S = 2.0
-PROCESSING, DONE = "processing:", "done:"
+PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (see the scripts)
 # Errors that mean "Redis is unreachable"; a script or data error is a bug and propagates.
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
 
-# Take the claim, or report what holds it. Returns "" when taken.
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
-return redis.call('GET', KEYS[1])
+# Take the claims of a batch (KEYS; ARGV[1] the lease, ARGV[i + 1] the token for
+# KEYS[i], stored as "processing:<token>"). Returns one character per key: "C" taken (claimed), "D" done,
+# "P" another holder's processing: one string, so the client parses one reply,
+# not one per key. A key taken earlier in the batch is "P" for a later duplicate.
+_ACQUIRE_MANY = """
+local found = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, 'processing:' .. ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
+    found[i] = 'C'
+  elseif string.sub(redis.call('GET', key) or '', 1, 5) == 'done:' then
+    found[i] = 'D'
+  else
+    found[i] = 'P'
+  end
+end
+return table.concat(found)
 """
 # Only our own processing claim may become done, be extended or be released.
-_CONFIRM = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
+# Confirm a batch: ARGV[1] the done TTL, ARGV[i + 1] our token for KEYS[i].
+# Returns one character per key: "1" confirmed, "0" not ours any more.
+_CONFIRM_MANY = """
+local ok = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == 'processing:' .. ARGV[i + 1] then
+    redis.call('SET', key, 'done:' .. ARGV[i + 1], 'PX', ARGV[1])
+    ok[i] = '1'
+  else
+    ok[i] = '0'
+  end
+end
+return table.concat(ok)
 """
 _EXTEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -93,12 +122,14 @@ class RedisClaim:
     `redis://127.0.0.1:6379/0` (a client is made with short timeouts and
     closed by `aclose()` / `async with`). `on_unavailable` says what happens
     when Redis cannot be reached (RedisUnavailablePolicy; FAIL by default).
+    `scene` is the default scene of `wrap()` and of `consumer.run(...,
+    idempotence=claim)` (which otherwise uses the consumer group's name).
     """
 
     def __init__(self, redis: aioredis.Redis | str, *, lease_ms: int = DEFAULT_LEASE_MS,
                  done_ttl_ms: int = DEFAULT_DONE_TTL_MS,
                  on_unavailable: RedisUnavailablePolicy = RedisUnavailablePolicy.FAIL,
-                 key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+                 key_prefix: str = DEFAULT_KEY_PREFIX, scene: str | None = None) -> None:
         self.lease_ms = _check_range("lease_ms", lease_ms, MIN_LEASE_MS, MAX_LEASE_MS)
         self.done_ttl_ms = _check_range("done_ttl_ms", done_ttl_ms,
                                         MIN_DONE_TTL_MS, MAX_DONE_TTL_MS)
@@ -106,13 +137,17 @@ class RedisClaim:
         if not key_prefix or " " in key_prefix:
             raise ValueError(f"bad key_prefix {key_prefix!r}")
         self.key_prefix = key_prefix
+        self.scene = None if scene is None else validate_scene(scene)
         self._owned = isinstance(redis, str)
         self._redis: aioredis.Redis = (
             aioredis.Redis.from_url(redis, socket_timeout=REDIS_TIMEOUT_S,
                                     socket_connect_timeout=REDIS_TIMEOUT_S)
             if isinstance(redis, str) else redis)
-        self._acquire = self._redis.register_script(_ACQUIRE)
-        self._confirm = self._redis.register_script(_CONFIRM)
+        self._acquire_many = self._redis.register_script(_ACQUIRE_MANY)
+        self._confirm_many = self._redis.register_script(_CONFIRM_MANY)
+        # The claims and confirms of one event-loop turn share one script call.
+        self._acquires: Coalescer[tuple[str, str], str] = Coalescer(self._run_acquires)
+        self._confirms: Coalescer[tuple[str, str], bool] = Coalescer(self._run_confirms)
         self._extend = self._redis.register_script(_EXTEND)
         self._release = self._redis.register_script(_RELEASE)
         self.stats = ClaimStats()
@@ -139,14 +174,13 @@ class RedisClaim:
         biz_key = bounded_biz_key(biz_key)
         token = secrets.token_hex(16)
         try:
-            found = _text(await self._acquire(keys=[key], args=[PROCESSING + token,
-                                                               self.lease_ms]))
+            found = await self._acquires.submit((key, token))
         except UNAVAILABLE as exc:
             return self._unavailable(scene, biz_key, key, token, exc)
-        if not found:
+        if found == "C":
             self.stats.claimed += 1
             return Claim(scene, biz_key, key, token, ClaimState.CLAIMED)
-        if found.startswith(DONE):
+        if found == "D":
             self.stats.skipped_done += 1
             return Claim(scene, biz_key, key, token, ClaimState.DONE)
         self.stats.busy += 1
@@ -169,9 +203,23 @@ class RedisClaim:
         """Turn our processing claim into done (TTL done_ttl_ms); False if it is not ours now."""
         if claim.state is not ClaimState.CLAIMED:
             return False
-        done = await self._confirm(keys=[claim.key], args=[PROCESSING + claim.token,
-                                                          DONE + claim.token, self.done_ttl_ms])
-        return self._owned_outcome(claim, bool(done), "confirm")
+        done = await self._confirms.submit((claim.key, claim.token))
+        return self._owned_outcome(claim, done, "confirm")
+
+    async def _run_acquires(self, batch: list[tuple[str, str]]) -> str:
+        """One character per claim of `batch`: C(laimed), D(one) or P(rocessing elsewhere)."""
+        found = _text(await self._acquire_many(
+            keys=[key for key, _ in batch], args=[self.lease_ms, *(v for _, v in batch)]))
+        if len(found) != len(batch):
+            raise RuntimeError(f"claim script answered {len(found)} of {len(batch)} keys")
+        return found
+
+    async def _run_confirms(self, batch: list[tuple[str, str]]) -> list[bool]:
+        ok = _text(await self._confirm_many(
+            keys=[key for key, _ in batch], args=[self.done_ttl_ms, *(t for _, t in batch)]))
+        if len(ok) != len(batch):
+            raise RuntimeError(f"confirm script answered {len(ok)} of {len(batch)} keys")
+        return [o == "1" for o in ok]
 
     async def extend(self, claim: Claim, lease_ms: int | None = None) -> bool:
         """Renew our processing lease for a long handler; False if the claim is not ours now."""
@@ -222,10 +270,20 @@ class RedisClaim:
                 await handler(record)
         return claim.state
 
-    def wrap(self, handler: Handler, *, scene: str) -> Handler:
-        """`handler` behind the claim, for `consumer.run(claim.wrap(handle, scene="pay"))`."""
+    def wrap(self, handler: Handler, *, scene: str | None = None) -> Handler:
+        """`handler` behind the claim, for `consumer.run(claim.wrap(handle, scene="pay"))`.
+
+        `scene` defaults to the claim's own (`RedisClaim(scene=...)`); one of them is needed.
+        The wrapped handler returns the ClaimState (DONE: a duplicate was skipped).
+        """
+        chosen = scene or self.scene
+        if chosen is None:
+            raise FerryError("RedisClaim.wrap needs a scene: wrap(handler, scene=...) or "
+                             "RedisClaim(..., scene=...)")
+        validate_scene(chosen)
+
         async def claimed(record: ConsumerRecord) -> ClaimState:
-            return await self.run(record, handler, scene=scene)
+            return await self.run(record, handler, scene=chosen)
         return claimed
 
     @contextlib.asynccontextmanager

@@ -36,6 +36,7 @@ from ferry.idempotence.ledger_conn import (
 )
 from ferry.idempotence.ledger_sql import POSTGRES, SQLITE, LedgerSQL, is_duplicate, is_missing_table
 from ferry.idempotence.ledger_sql import valid_table_name as _valid_table_name
+from ferry.idempotence.transactional import DEFAULT_MAX_IDLE, Connect, TransactionalLedger
 
 DEFAULT_TABLE = "ferry_ledger"
 BIZ_KEY_MAX_CHARS = 512
@@ -169,6 +170,14 @@ class Ledger:
             except Exception as again:
                 raise self._translate(again, sql, entry) from again
         return entry
+
+    def transactional(self, *, connect: Connect, scene: str | None = None,
+                      max_idle: int = DEFAULT_MAX_IDLE) -> TransactionalLedger:
+        """A check that opens the transaction itself, for `consumer.run(..., idempotence=)`:
+        per message, the ledger row first, then `await handler(record, conn)`, then
+        commit (see `transactional`). `connect()` makes a connection (or an awaitable of one).
+        """
+        return TransactionalLedger(self, connect=connect, scene=scene, max_idle=max_idle)
 
     def by_biz_key(self, conn: Any, *, scene: str, biz_key: str) -> Any:
         """The ledger row of (scene, biz_key), or None (awaitable for an asyncio connection)."""

@@ -21,6 +21,18 @@ class ClaimState(enum.Enum):
     UNCHECKED = "unchecked"    # Redis unreachable and the policy is PROCESS: run unchecked
 
 
+class Outcome(enum.Enum):
+    """What an idempotent handler did with one message (`consumer.run` counts these).
+
+    A wrapped handler (`IdempotenceCheck.wrap`) may return one; any other return
+    value means RAN, and a `DuplicateMessage` escaping it means DUPLICATE.
+    """
+
+    RAN = "ran"                # the handler ran and its effects are recorded
+    DUPLICATE = "duplicate"    # processed before: skipped, the message is acknowledged
+    UNCHECKED = "unchecked"    # ran without the check (Redis away, policy PROCESS)
+
+
 class RedisUnavailablePolicy(enum.Enum):
     """What a claim does when Redis cannot be reached (never a silent skip)."""
 

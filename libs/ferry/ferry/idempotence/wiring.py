@@ -1,0 +1,120 @@
+"""`consumer.run(handler, idempotence=...)`: a duplicate check around the handler, and its counts.
+
+`idempotence` may be:
+
+- a `RedisClaim`: the handler runs under a claim of (scene, business key);
+  the scene is the claim's own (`RedisClaim(scene=...)`), else the group's name;
+- a `Ledger`: the handler writes its business change and
+  `ledger.record(conn, ...)` in its own transaction; a `DuplicateMessage`
+  escaping it means "processed before" and the record is acknowledged;
+- a `TransactionalLedger` (`ledger.transactional(connect=...)`): the check
+  opens the transaction, records first and calls `handler(record, conn)`;
+  scene and the rows' group default to the consumer group's name;
+- any object with `wrap(handler) -> handler` (`IdempotenceCheck`).
+
+Whatever the check, a `DuplicateMessage` escaping the handler counts as a
+duplicate and is acknowledged (logged at debug), `ClaimBusyError` and
+`ClaimUnavailableError` (retriable) propagate so the message is nacked and
+retried later, never skipped, and every other exception propagates too.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ferry.client.message import ConsumerRecord
+from ferry.errors import DuplicateMessage, FerryError
+from ferry.idempotence.claim import RedisClaim
+from ferry.idempotence.keys import biz_key_of
+from ferry.idempotence.ledger import Ledger
+from ferry.idempotence.states import ClaimBusyError, ClaimState, ClaimUnavailableError, Outcome
+from ferry.idempotence.transactional import TransactionalLedger
+
+log = logging.getLogger("ferry.idempotence")
+
+Handler = Callable[[ConsumerRecord], Awaitable[Any]]
+#: What `consumer.run` takes: a Handler, or `handler(record, conn)` for a TransactionalLedger.
+AnyHandler = Callable[..., Awaitable[Any]]
+
+
+@runtime_checkable
+class IdempotenceCheck(Protocol):
+    """Any check of your own: `wrap(handler)` returns the handler behind the check.
+
+    The wrapped handler returns `Outcome.DUPLICATE` (or raises
+    `DuplicateMessage`) when it skipped a duplicate, `Outcome.UNCHECKED` when
+    it ran without the check; anything else it returns means it ran.
+    """
+
+    def wrap(self, handler: Handler) -> Handler: ...
+
+
+@dataclass(slots=True)
+class IdempotenceStats:
+    """What `consumer.run(..., idempotence=...)` did: `consumer.idempotence_stats` (they only grow)."""
+
+    ran: int = 0            # handler ran and returned (unchecked runs included)
+    duplicates: int = 0     # processed before: skipped and acknowledged
+    unchecked: int = 0      # ran without the check (Redis away, policy PROCESS)
+    busy: int = 0           # another holder was processing it: nacked, retried later
+    unavailable: int = 0    # the check's store was unreachable (policy FAIL): nacked
+    failed: int = 0         # the handler (or the check) raised anything else: nacked
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _checked(handler: AnyHandler, check: object, group: str) -> Handler:
+    """`handler` behind `check` (the four kinds the module docstring lists)."""
+    if isinstance(check, RedisClaim):
+        return check.wrap(handler, scene=check.scene or group)
+    if isinstance(check, TransactionalLedger):
+        return check.wrap(handler, scene=check.scene or group,
+                          group=check.ledger.group or group)
+    if isinstance(check, Ledger):
+        return handler   # it records in its own transaction; DuplicateMessage is caught below
+    if isinstance(check, IdempotenceCheck):
+        return check.wrap(handler)
+    raise FerryError(f"idempotence= takes a RedisClaim, a Ledger, ledger.transactional(...) or "
+                     f"an object with wrap(handler); got {type(check).__name__}")
+
+
+def _outcome(result: object) -> Outcome:
+    if result is Outcome.DUPLICATE or result is ClaimState.DONE:
+        return Outcome.DUPLICATE
+    if result is Outcome.UNCHECKED or result is ClaimState.UNCHECKED:
+        return Outcome.UNCHECKED
+    return Outcome.RAN
+
+
+def wire(handler: AnyHandler, check: object, *, group: str,
+         stats: IdempotenceStats) -> Handler:
+    """`handler` behind `check`, counting each outcome in `stats` (for `Consumer.run`)."""
+    inner = _checked(handler, check, group)
+
+    async def idempotent(record: ConsumerRecord) -> Outcome:
+        try:
+            outcome = _outcome(await inner(record))
+        except DuplicateMessage:   # the handler's own ledger.record found it recorded
+            outcome = Outcome.DUPLICATE
+        except ClaimBusyError:
+            stats.busy += 1
+            raise
+        except ClaimUnavailableError:
+            stats.unavailable += 1
+            raise
+        except Exception:
+            stats.failed += 1
+            raise
+        if outcome is Outcome.DUPLICATE:
+            stats.duplicates += 1
+            log.debug("idempotence: %s (biz_key %s) processed before; acknowledged",
+                      record.msg_id, biz_key_of(record))
+        else:
+            stats.ran += 1
+            if outcome is Outcome.UNCHECKED:
+                stats.unchecked += 1
+        return outcome
+    return idempotent
