@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import psycopg
 import pytest
 from ferry import Consumer, Producer
@@ -242,3 +243,44 @@ async def test_the_cli_reconciles_lists_reports_and_looks_up(
     bad = await asyncio.to_thread(ferry_cli, d, "reconcile", "--topic", p.topic, "--group",
                                   p.group, "--since", "soon")
     assert bad.returncode == 2 and "duration" in bad.stderr
+
+
+async def test_consumer_run_with_the_ledger_then_reconciliation_finds_nothing_wrong(
+        mesh: Mesh, sqlite_dedup: DedupProc) -> None:
+    """The whole story: `consumer.run(..., idempotence=Ledger().transactional(...))` writes
+    the service's ledger (scene and group default to the consumer group); a resend of
+    every tenth order is skipped as a duplicate; reconciliation agrees with all of it."""
+    d = sqlite_dedup
+    topic, group, orders = unique("e2e"), unique("billing"), 60
+    async with Producer(namesrv=mesh.namesrv) as producer:
+        for i in range(orders):
+            await producer.send_and_wait(topic, b"pay", key=f"order-{i}")
+        for i in range(0, orders, 10):   # resent by a producer that timed out
+            await producer.send_and_wait(topic, b"pay", key=f"order-{i}")
+    ran: list[str] = []
+
+    async def bill(rec: Any, conn: Any) -> None:
+        ran.append(rec.key)
+
+    check = Ledger().transactional(
+        connect=lambda: aiosqlite.connect(d.data_dir / "ledger.db", timeout=30))
+    async with check, Consumer(topic, group=group, namesrv=mesh.namesrv,
+                               auto_offset_reset="earliest", **FAST) as consumer:
+        running = asyncio.create_task(consumer.run(bill, concurrency=4, idempotence=check))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE_S
+        while (consumer.idempotence_stats is None
+               or consumer.idempotence_stats.ran + consumer.idempotence_stats.duplicates
+               < orders + orders // 10):
+            assert loop.time() < deadline, consumer.idempotence_stats
+            await asyncio.sleep(0.05)
+        await consumer.stop()
+        await running
+    assert sorted(ran) == sorted(f"order-{i}" for i in range(orders))
+
+    report = await asyncio.to_thread(ferry_cli, d, "reconcile", "--topic", topic, "--group",
+                                     group, "--since", "10m", "--grace-ms", "0")
+    counts = json.loads(report.stdout)["counts"]
+    assert counts == {"stored": orders + orders // 10, "ledger_rows": orders,
+                      "recorded": orders, "duplicates_prevented": orders // 10, "missing": 0,
+                      "pending": 0, "orphans": 0, "orphans_unverified": 0}, counts
