@@ -50,7 +50,7 @@ test: setup
 
 lint: setup
 	@.venv/bin/ruff check libs services tests bench spark
-	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker
+	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker services/dedup/ferry_dedup
 
 bench: setup
 	@$(PY) bench/run.py $(BENCH)

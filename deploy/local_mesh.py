@@ -94,6 +94,16 @@ def components(ha: bool = False) -> list[Component]:
              "FERRY_TXN_CHECKER_ETCD": f"127.0.0.1:{etcd_port}"},
             ready_url=f"http://127.0.0.1:{TXN_CHECKER_PORT}/readyz",
         ),
+        Component(
+            # Idempotence over HTTP and reconciliation; its ledger is SQLite under
+            # var/dedup (deploy/docker-compose.yml runs it on PostgreSQL).
+            "dedup", [sys.executable, "-m", "ferry_dedup"], DEDUP_PORT,
+            {"FERRY_DEDUP_HTTP_PORT": str(DEDUP_PORT),
+             "FERRY_DEDUP_DATA_DIR": str(VAR / "dedup"),
+             "FERRY_DEDUP_NAMESRV": f"127.0.0.1:{NAMESRV_PORT}",
+             "FERRY_DEDUP_REDIS": f"redis://127.0.0.1:{redis_port}/0"},
+            ready_url=f"http://127.0.0.1:{DEDUP_PORT}/readyz",
+        ),
     ]
 
 
@@ -103,6 +113,7 @@ BROKERS = [("broker-a", _port("BROKER_A", 10911), _port("BROKER_A_HTTP", 10920))
            ("broker-b", _port("BROKER_B", 10915), _port("BROKER_B_HTTP", 10921))]
 SCHEDULER_PORT = _port("SCHEDULER", 10922)  # the delay scheduler's HTTP API
 TXN_CHECKER_PORT = _port("TXN_CHECKER", 10923)  # the txn-checker's HTTP API
+DEDUP_PORT = _port("DEDUP", 10926)  # the dedup service's HTTP API
 
 
 def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
@@ -254,7 +265,8 @@ def banner() -> str:
         f"\nFerry is up. namesrv: 127.0.0.1:{NAMESRV_PORT} (export FERRY_NAMESRV=127.0.0.1:{NAMESRV_PORT})\n"
         "Brokers: " + ", ".join(f"{n} 127.0.0.1:{p} (HTTP {h})" for n, p, h in BROKERS) + "\n"
         f"Delay scheduler: HTTP 127.0.0.1:{SCHEDULER_PORT}   "
-        f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}\n"
+        f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}   "
+        f"dedup: HTTP 127.0.0.1:{DEDUP_PORT} (ledger var/dedup/ledger.db)\n"
         "Data and logs: ./var/   Stop: Ctrl-C here, or `make down` from another shell.\n\n"
         "Try, in another shell:\n"
         "  . .venv/bin/activate\n"

@@ -21,7 +21,7 @@ def compose(*args: str) -> str:
 def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
-                        "broker-b-1", "delay-scheduler", "txn-checker"}
+                        "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -30,6 +30,15 @@ def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
     assert resolved.count("FERRY_BROKER_NAME: broker-b") == 2
     assert "FERRY_DELAY_SCHEDULER_NAMESRV: namesrv:9876" in resolved
     assert "FERRY_TXN_CHECKER_NAMESRV: namesrv:9876" in resolved
+    assert "FERRY_DEDUP_NAMESRV: namesrv:9876" in resolved
+
+
+def test_dedup_keeps_its_ledger_on_the_postgres_service() -> None:
+    resolved = compose("config")
+    assert "FERRY_DEDUP_LEDGER_URL: postgresql://ferry:ferry@postgres:5432/ferry" in resolved
+    assert "FERRY_DEDUP_REDIS: redis://redis:6379/0" in resolved
+    assert "FERRY_DEDUP_HTTP_PORT: '10926'" in resolved or \
+        'FERRY_DEDUP_HTTP_PORT: "10926"' in resolved
 
 
 def test_the_brokers_form_two_replicated_groups_of_two() -> None:

@@ -6,6 +6,7 @@ then stops the mesh the way `make down` does and checks it stopped cleanly.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
-             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER"]
+             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
     env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
            "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
@@ -44,6 +45,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     env["FERRY_NAMESRV"] = f"127.0.0.1:{env['FERRY_MESH_NAMESRV_PORT']}"
     env["FERRY_DELAY_SCHEDULER"] = f"127.0.0.1:{env['FERRY_MESH_SCHEDULER_PORT']}"
     env["FERRY_TXN_CHECKER"] = f"127.0.0.1:{env['FERRY_MESH_TXN_CHECKER_PORT']}"
+    env["FERRY_DEDUP"] = f"127.0.0.1:{env['FERRY_MESH_DEDUP_PORT']}"
     try:
         yield env
     finally:
@@ -56,7 +58,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
             log.close()
     text = out.read_text()
     for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler",
-                 "txn-checker"):
+                 "txn-checker", "dedup"):
         assert f"{name:<10} stopped" in text
 
 
@@ -81,6 +83,11 @@ def test_make_up_then_create_send_consume(mesh: dict[str, str]) -> None:
         time.sleep(0.5)
         routes = ferry(mesh, "topic", "describe", "demo")
     assert "broker-a" in routes and "broker-b" in routes, routes
+    # The mesh's dedup service (SQLite ledger) reconciles the topic: nothing was recorded
+    # in the ledger for group g, so the message is missing (grace 0).
+    report = json.loads(ferry(mesh, "dedup", "reconcile", "--topic", "demo", "--group", "g",
+                              "--since", "10m", "--grace-ms", "0"))
+    assert report["counts"]["stored"] == 1 and report["counts"]["missing"] == 1, report
 
 
 def test_a_delayed_send_arrives_about_five_seconds_later(mesh: dict[str, str]) -> None:

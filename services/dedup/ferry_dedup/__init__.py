@@ -1,1 +1,1 @@
-"""Idempotence service: a fast Redis claim (weak check) and the ledger table (strong check), with reconciliation of the ledger."""
+"""ferry-dedup: Redis claims and ledger look-ups over HTTP, and reconciliation of the ledger."""

@@ -1,20 +1,56 @@
-"""Entry point: `python -m ferry_dedup` or `ferry-dedup`."""
+"""Entry point: `python -m ferry_dedup` or `ferry-dedup`.
+
+Configuration comes from FERRY_DEDUP_* environment variables; a flag given on
+the command line wins over the variable.
+"""
 from __future__ import annotations
 
-import argparse
 import sys
 
+from ferry.entry import Flag, parse_config, run_app
+
+from ferry_dedup.config import DedupConfig
+
 DESCRIPTION = (
-    "Idempotence service: a fast Redis claim (weak check) and the ledger table (strong check), with reconciliation of the ledger. "
-    "Configured by FERRY_DEDUP_* environment variables."
+    "Ferry dedup: idempotence over HTTP for consumers that are not Python or not "
+    "in-process (Redis claims: claim, confirm, release; ledger look-ups by business key or "
+    "message id), and reconciliation of a topic's stored messages against the ledger, on "
+    "demand (POST /v1/reconcile, `ferry dedup reconcile`) and every RECONCILE_INTERVAL_S "
+    "for the RECONCILE targets. Reports are kept in DATA_DIR/reports. HTTP: /healthz, "
+    "/readyz, /v1/health, /v1/claims, /v1/ledger, /v1/reconcile, /v1/reports, /v1/stats, "
+    "/openapi.json. Configured by FERRY_DEDUP_* environment variables; flags override them."
 )
+
+_FLAGS: list[Flag] = [
+    ("--host", "host", str, "HTTP listen address (FERRY_DEDUP_HOST)"),
+    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
+     "(FERRY_DEDUP_HTTP_PORT, 10926)"),
+    ("--data-dir", "data_dir", str, "reports and the default SQLite ledger "
+     "(FERRY_DEDUP_DATA_DIR)"),
+    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_DEDUP_NAMESRV)"),
+    ("--redis", "redis", str, "Redis URL for claims (FERRY_DEDUP_REDIS)"),
+    ("--ledger-url", "ledger_url", str, "sqlite:///PATH or postgresql://... "
+     "(FERRY_DEDUP_LEDGER_URL; default sqlite:///DATA_DIR/ledger.db)"),
+    ("--reconcile", "reconcile", str, "scheduled targets topic:group[:scene],... "
+     "(FERRY_DEDUP_RECONCILE)"),
+    ("--reconcile-interval-s", "reconcile_interval_s", int,
+     "seconds between scheduled runs (FERRY_DEDUP_RECONCILE_INTERVAL_S, 300)"),
+    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_DEDUP_LOG_LEVEL)"),
+]
+
+
+def parse_args(argv: list[str] | None) -> DedupConfig:
+    return parse_config(argv, "ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ferry-dedup", description=DESCRIPTION)
-    parser.parse_args(argv)
-    print("ferry_dedup: not built yet; this service arrives in a later issue.", file=sys.stderr)
-    return 2
+    config = parse_args(argv)
+
+    async def run() -> None:
+        from ferry_dedup.app import DedupApp  # after logging is set up
+        await DedupApp(config).run()
+
+    return run_app(config.log_level, run, "ferry_dedup", "dedup")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,162 @@
+"""The dedup service's HTTP API (aiohttp); the routes and their documents are in openapi.py.
+
+- `GET /healthz` (the process serves), `GET /readyz` (started), `GET /v1/health`
+  (Redis and the ledger database reachable: 200, else 503 naming which is not).
+- Claims: `POST /v1/claims` {scene, biz_key, lease_ms?} -> {state, token?};
+  `POST /v1/claims/confirm` and `/v1/claims/release` {scene, biz_key, token} -> {ok}.
+- Ledger look-ups: `GET /v1/ledger?scene=&biz_key=`, `GET /v1/ledger/messages/{msg_id}`.
+- Reconciliation: `POST /v1/reconcile` -> the report; `GET /v1/reports?limit=N`
+  (summaries, newest first); `GET /v1/reports/{id}` (the whole report).
+- `GET /v1/stats`; `GET /openapi.json`.
+
+Every failure is the JSON error body of the other services (ferry.http_errors):
+bad input 400, unknown topic / row / report 404, Redis or the database away 503.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+from ferry.errors import (
+    BusyError,
+    FerryError,
+    MalformedRequestError,
+    MessageNotFoundError,
+    StoreUnavailableError,
+    TopicNotFoundError,
+)
+from ferry.http_errors import error_middleware, json_response
+
+from ferry_dedup.openapi import openapi_document
+
+log = logging.getLogger("ferry_dedup")
+
+MAX_BODY_BYTES = 64 * 1024
+DEFAULT_LIST_LIMIT = 20
+MAX_LIST_LIMIT = 100
+_MSG_ID = re.compile(r"[0-9A-Fa-f]{32}")
+
+_STATUS: list[tuple[type[FerryError], int]] = [
+    (MalformedRequestError, 400), (MessageNotFoundError, 404), (TopicNotFoundError, 404),
+    (BusyError, 503), (StoreUnavailableError, 503),
+]
+errors_and_logs = error_middleware(_STATUS, log, "dedup")
+
+Json = dict[str, Any]
+
+
+class Backend(Protocol):
+    """What the routes call: the app implements it (see app.DedupApp)."""
+
+    version: str
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def claim(self, body: Any) -> Json: ...
+    async def finish_claim(self, body: Any, *, confirm: bool) -> Json: ...
+    async def lookup_biz_key(self, scene: str, biz_key: str) -> Json | None: ...
+    async def lookup_msg_id(self, msg_id: str) -> list[Json]: ...
+    async def reconcile(self, body: Any) -> Json: ...
+    def reports(self, limit: int) -> tuple[list[Json], int]: ...
+    def report(self, report_id: str) -> Json | None: ...
+    def stats_document(self) -> Json: ...
+    async def health(self) -> tuple[bool, Json]: ...
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise MalformedRequestError("the body must be JSON") from None
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit", str(DEFAULT_LIST_LIMIT))
+    limit = int(raw) if raw.isdigit() else 0
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise MalformedRequestError(f"limit must be 1..{MAX_LIST_LIMIT}, not {raw!r}")
+    return limit
+
+
+def build_app(backend: Backend) -> web.Application:
+    document = openapi_document(backend.version)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if not backend.ready:
+            raise BusyError("not ready: starting or stopping")
+        return json_response({"status": "ready"})
+
+    async def health(_: web.Request) -> web.Response:
+        ok, doc = await backend.health()
+        return json_response(doc, status=200 if ok else 503)
+
+    def posted(fn: Callable[[Any], Awaitable[Json]]) -> Callable[[web.Request],
+                                                                 Awaitable[web.Response]]:
+        async def route(request: web.Request) -> web.Response:
+            return json_response(await fn(await _body(request)))
+        return route
+
+    async def confirm(body: Any) -> Json:
+        return await backend.finish_claim(body, confirm=True)
+
+    async def release(body: Any) -> Json:
+        return await backend.finish_claim(body, confirm=False)
+
+    async def ledger_by_key(request: web.Request) -> web.Response:
+        scene, biz_key = request.query.get("scene"), request.query.get("biz_key")
+        if not scene or not biz_key:
+            raise MalformedRequestError("give both query parameters scene and biz_key")
+        row = await backend.lookup_biz_key(scene, biz_key)
+        if row is None:
+            raise MessageNotFoundError(f"no ledger row for scene={scene}, biz_key={biz_key}")
+        return json_response(row)
+
+    async def ledger_by_msg_id(request: web.Request) -> web.Response:
+        msg_id = request.match_info["msg_id"]
+        if not _MSG_ID.fullmatch(msg_id):
+            raise MalformedRequestError(f"msg_id must be 32 hex characters, not {msg_id!r}")
+        rows = await backend.lookup_msg_id(msg_id.upper())
+        if not rows:
+            raise MessageNotFoundError(f"no ledger row for message {msg_id.upper()}")
+        return json_response({"msg_id": msg_id.upper(), "rows": rows})
+
+    async def list_reports(request: web.Request) -> web.Response:
+        items, total = backend.reports(_limit(request))
+        return json_response({"total": total, "reports": items})
+
+    async def get_report(request: web.Request) -> web.Response:
+        report_id = request.match_info["report_id"]
+        report = backend.report(report_id)
+        if report is None:
+            raise MessageNotFoundError(f"no report {report_id!r} (kept: the newest only)")
+        return json_response(report)
+
+    async def stats(_: web.Request) -> web.Response:
+        return json_response(backend.stats_document())
+
+    async def openapi(_: web.Request) -> web.Response:
+        return json_response(document)
+
+    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/v1/health", health)
+    app.router.add_post("/v1/claims", posted(backend.claim))
+    app.router.add_post("/v1/claims/confirm", posted(confirm))
+    app.router.add_post("/v1/claims/release", posted(release))
+    app.router.add_get("/v1/ledger", ledger_by_key)
+    app.router.add_get("/v1/ledger/messages/{msg_id}", ledger_by_msg_id)
+    app.router.add_post("/v1/reconcile", posted(backend.reconcile))
+    app.router.add_get("/v1/reports", list_reports)
+    app.router.add_get("/v1/reports/{report_id}", get_report)
+    app.router.add_get("/v1/stats", stats)
+    app.router.add_get("/openapi.json", openapi)
+    return app
+
