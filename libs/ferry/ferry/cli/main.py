@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ferry.cli import brokers, commands
+from ferry.cli import celery as celery_cli
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
 from ferry.client.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_delay(sub)
     _add_dlq(sub)
     _add_txn(sub)
+    celery_cli.add_parser(sub)
     return parser
 
 
