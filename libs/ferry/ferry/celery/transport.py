@@ -22,6 +22,7 @@ Ferry's clients are asyncio: each connection runs them on its own loop thread
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import logging
 import threading
@@ -161,6 +162,10 @@ class Transport(virtual.Transport):
         self._topics: set[str] = set()                  # known to exist
         self._ready = threading.Event()
         self._lock = threading.Lock()
+        # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
+        # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
+        self._outcomes: collections.deque[tuple[QueueFeed, str, Outcome]] = collections.deque()
+        self._outcomes_scheduled = False
 
     # -- connection ---------------------------------------------------------------------------
     def establish_connection(self) -> Any:
@@ -275,8 +280,21 @@ class Transport(virtual.Transport):
             self._settle_with(feed, tag, outcome)
 
     def _settle_with(self, feed: QueueFeed, tag: str, outcome: Outcome) -> None:
-        if self._loop is not None:
-            self._loop.call_soon(feed.settle, tag, outcome)
+        loop = self._loop
+        if loop is None:
+            return
+        self._outcomes.append((feed, tag, outcome))
+        if not self._outcomes_scheduled:
+            self._outcomes_scheduled = True
+            loop.call_soon(self._apply_outcomes)
+
+    def _apply_outcomes(self) -> None:
+        """On the loop: settle every outcome queued so far."""
+        self._outcomes_scheduled = False   # first: an outcome queued after this schedules again
+        outcomes = self._outcomes
+        while outcomes:
+            feed, tag, outcome = outcomes.popleft()
+            feed.settle(tag, outcome)
 
     # -- topics -------------------------------------------------------------------------------
     def ensure_topic(self, queue: str) -> None:
