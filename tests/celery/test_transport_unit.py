@@ -81,3 +81,40 @@ def test_bridge_task_body_shapes() -> None:
     assert task_body(json.dumps({"order": 7}).encode()) == {"order": 7}
     assert task_body(b"plain words") == "plain words"
     assert task_body(b"\xff\x00") == {"base64": "/wA="}
+
+
+def test_docs_list_every_transport_option_and_its_default() -> None:
+    from ferry.celery.feed import FeedConfig
+    from ferry.celery.transport import (
+        DEFAULT_POLLING_INTERVAL_S,
+        DEFAULT_PUBLISH_TIMEOUT_S,
+        TRANSPORT_OPTIONS,
+    )
+    doc = (REPO / "docs/celery.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip()
+            for line in doc.splitlines() if line.startswith("| `")}
+    defaults = {f: str(getattr(FeedConfig, f)) for f in FeedConfig.__dataclass_fields__
+                if f != "namesrv"}
+    defaults.update(publish_timeout_s=f"{DEFAULT_PUBLISH_TIMEOUT_S:g}",
+                    polling_interval=f"{DEFAULT_POLLING_INTERVAL_S:g}")
+    for option in TRANSPORT_OPTIONS:
+        assert option in rows, f"docs/celery.md does not list transport option {option}"
+        if option in defaults:
+            assert rows[option] == defaults[option], option
+
+
+def test_celery_ferry_subcommand_names_the_transport() -> None:
+    from click.testing import CliRunner
+    from ferry.celery.command import ferry
+    result = CliRunner().invoke(ferry, [])
+    assert result.exit_code == 0 and "ferry.celery.transport:Transport" in result.output
+
+
+def test_celery_bridge_cli_usage() -> None:
+    from ferry.cli.main import build_parser
+    args = build_parser().parse_args(["celery-bridge", "--topic", "orders", "--group", "billing",
+                                      "--task", "app.tasks.bill", "--from", "earliest"])
+    assert (args.topic, args.group, args.task, args.from_, args.concurrency) == (
+        "orders", "billing", "app.tasks.bill", "earliest", 8)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["celery-bridge", "--topic", "orders", "--group", "g"])

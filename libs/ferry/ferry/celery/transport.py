@@ -60,6 +60,11 @@ DEFAULT_PUBLISH_TIMEOUT_S = 30.0
 #: by a new record; this only bounds how late a timeout is noticed).
 DEFAULT_POLLING_INTERVAL_S = 0.5
 MAX_KEY_CHARS = 128
+#: The FeedConfig fields a transport option may set (ints).
+FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_interval_ms",
+                "rebalance_interval_ms")
+#: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
+TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval")
 
 
 class QoS(virtual.QoS):
@@ -151,10 +156,8 @@ class Transport(virtual.Transport):
         self.namesrv = str(opts.get("namesrv") or
                            f"{client.hostname or '127.0.0.1'}:{client.port or DEFAULT_PORT}")
         self.timeout_s = float(opts.get("publish_timeout_s", DEFAULT_PUBLISH_TIMEOUT_S))
-        self.config = FeedConfig(namesrv=self.namesrv, **{
-            k: int(opts[k]) for k in ("window", "topic_queues", "commit_interval_ms",
-                                      "heartbeat_interval_ms", "rebalance_interval_ms")
-            if k in opts})
+        self.config = FeedConfig(namesrv=self.namesrv,
+                                 **{k: int(opts[k]) for k in FEED_OPTIONS if k in opts})
         self._loop: LoopThread | None = None
         self._producer: Producer | None = None
         self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
@@ -236,8 +239,11 @@ class Transport(virtual.Transport):
         key = task_id if (isinstance(task_id, str) and task_id and " " not in task_id
                           and len(task_id) <= MAX_KEY_CHARS) else None
         body = json.dumps(message).encode()
+        topic = topic_for_queue(queue)
+        if topic not in self._topics:   # whatever namesrv's auto-create setting is
+            self.ensure_topic(queue)
         loop.run(self._producer.send_and_wait(
-            topic_for_queue(queue), body, key=key,
+            topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms)),
             self.timeout_s)
 
