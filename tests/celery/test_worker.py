@@ -83,8 +83,8 @@ def test_countdown_and_retry_ride_on_delayed_messages(celery_mesh: CeleryMesh, t
                                                       workers: list[Proc]) -> None:
     queue = unique("timed")
     db = notes_db(tmp_path / "notes.db")
-    workers.append(start_worker(celery_mesh, "wt", proc_env(celery_mesh, queue, db),
-                                pool="threads", concurrency=2))
+    # prefork: the retry is sent from a pool child, on a connection made after the fork
+    workers.append(start_worker(celery_mesh, "wt", proc_env(celery_mesh, queue, db)))
     app = make_app(celery_mesh.namesrv, queue)
     applied = time.time()
     app.send_task("tests.celery.app.stamp", args=("later",), countdown=3)
