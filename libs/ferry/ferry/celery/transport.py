@@ -169,6 +169,7 @@ class Transport(virtual.Transport):
         # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
         self._outcomes: collections.deque[tuple[QueueFeed, str, Outcome]] = collections.deque()
         self._outcomes_scheduled = False
+        self._closes_at_exit = False
 
     # -- connection ---------------------------------------------------------------------------
     def establish_connection(self) -> Any:
@@ -189,9 +190,14 @@ class Transport(virtual.Transport):
                 loop.stop()
                 raise
             self._loop, self._producer = loop, producer
+            # After a fork the parent's feeds and pending outcomes belong to its loop.
             self._feeds, self._tags = {}, {}
-            # kombu pools keep connections open until exit: close the clients then.
-            atexit.register(_shutdown_at_exit, weakref.ref(self))
+            self._ready = threading.Event()
+            self._outcomes.clear()
+            self._outcomes_scheduled = False
+            if not self._closes_at_exit:   # kombu pools keep connections open until exit
+                atexit.register(_shutdown_at_exit, weakref.ref(self))
+                self._closes_at_exit = True
             return loop
 
     def close_connection(self, connection: Any) -> None:
