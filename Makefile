@@ -35,7 +35,7 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requir
 	@test -x $(PY) || python3 -m venv .venv
 	@echo "setup: installing Python packages into .venv (log: .venv/setup.log)"
 	@( $(PIP) install -q --upgrade pip && $(PIP) install -q -r requirements-dev.txt \
-	   && $(PIP) install -q -e "libs/ferry[idempotence]" $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
+	   && $(PIP) install -q -e "libs/ferry[idempotence,celery]" $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
 	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ferry.cli import brokers, commands
+from ferry.cli import celery as celery_cli
 from ferry.cli.dedup import add_dedup
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dlq(sub)
     _add_txn(sub)
     add_dedup(sub)
+    celery_cli.add_parser(sub)
     return parser
 
 

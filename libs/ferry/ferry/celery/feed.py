@@ -1,0 +1,147 @@
+"""One kombu queue fed from its Ferry topic: the consumer side of the `ferry://` transport.
+
+A `QueueFeed` is a `ferry.Consumer` of the queue's topic in the group
+`celery-<queue>`, driven by `consumer.run(handler, concurrency=window)`. Its
+handler does not process anything: it puts the record in the feed's inbox
+(where kombu's thread takes it) and waits until kombu settles it:
+
+- ack → the handler returns: the record counts as consumed, and the offset is
+  committed (on the consumer's auto-commit interval) up to the lowest record
+  still unsettled on its queue;
+- reject with requeue → `consumer.nack(record, delay_ms=0)`: a copy goes to
+  `%RETRY%celery-<queue>` (after `max_reconsume_times` to `%DLQ%celery-<queue>`);
+- reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange.
+
+Nothing else commits: a worker killed with -9 leaves every unsettled record
+uncommitted, and the member that gets the queue after the group rebalances
+delivers it again. `stop()` cancels the run: unsettled records are not
+committed either (see `ferry.client.runner`), so a restart loses nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+
+from ferry.client import Admin, Consumer, ConsumerRecord
+from ferry.errors import AlreadyExistsError, FerryError
+from ferry.names import validate_topic
+
+log = logging.getLogger(__name__)
+
+#: The consumer group of kombu queue `q` is GROUP_PREFIX + the topic name.
+GROUP_PREFIX = "celery-"
+
+
+class Outcome(Enum):
+    """How kombu settled a delivered record."""
+
+    ACK = "ack"            # done: commit past it
+    REQUEUE = "requeue"    # deliver again: nack to the retry topic
+    DROP = "drop"          # rejected without requeue: commit past it, never again
+
+
+@dataclass(frozen=True)
+class FeedConfig:
+    """The consumer settings of every feed of one connection (from transport options)."""
+
+    namesrv: str
+    window: int = 64                       # records held at once per queue (unacked included)
+    topic_queues: int = 8                  # queues per broker of an auto-created topic
+    commit_interval_ms: int = 1_000
+    heartbeat_interval_ms: int = 2_000
+    rebalance_interval_ms: int = 2_000
+    pull_max_wait_ms: int = 2_000
+
+
+class QueueFeed:
+    """The records of one topic waiting for kombu, and their settlement (runs on the loop)."""
+
+    def __init__(self, topic: str, config: FeedConfig, ready: threading.Event) -> None:
+        self.topic = validate_topic(topic)
+        self.group = self.group_of(topic)
+        self.config = config
+        self._ready = ready                       # set when the inbox gets a record
+        # Filled by the loop, drained by kombu's thread: deque append/popleft are atomic.
+        self._inbox: collections.deque[tuple[str, ConsumerRecord]] = collections.deque()
+        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
+        self._consumer: Consumer | None = None
+        self._run: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def group_of(topic: str) -> str:
+        """The consumer group of a feed's topic: `celery-<topic>`."""
+        return GROUP_PREFIX + topic
+
+    async def start(self) -> None:
+        await ensure_topic(self.config.namesrv, self.topic, self.config.topic_queues)
+        c = self.config
+        consumer = Consumer(
+            self.topic, group=self.group, namesrv=c.namesrv, auto_offset_reset="earliest",
+            auto_commit_interval_ms=c.commit_interval_ms,
+            heartbeat_interval_ms=c.heartbeat_interval_ms,
+            rebalance_interval_ms=c.rebalance_interval_ms, pull_max_wait_ms=c.pull_max_wait_ms,
+            request_timeout_ms=c.pull_max_wait_ms + 10_000,
+            prefetch_records_per_queue=max(c.window, 32))
+        await consumer.start()
+        self._consumer = consumer
+        self._run = asyncio.get_running_loop().create_task(
+            consumer.run(self._hold, concurrency=c.window), name=f"ferry-celery-{self.topic}")
+
+    async def _hold(self, record: ConsumerRecord) -> None:
+        """The run() handler: hand `record` to kombu and wait for its outcome."""
+        tag = uuid.uuid4().hex
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._waiting[tag] = future
+        self._inbox.append((tag, record))
+        self._ready.set()
+        try:
+            outcome = await future
+        finally:
+            self._waiting.pop(tag, None)
+        if outcome is Outcome.REQUEUE and self._consumer is not None:
+            await self._consumer.nack(record, delay_ms=0)
+
+    # -- called from kombu's thread ---------------------------------------------------------
+    def take(self) -> tuple[str, ConsumerRecord] | None:
+        """The next record for kombu and its delivery tag, or None."""
+        try:
+            return self._inbox.popleft()
+        except IndexError:
+            return None
+
+    def settle(self, tag: str, outcome: Outcome) -> None:
+        """Record kombu's outcome for `tag` (call on the loop: `LoopThread.call_soon`)."""
+        future = self._waiting.get(tag)
+        if future is not None and not future.done():
+            future.set_result(outcome)
+
+    def size(self) -> int:
+        return len(self._inbox)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Leave the group; what kombu has not settled stays uncommitted (delivered again)."""
+        await asyncio.sleep(0)   # settlements already scheduled land first
+        if self._run is not None:
+            self._run.cancel()
+            with contextlib.suppress(asyncio.CancelledError, FerryError):
+                await self._run
+        self._inbox.clear()
+        if self._consumer is not None:
+            try:
+                await self._consumer.stop()
+            except FerryError as exc:
+                log.warning("feed of %s: stop failed: %s", self.topic, exc)
+
+
+async def ensure_topic(namesrv: str, topic: str, queues: int) -> None:
+    """Create `topic` with `queues` queues per broker unless it exists."""
+    async with Admin(namesrv=namesrv) as admin:
+        with contextlib.suppress(AlreadyExistsError):
+            await admin.create_topic(topic, queues=queues)

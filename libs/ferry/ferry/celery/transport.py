@@ -1,0 +1,368 @@
+"""The kombu transport behind `Celery(broker="ferry://127.0.0.1:9876")`.
+
+A kombu *virtual* transport (kombu keeps exchanges and bindings in memory and
+asks the transport to put, get, ack and reject messages of named queues):
+
+- a queue is a Ferry topic (`naming.topic_for_queue`; created with
+  `topic_queues` queues per broker when missing), consumed by the group
+  `celery-<topic>` (`feed.QueueFeed`);
+- a message is kombu's payload as JSON, the task id as the Ferry message key;
+  an `eta` header (Celery's `countdown` / `eta`, retries included) becomes
+  Ferry's delivery time, so the delay scheduler holds it until due;
+- ack commits (see `feed`), reject requeues through the retry topic, and
+  nothing is ever put back by the worker itself: unacked messages of a worker
+  that stops or dies are delivered again from their uncommitted offsets.
+
+Ferry's clients are asyncio: each connection runs them on its own loop thread
+(`loop.LoopThread`). Transport options (`broker_transport_options`):
+`namesrv` ("h:p,h:p", overrides the URL's host), `window`, `topic_queues`,
+`commit_interval_ms`, `heartbeat_interval_ms`, `rebalance_interval_ms`,
+`publish_timeout_s`, `polling_interval` (see docs/celery.md).
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import logging
+import threading
+import time
+import weakref
+from queue import Empty
+from typing import Any
+
+from kombu.transport import virtual
+
+from ferry.celery.feed import FeedConfig, Outcome, QueueFeed
+from ferry.celery.loop import LoopThread
+from ferry.celery.naming import deliver_at_ms, topic_for_queue
+from ferry.client import Admin, Producer
+from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.errors import (
+    BusyError,
+    ConnectionLostError,
+    FerryError,
+    InvalidDelayError,
+    InvalidNameError,
+    MessageTooLargeError,
+    NoPermissionError,
+    RequestTimeoutError,
+    StoreUnavailableError,
+    TopicNotFoundError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = int(DEFAULT_NAMESRV.rsplit(":", 1)[1])
+#: How long a publish or a consumer start may take before it fails (kombu then retries).
+DEFAULT_PUBLISH_TIMEOUT_S = 30.0
+#: Longest sleep of drain_events between checks when nothing arrived (woken at once
+#: by a new record; this only bounds how late a timeout is noticed).
+DEFAULT_POLLING_INTERVAL_S = 0.5
+MAX_KEY_CHARS = 128
+#: The FeedConfig fields a transport option may set (ints).
+FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_interval_ms",
+                "rebalance_interval_ms")
+#: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
+TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval")
+
+
+class QoS(virtual.QoS):
+    """kombu's unacked-message book, settling each outcome with the record's feed."""
+
+    restore_at_shutdown = False   # never put back: uncommitted offsets are redelivered
+
+    def ack(self, delivery_tag: str) -> None:
+        self.channel.connection.settle(delivery_tag, Outcome.ACK)
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        self.channel.connection.settle(delivery_tag, Outcome.REQUEUE if requeue else Outcome.DROP)
+        self._quick_ack(delivery_tag)
+
+    def restore_unacked(self) -> list[Any]:
+        # basic_recover(requeue=True): hand every unacked message out again.
+        self._flush()
+        for tag in list(self._delivered):
+            self.channel.connection.settle(tag, Outcome.REQUEUE)
+        self._delivered.clear()
+        return []
+
+
+class Channel(virtual.Channel):
+    """A kombu channel whose queues are Ferry topics."""
+
+    QoS = QoS
+    do_restore = False
+    connection: Transport
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        self.connection.ensure_topic(queue)
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return self.connection.has_topic(queue)
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        self.connection.publish(queue, message)
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        return self.connection.take(queue)
+
+    def _size(self, queue: str) -> int:
+        return self.connection.lag(queue)
+
+    def _purge(self, queue: str) -> int:
+        log.warning("ferry://: purge of %s is not supported (a log cannot delete); skip the "
+                    "tasks with `ferry` offsets tools instead", queue)
+        return 0
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        pass   # topics outlive kombu's auto-delete queues; delete them with `ferry topic delete`
+
+    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
+                      **kwargs: Any) -> Any:
+        self.connection.open_feed(queue)
+        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
+    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
+        # Bindings live in each process's memory: a direct exchange this process has
+        # no binding for routes by Celery's convention (routing key = queue name).
+        queues: list[str] = super()._lookup(exchange, routing_key, default)
+        if not queues and routing_key and self.typeof(exchange).type == "direct":
+            return [routing_key]
+        return queues
+
+
+class Transport(virtual.Transport):
+    """`ferry://host:port` (namesrv): Celery's broker on Ferry topics."""
+
+    Channel = Channel
+    default_port = DEFAULT_PORT  # type: ignore[assignment]
+    driver_type = "ferry"
+    driver_name = "ferry"
+    polling_interval = DEFAULT_POLLING_INTERVAL_S
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False)
+    connection_errors = virtual.Transport.connection_errors + (
+        ConnectionLostError, RequestTimeoutError, BusyError, StoreUnavailableError,
+        OSError)  # type: ignore[assignment]
+    channel_errors = virtual.Transport.channel_errors + (
+        TopicNotFoundError, InvalidNameError, MessageTooLargeError, InvalidDelayError,
+        NoPermissionError)  # type: ignore[assignment]
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        opts = client.transport_options or {}
+        self.namesrv = str(opts.get("namesrv") or
+                           f"{client.hostname or '127.0.0.1'}:{client.port or DEFAULT_PORT}")
+        self.timeout_s = float(opts.get("publish_timeout_s", DEFAULT_PUBLISH_TIMEOUT_S))
+        self.config = FeedConfig(namesrv=self.namesrv,
+                                 **{k: int(opts[k]) for k in FEED_OPTIONS if k in opts})
+        self._loop: LoopThread | None = None
+        self._producer: Producer | None = None
+        self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
+        self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
+        self._topics: set[str] = set()                  # known to exist
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
+        # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
+        self._outcomes: collections.deque[tuple[QueueFeed, str, Outcome]] = collections.deque()
+        self._outcomes_scheduled = False
+        self._closes_at_exit = False
+
+    # -- connection ---------------------------------------------------------------------------
+    def establish_connection(self) -> Any:
+        self._open()
+        return super().establish_connection()
+
+    def _open(self) -> LoopThread:
+        """The loop and producer of this process (new ones after a fork)."""
+        with self._lock:
+            if self._loop is not None and self._loop.alive:
+                return self._loop
+            loop = LoopThread()
+            try:
+                loop.run(_check_namesrv(self.namesrv), self.timeout_s)
+                producer = Producer(namesrv=self.namesrv, linger_ms=0)
+                loop.run(producer.start(), self.timeout_s)
+            except BaseException:
+                loop.stop()
+                raise
+            self._loop, self._producer = loop, producer
+            # After a fork the parent's feeds and pending outcomes belong to its loop.
+            self._feeds, self._tags = {}, {}
+            self._ready = threading.Event()
+            self._outcomes.clear()
+            self._outcomes_scheduled = False
+            if not self._closes_at_exit:   # kombu pools keep connections open until exit
+                atexit.register(_shutdown_at_exit, weakref.ref(self))
+                self._closes_at_exit = True
+            return loop
+
+    def close_connection(self, connection: Any) -> None:
+        super().close_connection(connection)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Stop the feeds (unsettled records stay uncommitted), the producer and the loop."""
+        loop, self._loop = self._loop, None
+        if loop is None or not loop.alive:
+            return
+        feeds, self._feeds = list(self._feeds.values()), {}
+        for feed in feeds:
+            _quietly(loop, feed.stop(), self.timeout_s)
+        if self._producer is not None:
+            _quietly(loop, self._producer.stop(), self.timeout_s)
+        loop.stop()
+
+    def drain_events(self, connection: Any, timeout: Any = None) -> None:  # type: ignore[override]
+        """Deliver one message; wait (woken by arrivals) up to `timeout`, then socket.timeout."""
+        assert self.cycle is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._ready.clear()
+            try:
+                self.cycle.get(self._deliver, timeout=timeout)
+                return
+            except Empty:
+                pass
+            wait = self.polling_interval
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError()   # socket.timeout: what kombu expects
+                wait = min(wait, left)
+            self._ready.wait(wait)
+
+    # -- producing ----------------------------------------------------------------------------
+    def publish(self, queue: str, message: dict[str, Any]) -> None:
+        """Store one kombu message in its queue's topic; returns once a broker acknowledged it."""
+        loop = self._open()
+        assert self._producer is not None
+        headers = message.get("headers") or {}
+        task_id = headers.get("id")
+        key = task_id if (isinstance(task_id, str) and task_id and " " not in task_id
+                          and len(task_id) <= MAX_KEY_CHARS) else None
+        body = json.dumps(message).encode()
+        topic = topic_for_queue(queue)
+        if topic not in self._topics:   # whatever namesrv's auto-create setting is
+            self.ensure_topic(queue)
+        loop.run(self._producer.send_and_wait(
+            topic, body, key=key,
+            deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms)),
+            self.timeout_s)
+
+    # -- consuming ----------------------------------------------------------------------------
+    def open_feed(self, queue: str) -> QueueFeed:
+        loop = self._open()
+        feed = self._feeds.get(queue)
+        if feed is None:
+            feed = QueueFeed(topic_for_queue(queue), self.config, self._ready)
+            loop.run(feed.start(), self.timeout_s)
+            self._topics.add(feed.topic)
+            self._feeds[queue] = feed
+        return feed
+
+    def take(self, queue: str) -> dict[str, Any]:
+        """The next message of `queue` as kombu's payload (queue.Empty if none)."""
+        feed = self._feeds.get(queue) or self.open_feed(queue)
+        while True:
+            taken = feed.take()
+            if taken is None:
+                raise Empty()
+            tag, record = taken
+            try:
+                payload = json.loads(record.body)
+                props = payload["properties"]
+            except (ValueError, KeyError, TypeError):
+                log.error("ferry://: %s (%s offset %d) is not a kombu message; dropped",
+                          record.msg_id, record.topic_queue, record.queue_offset)
+                self._settle_with(feed, tag, Outcome.DROP)
+                continue
+            props["delivery_tag"] = tag
+            if record.reconsume_times:
+                payload["redelivered"] = True
+            self._tags[tag] = feed
+            return payload  # type: ignore[no-any-return]
+
+    def settle(self, tag: str, outcome: Outcome) -> None:
+        feed = self._tags.pop(tag, None)
+        if feed is not None:
+            self._settle_with(feed, tag, outcome)
+
+    def _settle_with(self, feed: QueueFeed, tag: str, outcome: Outcome) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        self._outcomes.append((feed, tag, outcome))
+        if not self._outcomes_scheduled:
+            self._outcomes_scheduled = True
+            loop.call_soon(self._apply_outcomes)
+
+    def _apply_outcomes(self) -> None:
+        """On the loop: settle every outcome queued so far."""
+        self._outcomes_scheduled = False   # first: an outcome queued after this schedules again
+        outcomes = self._outcomes
+        while outcomes:
+            feed, tag, outcome = outcomes.popleft()
+            feed.settle(tag, outcome)
+
+    # -- topics -------------------------------------------------------------------------------
+    def ensure_topic(self, queue: str) -> None:
+        from ferry.celery.feed import ensure_topic
+        topic = topic_for_queue(queue)
+        if topic not in self._topics:
+            self._open().run(ensure_topic(self.namesrv, topic, self.config.topic_queues),
+                             self.timeout_s)
+            self._topics.add(topic)
+
+    def has_topic(self, queue: str) -> bool:
+        async def exists(topic: str) -> bool:
+            async with Admin(namesrv=self.namesrv) as admin:
+                try:
+                    await admin.describe_topic(topic)
+                except TopicNotFoundError:
+                    return False
+                return True
+        return self._open().run(exists(topic_for_queue(queue)), self.timeout_s)
+
+    def lag(self, queue: str) -> int:
+        """Messages of `queue` its group has not committed yet (0 if unknown)."""
+        topic = topic_for_queue(queue)
+
+        async def lag() -> int:
+            async with Admin(namesrv=self.namesrv) as admin:
+                return sum(q.lag for q in await admin.group_lag(
+                    QueueFeed.group_of(topic), [topic]))
+        try:
+            return self._open().run(lag(), self.timeout_s)
+        except FerryError:
+            return 0
+
+    def driver_version(self) -> str:
+        from ferry import __version__
+        return __version__
+
+
+async def _check_namesrv(addrs: str) -> None:
+    """Fail with ConnectionLostError unless a namesrv answers (kombu then retries)."""
+    client = NamesrvClient(addrs)
+    await client.start()
+    try:
+        await client.call("GET", "/v1/brokers")
+    finally:
+        await client.close()
+
+
+def _shutdown_at_exit(ref: weakref.ref[Transport]) -> None:
+    transport = ref()
+    if transport is not None:
+        transport._shutdown()
+
+
+def _quietly(loop: LoopThread, coro: Any, timeout_s: float) -> None:
+    try:
+        loop.run(coro, timeout_s)
+    except Exception as exc:   # closing: log, never raise out of kombu's close
+        log.warning("ferry://: closing: %s", exc)

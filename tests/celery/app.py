@@ -1,0 +1,101 @@
+"""The Celery app the tests' worker processes run (`celery -A tests.celery.app worker`).
+
+Configured by the environment the test gives each worker: FERRY_CELERY_TEST_NAMESRV
+(the mesh), FERRY_CELERY_TEST_QUEUE (the queue = topic of one test),
+FERRY_CELERY_TEST_DB (SQLite file where tasks note what ran where) and
+FERRY_CELERY_TEST_BIZ_DB (the bridge test's business database, with the ledger).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any
+
+from celery import Celery, current_task
+from celery.signals import task_received
+from ferry.celery import idempotent_task
+from ferry.idempotence import Ledger
+
+#: Fast group membership so a killed worker's queues move within seconds in tests.
+TRANSPORT_OPTIONS = {"heartbeat_interval_ms": 1_000, "rebalance_interval_ms": 1_000,
+                     "commit_interval_ms": 500, "window": 32, "topic_queues": 8}
+
+
+def make_app(namesrv: str, queue: str) -> Celery:
+    app = Celery("ferry_celery_test", broker=f"ferry://{namesrv}")
+    app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True,
+                    worker_prefetch_multiplier=4, task_default_queue=queue,
+                    broker_transport_options=TRANSPORT_OPTIONS,
+                    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
+    return app
+
+
+app = make_app(os.environ.get("FERRY_CELERY_TEST_NAMESRV", "127.0.0.1:9876"),
+               os.environ.get("FERRY_CELERY_TEST_QUEUE", "celery"))
+
+NOTES_SCHEMA = ("CREATE TABLE IF NOT EXISTS notes (task_id TEXT, host TEXT, phase TEXT, "
+                "label TEXT, retries INTEGER, ts REAL)")
+
+
+def note(phase: str, label: Any, *, task_id: str | None = None, host: str | None = None,
+         retries: int = 0) -> None:
+    """One row of what happened where (each its own short transaction)."""
+    path = os.environ.get("FERRY_CELERY_TEST_DB")
+    if not path:
+        return
+    if task_id is None:
+        task_id, host = current_task.request.id, current_task.request.hostname
+    conn = sqlite3.connect(path, timeout=60)
+    try:
+        with conn:
+            conn.execute("INSERT INTO notes VALUES (?, ?, ?, ?, ?, ?)",
+                         (task_id, host, phase, str(label), retries, time.time()))
+    finally:
+        conn.close()
+
+
+@task_received.connect
+def _received(request: Any = None, **_: Any) -> None:
+    # In the worker's main process, when a message is taken (before any ack).
+    note("received", "", task_id=request.id, host=request.hostname)
+
+
+@app.task(name="tests.celery.app.record")
+def record(n: int, sleep_s: float = 0.0) -> int:
+    note("start", n)
+    time.sleep(sleep_s)
+    note("done", n)
+    return n
+
+
+@app.task(name="tests.celery.app.stamp")
+def stamp(label: str) -> None:
+    note("run", label)
+
+
+@app.task(name="tests.celery.app.flaky", bind=True, max_retries=3)
+def flaky(self: Any, label: str) -> None:
+    note("attempt", label, retries=self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(countdown=1)
+
+
+# -- the bridge's task: a business row and a ledger row in one SQLite transaction ---------
+ledger = Ledger(group="billing")
+
+
+def _business_db() -> sqlite3.Connection:
+    return sqlite3.connect(os.environ["FERRY_CELERY_TEST_BIZ_DB"], timeout=60)
+
+
+@idempotent_task(ledger, connect=_business_db, scene="billing")
+def _bill(body: dict[str, Any], meta: dict[str, Any], *, conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO invoices (order_id, msg_id) VALUES (?, ?)",
+                 (body["order"], meta["msg_id"]))
+
+
+@app.task(name="tests.celery.app.bill")
+def bill(body: dict[str, Any], meta: dict[str, Any]) -> None:
+    note("invoked", body["order"])
+    _bill(body, meta)

@@ -1,0 +1,113 @@
+"""Fixtures for Celery on Ferry: a mesh with the delay scheduler, and real worker processes.
+
+One mesh (namesrv, one broker with a 6 s consumer expiry, the delay
+scheduler) serves the whole package; each test uses queues (topics) and
+groups of its own. Workers are `python -m celery -A tests.celery.app worker`
+processes, each in its own session so a kill -9 takes its pool children too.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh
+from tests.support.procs import Etcd, Proc, spawn
+
+sched = pytest.importorskip("tests.delay_scheduler.conftest")
+pytest.importorskip("celery")
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class CeleryMesh:
+    mesh: Mesh
+    scheduler: Any
+    workdir: Path
+
+    @property
+    def namesrv(self) -> str:
+        return self.mesh.namesrv
+
+
+@pytest.fixture(scope="package")
+def celery_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryMesh]:
+    workdir = tmp_path_factory.mktemp("celery-mesh")
+    mesh = start_mesh(etcd, workdir / "mesh", ("broker-a",), broker_env=FAST_EXPIRY_ENV)
+    try:
+        scheduler = sched.start_scheduler(mesh, "sched-celery")
+    except BaseException:
+        mesh.stop()
+        raise
+    yield CeleryMesh(mesh, scheduler, workdir)
+    scheduler.proc.stop()
+    mesh.stop()
+
+
+def proc_env(cm: CeleryMesh, queue: str, db: Path, **extra: str) -> dict[str, str]:
+    """The environment of a worker / bridge process of one test."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {"FERRY_CELERY_TEST_NAMESRV": cm.namesrv, "FERRY_CELERY_TEST_QUEUE": queue,
+            "FERRY_CELERY_TEST_DB": str(db), "FERRY_NAMESRV": cm.namesrv,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), path) if p), **extra}
+
+
+def start_worker(cm: CeleryMesh, name: str, env: dict[str, str], *, pool: str = "prefork",
+                 concurrency: int = 2) -> Proc:
+    """A Celery worker process named `name`; returns once it says it is ready."""
+    argv = [sys.executable, "-m", "celery", "-A", "tests.celery.app", "worker",
+            f"--pool={pool}", "-c", str(concurrency), "--hostname", f"{name}@test",
+            "-l", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"]
+    proc = spawn(name, argv, cm.workdir / name, env)
+    wait_for(lambda: " ready." in proc.log() or not proc.alive(), READY_TIMEOUT_S,
+             f"worker {name} ready")
+    if not proc.alive():
+        raise RuntimeError(f"worker {name} died:\n{proc.log()[-3000:]}")
+    return proc
+
+
+def kill9(proc: Proc) -> None:
+    """SIGKILL the process and its whole session (a prefork worker's children too)."""
+    try:
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.popen.wait(timeout=10)
+
+
+def notes_db(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        from tests.celery.app import NOTES_SCHEMA
+        conn.execute(NOTES_SCHEMA)
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
+def query(path: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path, timeout=60)
+    try:
+        return list(conn.execute(sql, params))
+    finally:
+        conn.close()
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.1)
