@@ -65,38 +65,50 @@ UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
 
-# Take the claims of a batch (KEYS; ARGV[1] the lease, ARGV[i + 1] the token for
-# KEYS[i], stored as "processing:<token>"). Returns one character per key: "C" taken (claimed), "D" done,
-# "P" another holder's processing: one string, so the client parses one reply,
-# not one per key. A key taken earlier in the batch is "P" for a later duplicate.
-_ACQUIRE_MANY = """
-local found = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('SET', key, 'processing:' .. ARGV[i + 1], 'NX', 'PX', ARGV[1]) then
-    found[i] = 'C'
-  elseif string.sub(redis.call('GET', key) or '', 1, 5) == 'done:' then
-    found[i] = 'D'
-  else
-    found[i] = 'P'
+# The claims taken and confirmed in one turn of the event loop, as ONE script call:
+# ARGV[1] the lease, ARGV[2] the done TTL, ARGV[3] one op character per item
+# ("A" acquire, "F" confirm / finish), ARGV[4] the items' keys separated by NUL
+# and ARGV[5] their tokens separated by "," (two joined strings rather than 2N
+# arguments: the client's packing of each argument was a fifth of a claim's
+# cost). Returns one character per item, one string (one reply to parse):
+#   acquire: "C" taken (stored "processing:<token>"), "D" done, "P" another
+#            holder's processing (a key taken earlier in the batch is "P" for a
+#            later duplicate);
+#   confirm: "1" our processing claim became "done:<token>" (TTL), "0" it is
+#            not ours any more (only our own claim may become done).
+# Keys are not declared in KEYS, so this is for a single Redis, not Redis Cluster.
+_CLAIM_OPS = """
+local function split(s, sep)
+  local out, start = {}, 1
+  while true do
+    local i = string.find(s, sep, start, true)
+    if not i then out[#out + 1] = string.sub(s, start); return out end
+    out[#out + 1] = string.sub(s, start, i - 1)
+    start = i + 1
   end
 end
-return table.concat(found)
-"""
-# Only our own processing claim may become done, be extended or be released.
-# Confirm a batch: ARGV[1] the done TTL, ARGV[i + 1] our token for KEYS[i].
-# Returns one character per key: "1" confirmed, "0" not ours any more.
-_CONFIRM_MANY = """
-local ok = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == 'processing:' .. ARGV[i + 1] then
-    redis.call('SET', key, 'done:' .. ARGV[i + 1], 'PX', ARGV[1])
-    ok[i] = '1'
+local keys, tokens = split(ARGV[4], '\\0'), split(ARGV[5], ',')
+local ops, out = ARGV[3], {}
+for i, key in ipairs(keys) do
+  local token = tokens[i]
+  if string.byte(ops, i) == 65 then  -- "A"
+    if redis.call('SET', key, 'processing:' .. token, 'NX', 'PX', ARGV[1]) then
+      out[i] = 'C'
+    elseif string.sub(redis.call('GET', key) or '', 1, 5) == 'done:' then
+      out[i] = 'D'
+    else
+      out[i] = 'P'
+    end
+  elseif redis.call('GET', key) == 'processing:' .. token then
+    redis.call('SET', key, 'done:' .. token, 'PX', ARGV[2])
+    out[i] = '1'
   else
-    ok[i] = '0'
+    out[i] = '0'
   end
 end
-return table.concat(ok)
+return table.concat(out)
 """
+ACQUIRE, CONFIRM = "A", "F"
 _EXTEND = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -138,7 +150,7 @@ class RedisClaim:
         self.done_ttl_ms = _check_range("done_ttl_ms", done_ttl_ms,
                                         MIN_DONE_TTL_MS, MAX_DONE_TTL_MS)
         self.on_unavailable = RedisUnavailablePolicy(on_unavailable)
-        if not key_prefix or " " in key_prefix:
+        if not key_prefix or " " in key_prefix or "\0" in key_prefix:
             raise ValueError(f"bad key_prefix {key_prefix!r}")
         self.key_prefix = key_prefix
         self.scene = None if scene is None else validate_scene(scene)
@@ -147,11 +159,9 @@ class RedisClaim:
             aioredis.Redis.from_url(redis, socket_timeout=REDIS_TIMEOUT_S,
                                     socket_connect_timeout=REDIS_TIMEOUT_S)
             if isinstance(redis, str) else redis)
-        self._acquire_many = self._redis.register_script(_ACQUIRE_MANY)
-        self._confirm_many = self._redis.register_script(_CONFIRM_MANY)
+        self._claim_ops = self._redis.register_script(_CLAIM_OPS)
         # The claims and confirms of one event-loop turn share one script call.
-        self._acquires: Coalescer[tuple[str, str], str] = Coalescer(self._run_acquires)
-        self._confirms: Coalescer[tuple[str, str], bool] = Coalescer(self._run_confirms)
+        self._ops: Coalescer[tuple[str, str, str], str] = Coalescer(self._run_ops)
         self._extend = self._redis.register_script(_EXTEND)
         self._release = self._redis.register_script(_RELEASE)
         self.stats = ClaimStats()
@@ -182,7 +192,7 @@ class RedisClaim:
         biz_key = bounded_biz_key(biz_key)
         token = f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
         try:
-            found = await self._acquires.submit((key, token))
+            found = await self._ops.submit((ACQUIRE, key, token))
         except UNAVAILABLE as exc:
             return self._unavailable(scene, biz_key, key, token, exc)
         if found == "C":
@@ -211,23 +221,17 @@ class RedisClaim:
         """Turn our processing claim into done (TTL done_ttl_ms); False if it is not ours now."""
         if claim.state is not ClaimState.CLAIMED:
             return False
-        done = await self._confirms.submit((claim.key, claim.token))
+        done = await self._ops.submit((CONFIRM, claim.key, claim.token)) == "1"
         return self._owned_outcome(claim, done, "confirm")
 
-    async def _run_acquires(self, batch: list[tuple[str, str]]) -> str:
-        """One character per claim of `batch`: C(laimed), D(one) or P(rocessing elsewhere)."""
-        found = _text(await self._acquire_many(
-            keys=[key for key, _ in batch], args=[self.lease_ms, *(v for _, v in batch)]))
+    async def _run_ops(self, batch: list[tuple[str, str, str]]) -> str:
+        """One character per item of `batch` (see _CLAIM_OPS): C / D / P or 1 / 0."""
+        found = _text(await self._claim_ops(args=[
+            self.lease_ms, self.done_ttl_ms, "".join([op for op, _, _ in batch]),
+            "\0".join([key for _, key, _ in batch]), ",".join([t for _, _, t in batch])]))
         if len(found) != len(batch):
-            raise RuntimeError(f"claim script answered {len(found)} of {len(batch)} keys")
+            raise RuntimeError(f"claim script answered {len(found)} of {len(batch)} items")
         return found
-
-    async def _run_confirms(self, batch: list[tuple[str, str]]) -> list[bool]:
-        ok = _text(await self._confirm_many(
-            keys=[key for key, _ in batch], args=[self.done_ttl_ms, *(t for _, t in batch)]))
-        if len(ok) != len(batch):
-            raise RuntimeError(f"confirm script answered {len(ok)} of {len(batch)} keys")
-        return [o == "1" for o in ok]
 
     async def extend(self, claim: Claim, lease_ms: int | None = None) -> bool:
         """Renew our processing lease for a long handler; False if the claim is not ours now."""

@@ -48,12 +48,14 @@ def validate_scene(scene: str) -> str:
 
 
 def bounded_biz_key(biz_key: str) -> str:
-    """`biz_key` itself, or `sha256:<hex>` of it when longer than MAX_BIZ_KEY_CHARS."""
+    """`biz_key` itself, or `sha256:<hex>` of it when too long, hash-like or holding a NUL."""
     if not isinstance(biz_key, str) or not biz_key:
         raise FerryError(f"bad business key {biz_key!r}: a non-empty string")
-    if len(biz_key) <= MAX_BIZ_KEY_CHARS and not biz_key.startswith(HASHED_PREFIX):
+    if (len(biz_key) <= MAX_BIZ_KEY_CHARS and not biz_key.startswith(HASHED_PREFIX)
+            and "\0" not in biz_key):
         return biz_key
-    # A key that already looks hashed is hashed too, so no raw key collides with a hash.
+    # A key that already looks hashed is hashed too, so no raw key collides with a hash;
+    # so is one with a NUL (the claim scripts take a batch's keys NUL-separated).
     return HASHED_PREFIX + hashlib.sha256(biz_key.encode()).hexdigest()
 
 
