@@ -59,6 +59,7 @@ MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
 # not hold a consumer's handler for the OS connect timeout.
 REDIS_TIMEOUT_S = 2.0
 TOKEN_SERIAL_MASK = (1 << 64) - 1
+MAX_CACHED_SCENES = 1024   # validated scene names remembered per RedisClaim
 PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (see the scripts)
 # Errors that mean "Redis is unreachable"; a script or data error is a bug and propagates.
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -165,6 +166,7 @@ class RedisClaim:
         self._extend = self._redis.register_script(_EXTEND)
         self._release = self._redis.register_script(_RELEASE)
         self.stats = ClaimStats()
+        self._scenes: set[str] = set()   # scenes already validated
         # A token names one claim attempt: random per RedisClaim, then a serial
         # (unique without a random draw per message).
         self._token_prefix = secrets.token_hex(8)
@@ -188,8 +190,12 @@ class RedisClaim:
         Redis unreachable: ClaimUnavailableError (policy FAIL) or an UNCHECKED
         claim (policy PROCESS).
         """
-        key = claim_key(scene, biz_key, self.key_prefix)
         biz_key = bounded_biz_key(biz_key)
+        if scene not in self._scenes:   # validated once per scene, not per message
+            validate_scene(scene)
+            if len(self._scenes) < MAX_CACHED_SCENES:
+                self._scenes.add(scene)
+        key = f"{self.key_prefix}:{scene}:{biz_key}"   # as keys.claim_key builds it
         token = f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
         try:
             found = await self._ops.submit((ACQUIRE, key, token))
