@@ -229,3 +229,41 @@ async def test_claims_asked_in_one_turn_share_a_call_and_each_stays_atomic(
         again = await claim.acquire("pay", "order-a")
         assert again.state is ClaimState.DONE
         assert len({c.token for c in [*found, again]}) == 4   # one token per attempt
+
+
+async def test_prepare_takes_a_batchs_claims_in_one_call_and_the_handlers_use_them(
+        redis_server: Redis) -> None:
+    """consumer.run awaits `prepare(batch)` before starting the batch's handlers."""
+    runs: list[str] = []
+
+    async def handle(record: ConsumerRecord) -> None:
+        runs.append(record.msg_id)
+
+    async with RedisClaim(redis_server.url, key_prefix=unique_prefix()) as claim:
+        stats = IdempotenceStats()
+        checked = wire(handle, claim, group=GROUP, stats=stats)
+        batch = [msg("order-1"), msg("order-2"), msg("order-1"), msg()]
+        await claim.acquire("warm-up", "x")   # the script is loaded in Redis (EVAL once)
+        before = await _script_calls(claim)
+        await checked.prepare(batch)  # type: ignore[attr-defined]
+        assert await _script_calls(claim) == before + 1   # one round trip for the batch
+        outcomes = []
+        for record in batch:
+            try:
+                outcomes.append(await checked(record))
+            except ClaimBusyError:   # the second order-1 of the batch: retried later
+                outcomes.append("busy")
+        assert outcomes == [Outcome.RAN, Outcome.RAN, "busy", Outcome.RAN]
+        assert runs == [batch[0].msg_id, batch[1].msg_id, batch[3].msg_id]
+        # Each handler used its prefetched claim: no acquire of its own (only confirms).
+        assert await _script_calls(claim) <= before + 1 + 3
+        assert (stats.ran, stats.busy) == (3, 1)
+        # A duplicate delivered later finds "done" (prefetched or not).
+        again = msg("order-2")
+        await checked.prepare([again])  # type: ignore[attr-defined]
+        assert await checked(again) is Outcome.DUPLICATE
+
+
+async def _script_calls(claim: RedisClaim) -> int:
+    info = await claim._redis.info("commandstats")
+    return sum(int(v["calls"]) for k, v in info.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))

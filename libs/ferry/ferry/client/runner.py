@@ -61,6 +61,10 @@ class Runner:
         self.pending = pending
         self.running: dict[asyncio.Task[None], tuple[TopicQueue, int]] = {}
         self._slot_free = asyncio.Event()
+        # A handler may offer `prepare(records)`, awaited with each batch before its
+        # handlers start (ferry.idempotence's Redis claim takes a batch's claims so).
+        self._prepare: Callable[[list[ConsumerRecord]], Awaitable[None]] | None = getattr(
+            handler, "prepare", None)
 
     async def run(self) -> None:
         consumer = self.consumer
@@ -72,6 +76,9 @@ class Runner:
                     continue
                 batch = await consumer.getmany(timeout_ms=_POLL_MS,
                                                max_records=self.concurrency - len(self.running))
+                if self._prepare is not None and batch:
+                    await self._prepared(batch)
+                    continue
                 for tq, records in batch.items():
                     for record in records:
                         self._start(tq, record)
@@ -79,9 +86,32 @@ class Runner:
             await self._abandon()
             raise
 
-    def _start(self, tq: TopicQueue, record: ConsumerRecord) -> None:
+    async def _prepared(self, batch: dict[TopicQueue, list[ConsumerRecord]]) -> None:
+        """Let the handler's `prepare` see the whole batch (an idempotence check takes
+        its claims in one call), then start the handlers. The records are held
+        pending first, so no commit passes them while `prepare` runs."""
+        prepare = self._prepare
+        assert prepare is not None
+        for tq, records in batch.items():
+            for record in records:
+                self.pending.add(tq, record.queue_offset)
+        try:
+            await prepare([r for records in batch.values() for r in records])
+        except asyncio.CancelledError:   # none started: hand them out again later
+            for tq, records in batch.items():
+                for record in records:
+                    self.pending.discard(tq, record.queue_offset)
+            for tq, records in batch.items():
+                await self.consumer.rewind(tq, min(r.queue_offset for r in records))
+            raise
+        for tq, records in batch.items():
+            for record in records:
+                self._start(tq, record, held=True)
+
+    def _start(self, tq: TopicQueue, record: ConsumerRecord, held: bool = False) -> None:
         # Held before the next getmany() promotes the position: commits stop below it.
-        self.pending.add(tq, record.queue_offset)
+        if not held:
+            self.pending.add(tq, record.queue_offset)
         task = asyncio.get_running_loop().create_task(self._handle(tq, record))
         self.running[task] = (tq, record.queue_offset)
         task.add_done_callback(self._done)

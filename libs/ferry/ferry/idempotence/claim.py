@@ -23,7 +23,7 @@ import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -32,7 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ferry.client.message import ConsumerRecord
 from ferry.errors import FerryError
-from ferry.idempotence.batching import Coalescer
+from ferry.idempotence.batching import MAX_BATCH, Coalescer
 from ferry.idempotence.keys import (
     DEFAULT_KEY_PREFIX,
     biz_key_of,
@@ -60,6 +60,7 @@ MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
 REDIS_TIMEOUT_S = 2.0
 TOKEN_SERIAL_MASK = (1 << 64) - 1
 MAX_CACHED_SCENES = 1024   # validated scene names remembered per RedisClaim
+MAX_PREFETCHED = 65_536    # prefetched claims kept waiting for their handlers at most
 PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (see the scripts)
 # Errors that mean "Redis is unreachable"; a script or data error is a bug and propagates.
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -167,6 +168,9 @@ class RedisClaim:
         self._release = self._redis.register_script(_RELEASE)
         self.stats = ClaimStats()
         self._scenes: set[str] = set()   # scenes already validated
+        # Claims taken by prefetch() for records whose handlers have not run yet,
+        # by id(record) (the record is kept with it: an id is only unique while alive).
+        self._prefetched: dict[int, tuple[ConsumerRecord, Claim]] = {}
         # A token names one claim attempt: random per RedisClaim, then a serial
         # (unique without a random draw per message).
         self._token_prefix = secrets.token_hex(8)
@@ -190,6 +194,15 @@ class RedisClaim:
         Redis unreachable: ClaimUnavailableError (policy FAIL) or an UNCHECKED
         claim (policy PROCESS).
         """
+        attempt = self._attempt(scene, biz_key)
+        try:
+            found = await self._ops.submit((ACQUIRE, attempt[2], attempt[3]))
+        except UNAVAILABLE as exc:
+            return self._unavailable(*attempt, exc)
+        return self._found(attempt, found)
+
+    def _attempt(self, scene: str, biz_key: str) -> tuple[str, str, str, str]:
+        """(scene, bounded biz_key, Redis key, a fresh token) of one claim attempt."""
         biz_key = bounded_biz_key(biz_key)
         if scene not in self._scenes:   # validated once per scene, not per message
             validate_scene(scene)
@@ -197,18 +210,39 @@ class RedisClaim:
                 self._scenes.add(scene)
         key = f"{self.key_prefix}:{scene}:{biz_key}"   # as keys.claim_key builds it
         token = f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
-        try:
-            found = await self._ops.submit((ACQUIRE, key, token))
-        except UNAVAILABLE as exc:
-            return self._unavailable(scene, biz_key, key, token, exc)
+        return scene, biz_key, key, token
+
+    def _found(self, attempt: tuple[str, str, str, str], found: str) -> Claim:
         if found == "C":
             self.stats.claimed += 1
-            return Claim(scene, biz_key, key, token, ClaimState.CLAIMED)
+            return Claim(*attempt, ClaimState.CLAIMED)
         if found == "D":
             self.stats.skipped_done += 1
-            return Claim(scene, biz_key, key, token, ClaimState.DONE)
+            return Claim(*attempt, ClaimState.DONE)
         self.stats.busy += 1
-        return Claim(scene, biz_key, key, token, ClaimState.PROCESSING)
+        return Claim(*attempt, ClaimState.PROCESSING)
+
+    async def prefetch(self, records: Sequence[ConsumerRecord], *, scene: str) -> None:
+        """Take the claims of `records` (a batch `consumer.run` just took) before their handlers start.
+
+        One script call per MAX_BATCH records; each handler then finds its claim
+        decided (`run` looks it up) instead of waiting for Redis on its own: one
+        suspension less per message. Any failure just leaves the rest of the
+        batch without a prefetched claim: those handlers acquire as usual and
+        meet the unavailability policy there.
+        """
+        if len(self._prefetched) > MAX_PREFETCHED:   # handlers that never ran (a stop)
+            self._prefetched.clear()
+        try:
+            attempts = [self._attempt(scene, biz_key_of(record)) for record in records]
+            for start in range(0, len(attempts), MAX_BATCH):
+                chunk = attempts[start:start + MAX_BATCH]
+                found = await self._run_ops([(ACQUIRE, a[2], a[3]) for a in chunk])
+                for record, attempt, one in zip(records[start:start + MAX_BATCH], chunk, found,
+                                                strict=True):
+                    self._prefetched[id(record)] = (record, self._found(attempt, one))
+        except Exception as exc:   # Redis away, a bad key: the handlers acquire themselves
+            log.debug("idempotence: prefetch of %d claims failed: %r", len(records), exc)
 
     def _unavailable(self, scene: str, biz_key: str, key: str, token: str,
                      exc: Exception) -> Claim:
@@ -285,7 +319,15 @@ class RedisClaim:
         """
         # `guard` without the context manager's generator: this is the per-message path
         # of consumer.run, where that overhead showed in bench idempotence.
-        claim = await self._enter(record, scene, biz_key)
+        entry = self._prefetched.pop(id(record), None) if self._prefetched else None
+        if entry is not None and entry[0] is record and biz_key is None \
+                and entry[1].scene == scene:
+            claim = entry[1]
+            if claim.state is ClaimState.PROCESSING:
+                raise ClaimBusyError(f"being processed elsewhere: scene={scene}, "
+                                     f"biz_key={claim.biz_key}; retry later")
+        else:
+            claim = await self._enter(record, scene, biz_key)
         if claim.state is not ClaimState.CLAIMED:
             if claim.should_run:   # UNCHECKED
                 await handler(record)

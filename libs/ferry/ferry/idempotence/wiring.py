@@ -20,7 +20,7 @@ retried later, never skipped, and every other exception propagates too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -69,7 +69,13 @@ class IdempotenceStats:
 def _checked(handler: AnyHandler, check: object, group: str) -> Handler:
     """`handler` behind `check` (the four kinds the module docstring lists)."""
     if isinstance(check, RedisClaim):
-        return check.wrap(handler, scene=check.scene or group)
+        scene = check.scene or group
+        claimed = check.wrap(handler, scene=scene)
+
+        async def prepare(records: Sequence[ConsumerRecord]) -> None:
+            await check.prefetch(records, scene=scene)
+        claimed.prepare = prepare  # type: ignore[attr-defined]   # see Runner.run
+        return claimed
     if isinstance(check, TransactionalLedger):
         return check.wrap(handler, scene=check.scene or group,
                           group=check.ledger.group or group)
@@ -117,4 +123,7 @@ def wire(handler: AnyHandler, check: object, *, group: str,
             if outcome is Outcome.UNCHECKED:
                 stats.unchecked += 1
         return outcome
+    prepare = getattr(inner, "prepare", None)
+    if prepare is not None:   # the runner lets it see each batch before the handlers start
+        idempotent.prepare = prepare  # type: ignore[attr-defined]
     return idempotent
