@@ -1,7 +1,7 @@
 """SEND: store a batch of messages in one queue with one write, then acknowledge.
 
-A batch whose `flags` field is nil or 0 takes the fast path: the SEND body
-goes to the store as it came (`put_encoded_batch`: the store validates and
+A batch whose `flags` field has no hooked bit (nil, 0, or only TRACED) takes
+the fast path: the SEND body goes to the store as it came (`put_encoded_batch`: the store validates and
 encodes each entry straight from the wire bytes, one commit-log write, no
 object per message). A flagged batch is decoded and passes the before-put
 hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
@@ -16,6 +16,7 @@ requests made for that purpose (SEND_BACK, DELIVER_DUE) write them.
 """
 from __future__ import annotations
 
+from ferry.codec import HOOKED_FLAGS
 from ferry.errors import InvalidNameError, MalformedRequestError
 from ferry.names import is_internal
 from ferry.store import MessageIn
@@ -57,7 +58,7 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
-    if not flags:
+    if not flags & HOOKED_FLAGS:
         res = await ctx.pipeline.put_encoded(topic, queue_id, req.body, conn.peer,
                                              MAX_BATCH_MESSAGES)
         return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
