@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ferry import TransactionProducer, TxnState
 from ferry.client import Admin, Consumer, ConsumerRecord, Message, Producer
 from ferry.codec import TRACEPARENT
 from ferry.telemetry import read_trace_dir, tracing
@@ -132,3 +133,26 @@ async def test_sampling_off_and_tracing_off_make_no_span(mesh: Mesh,  # noqa: F8
         got = [r for rs in (await collect([consumer], 21)).values() for r in rs]
     assert TRACEPARENT not in next(r for r in got if r.msg_id == sent.msg_id).properties
     assert read_trace_dir(trace_dir) == []
+
+
+async def test_a_traced_transaction_has_half_and_end_and_its_message_carries_the_trace(
+        mesh: Mesh, trace_dir: Path) -> None:  # noqa: F811
+    topic = unique("txn")
+    async with TransactionProducer(group=unique("tx"), namesrv=mesh.namesrv,
+                                   checker=lambda rec: TxnState.UNKNOWN) as tp:
+        txn = await tp.begin(topic, b"order", trace=True)
+        await txn.commit()
+        plain = await tp.begin(topic, b"plain")
+        await plain.rollback()
+    async with Consumer(topic, group=unique("g"), namesrv=mesh.namesrv,
+                        auto_offset_reset="earliest", **FAST) as consumer:
+        (record,) = [r for rs in (await collect([consumer], 1)).values() for r in rs]
+    assert record.msg_id == txn.msg_id
+    spans = _spans(trace_dir, txn.msg_id)
+    hops = [(s["attributes"]["ferry.hop"], s["kind"]) for s in spans]
+    assert hops[:2] == [("half", "PRODUCER"), ("end", "CLIENT")]
+    half, end = spans[:2]
+    assert end["parent_span_id"] == half["span_id"]
+    assert end["attributes"]["ferry.outcome"] == "commit"
+    assert half["trace_id"] in record.properties[TRACEPARENT]
+    assert _spans(trace_dir, plain.msg_id) == []
