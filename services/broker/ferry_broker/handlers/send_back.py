@@ -37,6 +37,7 @@ MAX_RECONSUME_TIMES = 10_000
 # The copy's own routing is decided here: stale ones from an earlier trip are dropped.
 _ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES)
 _DELAY = int(MessageFlag.DELAY)
+_TRACED = int(MessageFlag.TRACED)   # the only entry flag the copy keeps: its trace goes on
 
 
 async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
@@ -73,6 +74,7 @@ async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
         queue_id = sum(group.encode()) % ctx.topics.queues_for_send(SCHEDULE_TOPIC)
     ctx.topics.queues_for_send(target)  # registers the internal topic on first use
     copy = MessageIn(target, queue_id, msg.body, msg.tags, msg.keys, encode_properties(props),
-                     msg.msg_id, flags, msg.born_ts_ms, conn.peer, reconsume)
+                     msg.msg_id, flags | (msg.flags & _TRACED), msg.born_ts_ms, conn.peer,
+                     reconsume)
     results = await ctx.pipeline.store_prepared([copy])
     return response(req, {"target": target, "queue_offset": results[0].queue_offset})
