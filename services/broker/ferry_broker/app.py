@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ferry.errors import FerryError
 from ferry.lifecycle import as_step, flush_tracing, serve_until_signalled, stop_step, stop_tracing
-from ferry.telemetry import setup_tracing
 from ferry.store import FlushMode, MessageStore, StoreConfig
+from ferry.telemetry import setup_tracing
 
 from ferry_broker.api import ApiServer
 from ferry_broker.config import BrokerConfig

@@ -29,8 +29,8 @@ from ferry.codec import (
     encode_properties,
 )
 from ferry.names import SCHEDULE_TOPIC
-from ferry.telemetry import inject
 from ferry.store import FlushMode, MessageStore, StoreConfig
+from ferry.telemetry import inject
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
