@@ -15,7 +15,7 @@ from ferry.telemetry.jsonl import JsonLinesExporter, read_jsonl, read_trace_dir,
 from ferry.telemetry.propagation import TRACED, extract, inject, is_traced
 from ferry.telemetry.settings import TracingConfigError, TracingSettings
 from ferry.telemetry.setup import Tracing, client_service_name, setup_tracing, tracing
-from ferry.telemetry.spans import HOPS, hop_span, links_of
+from ferry.telemetry.spans import HOPS, hop_span, links_of, start_hop
 
 __all__ = [
     # setup
@@ -24,7 +24,7 @@ __all__ = [
     # propagation
     "TRACED", "inject", "extract", "is_traced",
     # spans
-    "HOPS", "hop_span", "links_of",
+    "HOPS", "hop_span", "start_hop", "links_of",
     # span JSON
     "JsonLinesExporter", "span_json", "read_jsonl", "read_trace_dir",
 ]

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 #: The service name clients use when the process set up none itself.
 CLIENT_SERVICE = "ferry-client"
 INSTRUMENTATION_NAME = "ferry"
+#: How often the batch processors hand finished spans to the exporters (the SDK's default,
+#: 5 s, makes a trace slow to appear in the console; OTEL_BSP_SCHEDULE_DELAY overrides).
+EXPORT_DELAY_MS = 500
 
 
 class Tracing:
@@ -76,8 +79,10 @@ class Tracing:
             topic_exporter = _trace_topic_exporter(self.namesrv, self.service)
             if topic_exporter is not None:
                 exporters.append(topic_exporter)
+        delay_ms = int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or EXPORT_DELAY_MS)
         for exporter in exporters:
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+            provider.add_span_processor(BatchSpanProcessor(exporter,
+                                                           schedule_delay_millis=delay_ms))
         self.provider, self.exporters = provider, exporters
         self.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
         self.sample_ratio = s.sample_ratio

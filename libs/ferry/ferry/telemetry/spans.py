@@ -74,6 +74,37 @@ def links_of(contexts: Sequence[Context | None]) -> list[Link]:
     return out
 
 
+def _attributes(hop: str, destination: str, msg_id: str | None, service: str,
+                attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {SYSTEM: SYSTEM_NAME, OPERATION_TYPE: HOPS[hop][0],
+                             OPERATION_NAME: hop, DESTINATION: destination, HOP: hop,
+                             SERVICE: service}
+    if msg_id is not None:
+        attrs[MESSAGE_ID] = msg_id
+    if attributes:
+        attrs.update((k, v) for k, v in attributes.items() if v is not None)
+    return attrs
+
+
+def start_hop(hop: str, *, destination: str, msg_id: str | None = None,
+              parent: Context | None = None, kind: SpanKind | None = None,
+              links: Sequence[Link] = (), attributes: Mapping[str, Any] | None = None) -> Span:
+    """A started hop span that the caller ends (`span.end()`), not made current.
+
+    For a hop that finishes later, in a callback: a producer's send span ends
+    when the broker acknowledges. Same attributes and kinds as `hop_span`.
+    """
+    from ferry.telemetry.setup import tracing
+
+    tr = tracing()
+    if not tr.enabled:
+        return trace.INVALID_SPAN
+    return tr.tracer.start_span(f"{hop} {destination}", context=parent,
+                                kind=kind or HOPS[hop][1], links=list(links),
+                                attributes=_attributes(hop, destination, msg_id, tr.service,
+                                                       attributes))
+
+
 @contextmanager
 def hop_span(hop: str, *, destination: str, msg_id: str | None = None,
              parent: Context | None = None, kind: SpanKind | None = None,
@@ -93,18 +124,11 @@ def hop_span(hop: str, *, destination: str, msg_id: str | None = None,
     if not tr.enabled:
         yield trace.INVALID_SPAN
         return
-    operation, default_kind = HOPS[hop]
-    attrs: dict[str, Any] = {SYSTEM: SYSTEM_NAME, OPERATION_TYPE: operation,
-                             OPERATION_NAME: hop, DESTINATION: destination, HOP: hop,
-                             SERVICE: tr.service}
-    if msg_id is not None:
-        attrs[MESSAGE_ID] = msg_id
-    if attributes:
-        attrs.update((k, v) for k, v in attributes.items() if v is not None)
     with tr.tracer.start_as_current_span(
-            f"{hop} {destination}", context=parent, kind=kind or default_kind,
-            links=list(links), attributes=attrs, record_exception=True,
-            set_status_on_exception=True, end_on_exit=True) as span:
+            f"{hop} {destination}", context=parent, kind=kind or HOPS[hop][1],
+            links=list(links),
+            attributes=_attributes(hop, destination, msg_id, tr.service, attributes),
+            record_exception=True, set_status_on_exception=True, end_on_exit=True) as span:
         try:
             yield span
         except BaseException:
