@@ -31,8 +31,8 @@ import logging
 import threading
 import time
 import weakref
-from queue import Empty
 from collections.abc import Coroutine
+from queue import Empty
 from typing import Any, TypeVar
 
 from kombu.transport import virtual
@@ -44,8 +44,8 @@ from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
 from ferry.celery.tracing import headers_context, instrument, set_trace_headers
 from ferry.client import Admin, Producer
-from ferry.client.tracing import record_context
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client.tracing import record_context
 from ferry.errors import (
     BusyError,
     ConnectionLostError,
@@ -265,7 +265,7 @@ class Transport(virtual.Transport):
         send = self._producer.send_and_wait(
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
-            **({"trace": True} if parent is not None else {}))
+            trace=True if parent is not None else None)
         loop.run(send if parent is None else _in_context(parent, send), self.timeout_s)
 
     # -- consuming ----------------------------------------------------------------------------
