@@ -4,12 +4,14 @@ A message carrying `MessageFlag.TRACED` and a `TRACEPARENT` gets a `store`
 span child of that context, with the broker, queue and offset, on the fast
 path (a SEND announcing only TRACED) and on the decoded path (a delayed
 message, stored in `%SCHEDULE%`); SEND_BACK of a traced message makes a
-`retry` span and the copy carries that span's context on. Untraced messages
-make no span at all.
+`retry` span and the copy carries that span's context on; a traced
+transaction's half is a `half` span, its END an `end` span, and the committed
+message's store continues the same trace. Untraced messages make no span.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from ferry.telemetry import read_trace_dir
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 from tests.broker.conftest import Broker, start_broker
+from tests.broker.txn_client import TxnClient
 from tests.broker.wire_client import message
 from tests.support.procs import Etcd
 
@@ -35,9 +38,10 @@ PARENT_ID = "00f067aa0ba902b7"
 PARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
-@pytest.fixture(scope="module")
-def traced_broker(tmp_path_factory: pytest.TempPathFactory, etcd: Etcd) -> tuple[Broker, Path]:
-    workdir = tmp_path_factory.mktemp("traced-broker")
+@pytest.fixture
+def traced_broker(tmp_path: Path, etcd: Etcd) -> Iterator[tuple[Broker, Path]]:
+    """A broker of its own per test: the test stops it to flush its spans."""
+    workdir = tmp_path
     traces = workdir / "traces"
     broker = start_broker(workdir, etcd, FERRY_TRACE_DIR=str(traces), FERRY_TRACE_TOPIC="off")
     yield broker, traces
@@ -109,3 +113,29 @@ async def test_store_retry_spans_of_traced_messages_only(
     assert decode_properties(copy.properties_raw)[TRACEPARENT].split("-")[2] == retry["span_id"]
     copy_store = stores[(retry_topic("g-trace"), msg_id_hex(fast.msg_id))]
     assert copy_store["parent_span_id"] == retry["span_id"]
+
+
+async def test_a_traced_transaction_is_half_end_and_store_in_one_trace(
+        traced_broker: tuple[Broker, Path]) -> None:
+    broker, traces = traced_broker
+    client = await TxnClient.connect("127.0.0.1", broker.port)
+    try:
+        half = await client.begin("tr-txn", 0, b"order", "g-txn", flags=TRACED,
+                                  **{TRACEPARENT: PARENT})
+        untraced = await client.begin("tr-txn", 0, b"other", "g-txn")
+        await client.end("g-txn", half.msg_id, "commit")
+        await client.end("g-txn", untraced.msg_id, "rollback")
+    finally:
+        await client.close()
+    spans = _spans_after_stop(broker, traces)
+    mine = [s for s in spans if s["attributes"].get("messaging.message.id")
+            == msg_id_hex(half.msg_id)]
+    hops = {s["attributes"]["ferry.hop"]: s for s in mine}
+    assert set(hops) == {"half", "end", "store"}
+    assert all(s["trace_id"] == TRACE_ID for s in mine)
+    assert hops["half"]["kind"] == "SERVER" and hops["end"]["kind"] == "SERVER"
+    assert hops["half"]["attributes"]["messaging.destination.name"] == "%HALF%"
+    assert hops["end"]["attributes"]["ferry.outcome"] == "committed"
+    assert hops["store"]["attributes"]["messaging.destination.name"] == "tr-txn"
+    assert not [s for s in spans if s["attributes"].get("messaging.message.id")
+                == msg_id_hex(untraced.msg_id)]
