@@ -12,20 +12,27 @@ import asyncio
 import json
 import os
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ferry.client import Admin, Consumer, ConsumerRecord, Message, Producer
+from ferry.codec import CHECK_IMMUNITY_MS, TRACEPARENT, MessageFlag, msg_id_hex
+from ferry.idempotence import RedisClaim
 from ferry.telemetry import read_trace_dir, tracing
 from ferry.telemetry.trace_query import spans_of_message
 
+from tests.broker.txn_client import TxnClient
 from tests.client.conftest import Mesh, unique
 from tests.client.util import FAST
-from tests.support.procs import Etcd
+from tests.dedup.conftest import start_dedup
+from tests.support.procs import Etcd, Redis
 
 sched = pytest.importorskip("tests.delay_scheduler.conftest")
+txn = pytest.importorskip("tests.txn_checker.conftest")
+TRACED = int(MessageFlag.TRACED)
 
 pytestmark = pytest.mark.integration
 
@@ -217,3 +224,91 @@ async def test_with_sampling_off_an_unforced_message_makes_no_span(
     assert not [s for s in every if s["attributes"].get("messaging.message.id") == sent.msg_id]
     assert await spans_of_message(mesh.namesrv, sent.msg_id) == []
     assert not any(sent.msg_id in json.dumps(s) for s in every)
+
+
+async def test_a_traced_half_left_open_is_checked_under_a_check_span(
+        traced_mesh: tuple[Mesh, Path]) -> None:
+    mesh, _ = traced_mesh
+    topic = unique("txn")
+    checker = txn.start_txn_checker(mesh, unique("checker"), env={
+        "FERRY_TXN_CHECKER_CHECK_INTERVAL_MS": "500", "FERRY_TXN_CHECKER_MAX_CHECKS": "1"})
+    try:
+        async with Producer(namesrv=mesh.namesrv) as producer:
+            await producer.send_and_wait(topic, b"route")   # the topic exists on the broker
+        client = await TxnClient.connect("127.0.0.1", mesh.brokers["broker-a"].port)
+        try:
+            async with Producer(namesrv=mesh.namesrv) as producer:   # a traced context
+                parent = await producer.send_and_wait(topic, b"parent", trace=True)
+            parent_spans = await until_hops(
+                lambda: spans_of_message(mesh.namesrv, parent.msg_id), ["send", "store"])
+            traceparent = (f"00-{parent_spans[0]['trace_id']}-{parent_spans[0]['span_id']}-01")
+            half = await client.begin(topic, 0, b"order", unique("g"), flags=TRACED,
+                                      **{TRACEPARENT: traceparent, CHECK_IMMUNITY_MS: "0"})
+        finally:
+            await client.close()
+        # Nobody answers: checked once (no producer), then discarded (rolled back).
+        spans = await until_hops(lambda: spans_of_message(mesh.namesrv, msg_id_hex(half.msg_id)),
+                                 ["half", "check", "check", "end"])
+    finally:
+        checker.proc.stop()
+    checks = [s for s in spans if label(s) == "check"]
+    assert {s["service"] for s in checks} == {"ferry-txn-checker"}
+    assert [s["attributes"]["ferry.outcome"] for s in checks][:2] == ["no_producer", "discarded"]
+    assert {s["trace_id"] for s in spans} == {parent_spans[0]["trace_id"]}
+
+
+async def test_the_dedup_check_of_a_traced_record_is_a_dedup_span(
+        traced_mesh: tuple[Mesh, Path], redis_server: Redis) -> None:
+    mesh, traces = traced_mesh
+    topic, group = unique("idem"), unique("g")
+    async with Producer(namesrv=mesh.namesrv) as producer:
+        sent = await producer.send_and_wait(topic, b"once", key="order-7", trace=True)
+    done = asyncio.Event()
+
+    async def handler(rec: ConsumerRecord) -> None:
+        done.set()
+
+    claim = RedisClaim(redis_server.url, scene=unique("scene"))
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
+                        **FAST) as c:
+        task = asyncio.ensure_future(c.run(handler, idempotence=claim))
+        try:
+            await asyncio.wait_for(done.wait(), 60)
+            while not (c.idempotence_stats and c.idempotence_stats.ran):  # claim confirmed
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await claim.aclose()
+    spans = await until_hops(lambda: spans_of_message(mesh.namesrv, sent.msg_id),
+                             ["send", "store", "receive", "process ok", "dedup"])
+    dedup = next(s for s in spans if label(s) == "dedup")
+    process = next(s for s in spans if label(s) == "process ok")
+    assert dedup["parent_span_id"] == process["span_id"]
+    assert dedup["attributes"]["ferry.outcome"] == "ok"
+    assert dedup["attributes"]["ferry.dedup.check"] == "RedisClaim"
+
+
+def test_a_claim_request_with_traceparent_is_a_dedup_span_at_the_service(
+        traced_mesh: tuple[Mesh, Path], redis_server: Redis, tmp_path: Path) -> None:
+    mesh, traces = traced_mesh
+    dedup = start_dedup(mesh, redis_server.url, tmp_path / "dedup")
+    trace_id, parent_id = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b7"
+    try:
+        for headers in ({"traceparent": f"00-{trace_id}-{parent_id}-01"}, {}):
+            req = urllib.request.Request(
+                f"http://{dedup.addr}/v1/claims", method="POST",
+                data=json.dumps({"scene": "pay", "biz_key": unique("k")}).encode(),
+                headers={"Content-Type": "application/json", **headers})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert json.loads(resp.read())["state"] == "claimed"
+    finally:
+        dedup.proc.stop()   # flushes its spans
+    spans = [s for s in read_trace_dir(traces) if s["service"] == "ferry-dedup"]
+    assert len(spans) == 1   # the request without the header made none
+    (span,) = spans
+    assert (span["trace_id"], span["parent_span_id"]) == (trace_id, parent_id)
+    assert span["attributes"]["ferry.hop"] == "dedup"
+    assert span["attributes"]["ferry.outcome"] == "claimed"
+    assert span["kind"] == "SERVER"
