@@ -45,7 +45,7 @@ MAX_RECONSUME_TIMES = 10_000
 # The copy's own routing is decided here: stale ones from an earlier trip are dropped.
 _ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES)
 _DELAY = int(MessageFlag.DELAY)
-_TRACED = int(MessageFlag.TRACED)
+_TRACED = int(MessageFlag.TRACED)   # the only entry flag the copy keeps: its trace goes on
 
 
 async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
