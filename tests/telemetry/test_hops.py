@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ferry.client import Admin, Consumer, ConsumerRecord, Message, Producer
+from ferry.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    Message,
+    Producer,
+    TransactionProducer,
+    TxnState,
+)
 from ferry.codec import CHECK_IMMUNITY_MS, TRACEPARENT, MessageFlag, msg_id_hex
 from ferry.idempotence import RedisClaim
 from ferry.telemetry import read_trace_dir, tracing
@@ -312,3 +320,29 @@ def test_a_claim_request_with_traceparent_is_a_dedup_span_at_the_service(
     assert span["attributes"]["ferry.hop"] == "dedup"
     assert span["attributes"]["ferry.outcome"] == "claimed"
     assert span["kind"] == "SERVER"
+
+
+async def test_context_survives_a_transaction(traced_mesh: tuple[Mesh, Path]) -> None:
+    mesh, _ = traced_mesh
+    topic, group = unique("txn-ok"), unique("g")
+
+    def checker(_record: Any) -> TxnState:
+        return TxnState.UNKNOWN
+
+    async with TransactionProducer(group=unique("tx"), namesrv=mesh.namesrv,
+                                   checker=checker) as producer:
+        txn_ = await producer.begin(topic, b"order", trace=True)
+        await txn_.commit()
+    done = asyncio.Event()
+
+    async def handler(rec: ConsumerRecord) -> None:
+        done.set()
+
+    await consume(mesh, topic, group, handler, done, auto_offset_reset="earliest")
+    spans = await until_hops(lambda: spans_of_message(mesh.namesrv, txn_.msg_id),
+                             ["half", "half", "end", "end", "store", "receive", "process ok"])
+    assert len({s["trace_id"] for s in spans}) == 1
+    at_broker = {label(s) for s in spans if s["service"] == "ferry-broker"}
+    assert {"half", "end", "store"} <= at_broker
+    end = next(s for s in spans if label(s) == "end" and s["service"] == "ferry-broker")
+    assert end["attributes"]["ferry.outcome"] == "committed"
