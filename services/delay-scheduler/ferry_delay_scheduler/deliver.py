@@ -31,7 +31,7 @@ from ferry_delay_scheduler.config import SchedulerConfig
 from ferry_delay_scheduler.ingest import fetch_route
 from ferry_delay_scheduler.local_log import LocalLog, parse_origin
 from ferry_delay_scheduler.stats import Stats
-from ferry_delay_scheduler.tracing import TRACED, deliver_spans
+from ferry_delay_scheduler.tracing import TRACED, deliver_spans, failed
 from ferry_delay_scheduler.wheel import Due, TimingWheel, now_ms
 
 log = logging.getLogger(__name__)
@@ -184,13 +184,15 @@ class Deliverer:
             flags = 0
             for msg in msgs:
                 flags |= msg.flags
-            with ExitStack() as spans:
+            with ExitStack() as stack:
+                spans = []
                 if flags & TRACED:  # deliver spans (see tracing.py); replaces traced entries
-                    deliver_spans(spans, msgs, target[1], target[2], target[0],
-                                  self.cfg.node_id)
+                    spans = deliver_spans(stack, msgs, target[1], target[2], target[0],
+                                          self.cfg.node_id)
                 try:
                     await self._deliver(target, encode_messages(msgs), flags)
                 except (FerryError, OSError) as exc:
+                    failed(spans, exc)
                     self._failed(target, items, exc)
                     return
             acked = now_ms()

@@ -22,7 +22,7 @@ from ferry.codec.properties import decode_properties, encode_properties
 from ferry.telemetry import extract, hop_span, inject, tracing
 from ferry.wire import WireMessage
 from opentelemetry.context import Context
-from opentelemetry.trace import set_span_in_context
+from opentelemetry.trace import Span, Status, StatusCode, set_span_in_context
 
 TRACED = int(MessageFlag.TRACED)
 SCHEDULER = "ferry.scheduler"
@@ -53,11 +53,13 @@ def schedule_spans(stack: ExitStack, records: Sequence[StoredMessage], broker: s
 
 
 def deliver_spans(stack: ExitStack, msgs: list[WireMessage], topic: str, queue_id: int,
-                  broker: str, node_id: str) -> None:
+                  broker: str, node_id: str) -> list[Span]:
     """Open a `deliver` span (closed with `stack`) for each traced message about to be
-    re-sent; each message then carries its deliver span's context (replaced in place)."""
+    re-sent; each message then carries its deliver span's context (replaced in place).
+    Returns the spans (`failed` marks them when the frame is not delivered)."""
+    spans: list[Span] = []
     if not tracing().enabled:
-        return
+        return spans
     for i, msg in enumerate(msgs):
         if not msg.flags & TRACED:
             continue
@@ -67,7 +69,16 @@ def deliver_spans(stack: ExitStack, msgs: list[WireMessage], topic: str, queue_i
             attributes={BROKER: broker, SCHEDULER: node_id,
                         "messaging.destination.partition.id": str(queue_id) if queue_id >= 0
                         else None}))
+        spans.append(span)
         if span.get_span_context().is_valid:
             inject(props, set_span_in_context(span))
             msgs[i] = WireMessage(msg.body, msg.msg_id, msg.born_ts_ms, msg.flags, msg.tags,
                                   msg.keys, encode_properties(props))
+    return spans
+
+
+def failed(spans: list[Span], exc: BaseException) -> None:
+    """Mark deliver spans whose frame failed (the message is retried with back-off)."""
+    for span in spans:
+        span.set_attribute("ferry.outcome", "failed")
+        span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
