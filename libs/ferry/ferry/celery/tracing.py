@@ -22,16 +22,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Coroutine, Iterator, Mapping, MutableMapping
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 
 from ferry.codec.system_properties import TRACEPARENT, TRACESTATE
 from ferry.telemetry import extract, hop_span, inject, setup_tracing, tracing
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Service names of the bridge's and the workers' spans.
 BRIDGE_SERVICE = "ferry-celery-bridge"
@@ -69,6 +71,16 @@ def bridge_span(msg_id: str, topic: str, group: str, task: str,
         headers: dict[str, str] = {}
         inject(headers)  # the bridge span is current here
         yield headers
+
+
+async def in_context(ctx: Context, aw: Coroutine[Any, Any, T]) -> T:
+    """Await `aw` with `ctx` as the current trace context (the transport's loop thread does
+    not see the publishing thread's context)."""
+    token = otel_context.attach(ctx)
+    try:
+        return await aw
+    finally:
+        otel_context.detach(token)
 
 
 def set_trace_headers(headers: MutableMapping[str, Any], properties: Mapping[str, str]) -> None:

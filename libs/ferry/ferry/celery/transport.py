@@ -31,18 +31,15 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Coroutine
 from queue import Empty
-from typing import Any, TypeVar
+from typing import Any
 
 from kombu.transport import virtual
-from opentelemetry import context as otel_context
-from opentelemetry.context import Context
 
 from ferry.celery.feed import FeedConfig, Outcome, QueueFeed
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
-from ferry.celery.tracing import headers_context, instrument, set_trace_headers
+from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Admin, Producer
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
 from ferry.client.tracing import record_context
@@ -61,7 +58,6 @@ from ferry.errors import (
 from ferry.telemetry import tracing
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DEFAULT_PORT = int(DEFAULT_NAMESRV.rsplit(":", 1)[1])
 #: How long a publish or a consumer start may take before it fails (kombu then retries).
@@ -266,7 +262,7 @@ class Transport(virtual.Transport):
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
             trace=True if parent is not None else None)
-        loop.run(send if parent is None else _in_context(parent, send), self.timeout_s)
+        loop.run(send if parent is None else in_context(parent, send), self.timeout_s)
 
     # -- consuming ----------------------------------------------------------------------------
     def open_feed(self, queue: str) -> QueueFeed:
@@ -361,15 +357,6 @@ class Transport(virtual.Transport):
     def driver_version(self) -> str:
         from ferry import __version__
         return __version__
-
-
-async def _in_context(ctx: Context, aw: Coroutine[Any, Any, T]) -> T:
-    """Await `aw` with `ctx` as the current trace context (on the loop thread)."""
-    token = otel_context.attach(ctx)
-    try:
-        return await aw
-    finally:
-        otel_context.detach(token)
 
 
 async def _check_namesrv(addrs: str) -> None:
