@@ -9,6 +9,13 @@ The processes are real: etcd, namesrv and a broker for Ferry; redis-server.
 Latency is paced at a fixed rate once both sides are warm (connections, the
 route, the stream / every queue written once), with the garbage collector's
 start-up objects frozen on both sides. Each case prints one JSON line.
+
+Tracing's cost (docs/tracing.md): produce and consume run twice, each time
+on a fresh namesrv and broker, with tracing off (FERRY_TRACING=off in every
+process) and at the default sampling (on, ratio 0.01, the trace topic
+exporting); their lines carry `"tracing": "off" | "default"`, and
+`mesh.tracing_cost` gives default / off (target >= 0.9). Latency and sync
+flush run at the default.
 """
 from __future__ import annotations
 
@@ -56,10 +63,21 @@ def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
 
 
+TRACING_MODES = ("off", "default")
+TRACING_COST_TARGET = 0.9
+
+
+def use_tracing(mode: str) -> None:
+    """Tracing for the processes started next and the clients of this one (mode off|default)."""
+    os.environ["FERRY_TRACING"] = "off" if mode == "off" else "on"
+    os.environ.pop("FERRY_TRACE_SAMPLE_RATIO", None)   # default: the documented 0.01
+    os.environ.pop("FERRY_TRACE_DIR", None)
+
+
 def start_ferry(work: Path, etcd_endpoint: str, flush_mode: str) -> tuple[list[Proc], str]:
     """etcd is shared; start one namesrv and one broker; return them and the namesrv address."""
     ns_port, br_port = free_port(), free_port()
-    prefix = f"/bench-{flush_mode}-{os.getpid()}/"
+    prefix = f"/bench-{flush_mode}-{work.name}-{os.getpid()}/"
     py = sys.executable
     namesrv = spawn("namesrv", [py, "-m", "ferry_namesrv"], work / "namesrv", env={
         "FERRY_NAMESRV_PORT": str(ns_port), "FERRY_NAMESRV_ETCD": etcd_endpoint,
@@ -268,24 +286,35 @@ def main() -> None:
         procs.append(rds.proc)
         client = redis.Redis(host=rds.host, port=rds.port)
 
-        ferry_procs, namesrv = start_ferry(work / "async", etcd.endpoint, "async")
-        procs.extend(ferry_procs)
-        asyncio.run(ferry_wait_route(namesrv, "bench"))
-        f_prod = asyncio.run(ferry_produce(namesrv, "bench", TOTAL))
         r_prod = redis_produce(client, "bench", TOTAL)
-        emit(bench="mesh.produce", messages=TOTAL, msgs_s=round(f_prod), redis_msgs_s=round(r_prod),
-             ratio=round(f_prod / r_prod, 2))
-        f_cons = asyncio.run(ferry_consume(namesrv, "bench", TOTAL))
         r_cons = redis_consume(client, "bench", TOTAL)
-        emit(bench="mesh.consume", messages=TOTAL, msgs_s=round(f_cons), redis_msgs_s=round(r_cons),
-             ratio=round(f_cons / r_cons, 2))
+        rates: dict[str, tuple[float, float]] = {}
+        ferry_procs: list[Proc] = []
+        for mode in TRACING_MODES:
+            for p in ferry_procs:   # the previous mode's mesh
+                p.stop()
+            use_tracing(mode)
+            ferry_procs, namesrv = start_ferry(work / f"async-{mode}", etcd.endpoint, "async")
+            procs.extend(ferry_procs)
+            asyncio.run(ferry_wait_route(namesrv, "bench"))
+            f_prod = asyncio.run(ferry_produce(namesrv, "bench", TOTAL))
+            emit(bench="mesh.produce", tracing=mode, messages=TOTAL, msgs_s=round(f_prod),
+                 redis_msgs_s=round(r_prod), ratio=round(f_prod / r_prod, 2))
+            f_cons = asyncio.run(ferry_consume(namesrv, "bench", TOTAL))
+            emit(bench="mesh.consume", tracing=mode, messages=TOTAL, msgs_s=round(f_cons),
+                 redis_msgs_s=round(r_cons), ratio=round(f_cons / r_cons, 2))
+            rates[mode] = (f_prod, f_cons)
+        emit(bench="mesh.tracing_cost",
+             produce_ratio=round(rates["default"][0] / rates["off"][0], 3),
+             consume_ratio=round(rates["default"][1] / rates["off"][1], 3),
+             target=TRACING_COST_TARGET)
 
         asyncio.run(ferry_wait_route(namesrv, "latency"))
         f_lat = asyncio.run(ferry_latency(namesrv, "latency"))
         r_lat = asyncio.run(redis_latency(rds.url, "latency"))
         emit(bench="mesh.latency", rate_msgs_s=LATENCY_RATE, seconds=LATENCY_SECONDS, **f_lat,
              redis_p50_ms=r_lat["p50_ms"], redis_p99_ms=r_lat["p99_ms"],
-             redis_p999_ms=r_lat["p999_ms"])
+             redis_p999_ms=r_lat["p999_ms"], tracing="default")
         client.close()
         for p in ferry_procs:
             p.stop()
@@ -293,7 +322,7 @@ def main() -> None:
         sync_procs, namesrv = start_ferry(work / "sync", etcd.endpoint, "sync")
         procs.extend(sync_procs)
         asyncio.run(ferry_wait_route(namesrv, "sync"))
-        emit(bench="mesh.sync_flush", senders=SYNC_SENDERS,
+        emit(bench="mesh.sync_flush", senders=SYNC_SENDERS, tracing="default",
              msgs_s=round(asyncio.run(ferry_sync_flush(namesrv, "sync"))))
     finally:
         for p in reversed(procs):

@@ -8,31 +8,40 @@ index answers "the spans of message M" and then "every span of its trace"
 
 It writes with a SEND to `%TRACE%` carrying `trace_export: true`, the one
 SEND to an internal topic a broker accepts (docs/protocol.md). The exporter
-runs behind a BatchSpanProcessor, in that processor's thread; it sends from
-its own event loop in a daemon thread, never from the traced code's loop, and
-its messages are never traced. It never fails the traced code: a batch that
+runs behind a BatchSpanProcessor, in that processor's thread, with blocking
+sockets (never on the traced code's event loop), and its messages are never
+traced. It never fails the traced code: a batch that
 cannot be stored within SEND_TIMEOUT_S is dropped and counted (`dropped`).
 """
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import itertools
 import json
 import logging
-import threading
+import socket
 import time
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.namesrv import parse_namesrv
 from ferry.codec.msg_id import new_msg_id
 from ferry.names import TRACE_TOPIC
-from ferry.telemetry.jsonl import span_json
-from ferry.wire import RequestCode, WireMessage, check_response, encode_messages
+from ferry.telemetry.jsonl import span_json, yield_gil
+from ferry.wire import (
+    Frame,
+    FrameDecoder,
+    RequestCode,
+    WireMessage,
+    check_response,
+    encode_frame,
+    encode_messages,
+    request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,107 +83,117 @@ def _is_master(broker: dict[str, Any]) -> bool:
     return role == "master" or (not role and broker.get("id", 0) == 0)
 
 
+def _get_brokers(urls: list[str]) -> dict[str, Any]:
+    """GET /v1/brokers from the first namesrv that answers."""
+    last: Exception | None = None
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url + "/v1/brokers", timeout=SEND_TIMEOUT_S) as resp:  # noqa: S310
+                return json.loads(resp.read())  # type: ignore[no-any-return]
+        except OSError as exc:
+            last = exc
+    raise ConnectionError(f"no namesrv answered: {last}")
+
+
+class _BrokerLink:
+    """One blocking connection to a broker, used from the exporter's (processor's) thread."""
+
+    def __init__(self, addr: str) -> None:
+        host, _, port = addr.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=SEND_TIMEOUT_S)
+        self.decoder = FrameDecoder()
+        self.next_id = 1
+
+    def call(self, code: int, fields: dict[str, Any], body: bytes) -> Frame:
+        req = request(code, self.next_id, fields, body)
+        self.next_id += 1
+        self.sock.sendall(encode_frame(req))
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            for frame in self.decoder.feed(chunk):
+                if frame.request_id == req.request_id:
+                    return check_response(frame)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
 class TraceTopicExporter(SpanExporter):
-    """Writes spans to `%TRACE%` on a master broker of the cluster behind `namesrv`."""
+    """Writes spans to `%TRACE%` on a master broker of the cluster behind `namesrv`.
+
+    It works in the BatchSpanProcessor's thread with blocking sockets: no event
+    loop or thread of its own, so the traced code's thread competes with one
+    thread only for the GIL.
+    """
 
     def __init__(self, namesrv: str, service: str) -> None:
         self.namesrv = namesrv
         self.service = service
         self.exported = 0
         self.dropped = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._names: NamesrvClient | None = None
-        self._pool: ConnectionPool | None = None
+        self._links: dict[str, _BrokerLink] = {}
         self._brokers: list[str] = []
         self._brokers_at = 0.0
         self._turn = itertools.count()
         self._closed = False
 
-    # -- the exporter's own loop, started on first export ---------------------------------
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=loop.run_forever, name="ferry-trace-topic",
-                                            daemon=True)
-            self._thread.start()
-            self._loop = loop
-        return self._loop
-
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
-        messages = [span_message(span_json(s)) for s in spans]
-        fut = asyncio.run_coroutine_threadsafe(self._send_all(messages), self._ensure_loop())
+        messages = []
+        for span in spans:
+            messages.append(span_message(span_json(span)))
+            yield_gil()
         try:
-            fut.result(SEND_TIMEOUT_S)
+            for i in range(0, len(messages), MAX_SPANS_PER_SEND):
+                self._send(encode_messages(messages[i:i + MAX_SPANS_PER_SEND]))
         except Exception as exc:  # never fail the traced code: count and go on
-            fut.cancel()
             self.dropped += len(messages)
             log.warning("trace topic: %d spans dropped (%s)", len(messages), exc or type(exc))
             return SpanExportResult.FAILURE
         self.exported += len(messages)
         return SpanExportResult.SUCCESS
 
-    async def _send_all(self, messages: list[WireMessage]) -> None:
-        for i in range(0, len(messages), MAX_SPANS_PER_SEND):
-            await self._send(encode_messages(messages[i:i + MAX_SPANS_PER_SEND]))
-
-    async def _send(self, body: bytes) -> None:
+    def _send(self, body: bytes) -> None:
         """SEND one frame of spans to a master broker, trying the others on failure."""
-        brokers = await self._masters()
+        brokers = self._masters()
         if not brokers:
             raise ConnectionError("no master broker is registered")
         start = next(self._turn)
         last: Exception | None = None
         for k in range(len(brokers)):
             addr = brokers[(start + k) % len(brokers)]
-            assert self._pool is not None
             try:
-                resp = await self._pool.request(addr, RequestCode.SEND, {
-                    "topic": TRACE_TOPIC, "queue_id": 0, "flags": 0, "trace_export": True},
-                    body)
-                check_response(resp)
+                link = self._links.get(addr)
+                if link is None:
+                    link = self._links[addr] = _BrokerLink(addr)
+                link.call(RequestCode.SEND, {"topic": TRACE_TOPIC, "queue_id": 0, "flags": 0,
+                                             "trace_export": True}, body)
                 return
-            except Exception as exc:  # try the next broker
+            except Exception as exc:  # a dead connection or broker: try the next one
                 last = exc
+                dead = self._links.pop(addr, None)
+                if dead is not None:
+                    dead.close()
         self._brokers_at = 0.0   # ask namesrv again next time
         assert last is not None
         raise last
 
-    async def _masters(self) -> list[str]:
-        if self._names is None:
-            self._names = NamesrvClient(self.namesrv)
-            await self._names.start()
-            self._pool = ConnectionPool()
+    def _masters(self) -> list[str]:
         if time.monotonic() - self._brokers_at > BROKERS_TTL_S or not self._brokers:
-            data = await self._names.call("GET", "/v1/brokers")
-            self._brokers = sorted({b["addr"] for b in data.get("brokers", [])
-                                    if _is_master(b)})
+            data = _get_brokers(parse_namesrv(self.namesrv))
+            self._brokers = sorted({b["addr"] for b in data.get("brokers", []) if _is_master(b)})
             self._brokers_at = time.monotonic()
         return self._brokers
 
     def shutdown(self) -> None:
         self._closed = True
-        loop, self._loop = self._loop, None
-        if loop is None:
-            return
-
-        async def close() -> None:
-            if self._pool is not None:
-                await self._pool.close()
-            if self._names is not None:
-                await self._names.close()
-
-        try:
-            asyncio.run_coroutine_threadsafe(close(), loop).result(SEND_TIMEOUT_S)
-        except Exception:  # noqa: S110 - closing connections of a process that is ending
-            pass
-        loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(SEND_TIMEOUT_S)
-        if not loop.is_running():
-            loop.close()
+        links, self._links = list(self._links.values()), {}
+        for link in links:
+            link.close()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
