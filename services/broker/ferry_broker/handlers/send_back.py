@@ -12,9 +12,9 @@ copy is stored (and flushed, on a sync-flush broker): only then may the
 consumer commit past the original.
 
 A TRACED message gets a `retry` (or `dlq`) span at the broker (SERVER kind),
-child of the context it carries; the copy carries that span's context and
-keeps the TRACED flag, so the scheduler's and the next consumer's spans hang
-below it.
+child of the context it carries (the consumer's own `retry` span); the copy
+keeps that context and the TRACED flag, so the scheduler's and the next
+consumer's spans hang below the consumer's `retry`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ferry.codec import (
 from ferry.errors import InvalidDelayError, MalformedRequestError
 from ferry.names import SCHEDULE_TOPIC, dlq_topic, is_internal, retry_topic
 from ferry.store import MessageIn, decode_properties, encode_properties
-from ferry.telemetry import extract, hop_span, inject, tracing
+from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import Frame, response
 from opentelemetry.trace import SpanKind
 
@@ -104,7 +104,8 @@ async def _store_traced(ctx: BrokerContext, copy: MessageIn, props: dict[str, st
                               "ferry.reconsume_times": copy.reconsume_times,
                               "ferry.delay_ms": delay_ms,
                               "ferry.outcome": "dead_letter" if dead else "retry"}):
-        inject(props)  # the copy continues the trace below this span
+        # The copy keeps the context it came with (the consumer's `retry` span): the
+        # redelivery hangs below the consumer's settle, this span beside it.
         results = await ctx.pipeline.store_prepared(
             [copy._replace(properties=encode_properties(props))])
     return results[0].queue_offset
