@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ferry.store import MessageStore
+from ferry.telemetry import tracing
 from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
@@ -87,10 +88,12 @@ class BrokerContext:
         # records only once the in-sync slaves have them (handlers/pull.py), so there
         # pulls are woken last, after that wait. The tracing hook comes last of the core
         # (so it runs right after the write, before the waits): its `store` span marks
-        # the write, not the ack.
-        core = [TxnHook(self.topics, self.txn_stats),
-                DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues),
-                TraceHook(self)]
+        # the write, not the ack. With tracing off (FERRY_TRACING=off) it is not there.
+        core: list[PutHook] = [TxnHook(self.topics, self.txn_stats),
+                               DelayHook(self.topics, self.config.max_delay_ms),
+                               TtlHook(ttl_queues)]
+        if tracing().enabled:  # set up by BrokerApp.start before the context is built
+            core.append(TraceHook(self))
         durable, wake = DurabilityHook(self), WakePullsHook(self)
         mode = self.config.replication
         hooks: list[PutHook]

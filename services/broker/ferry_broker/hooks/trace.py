@@ -1,6 +1,7 @@
 """The tracing hook: a `store` span for every TRACED message the put wrote.
 
-An after-put hook (see `put_pipeline`): it looks at a message only when its
+An after-put hook (see `put_pipeline`), installed only while tracing is on
+(FERRY_TRACING=off: not in the pipeline at all). It looks at a message only when its
 flags carry `MessageFlag.TRACED`, so an untraced put costs one flag test per
 decoded message, and nothing at all on the fast path (a SEND whose frame does
 not announce TRACED: `PutDone.traced_body` is None). For a traced message it
@@ -86,7 +87,9 @@ class TraceHook(PutHook):
         self._broker = ctx.config.name
 
     async def after_put(self, done: PutDone) -> None:
-        if not tracing().enabled:
+        if done.messages is None and done.traced_body is None:
+            return  # the fast path of a SEND that announced no TRACED entry
+        if not tracing().enabled:  # shut down since (the broker is stopping)
             return
         for entry in traced_entries(done):
             try:
