@@ -99,7 +99,8 @@ async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: st
     msg_id = fields.get("msg_id")
     # aiohttp's headers are case-insensitive: `extract` finds `traceparent` as TRACEPARENT.
     with hop_span("dedup", destination=str(scene or ""), kind=SpanKind.SERVER,
-                  msg_id=msg_id if isinstance(msg_id, str) else None,
+                  msg_id=msg_id.upper() if isinstance(msg_id, str) and _MSG_ID.fullmatch(msg_id)
+                  else None,
                   parent=extract(request.headers),
                   attributes={"ferry.dedup.operation": operation,
                               "ferry.dedup.scene": str(scene or "")}) as span:
