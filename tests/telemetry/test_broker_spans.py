@@ -139,3 +139,25 @@ async def test_a_traced_transaction_is_half_end_and_store_in_one_trace(
     assert hops["store"]["attributes"]["messaging.destination.name"] == "tr-txn"
     assert not [s for s in spans if s["attributes"].get("messaging.message.id")
                 == msg_id_hex(untraced.msg_id)]
+
+
+async def test_with_tracing_off_a_traced_message_makes_no_span(tmp_path: Path,
+                                                               etcd: Etcd) -> None:
+    traces = tmp_path / "traces"
+    broker = start_broker(tmp_path, etcd, FERRY_TRACE_DIR=str(traces), FERRY_TRACE_TOPIC="off",
+                          FERRY_TRACING="off")
+    try:
+        client = await broker.client()
+        try:
+            msg = _traced(b"x")
+            await client.call(RequestCode.SEND, {"topic": "tr-off", "queue_id": 0,
+                                                  "flags": TRACED}, encode_messages([msg]))
+            await client.call(RequestCode.SEND_BACK, {
+                "group": "g-off", "topic": "tr-off", "reconsume_times": 1,
+                "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([msg]))
+        finally:
+            await client.close()
+        spans = _spans_after_stop(broker, traces)
+    finally:
+        broker.proc.stop()
+    assert spans == []
