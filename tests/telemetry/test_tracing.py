@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from ferry.codec import TRACEPARENT, TRACESTATE, MessageFlag
@@ -179,3 +180,13 @@ def test_setup_is_once_per_process_and_refreshes_from_the_environment(
     assert again is first and again.enabled and again.service == "svc"
     assert [type(e) for e in again.exporters] == [JsonLinesExporter]
     again.shutdown()
+
+
+def test_docs_hop_table_matches_the_code() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "tracing.md"
+    rows = {}
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows[cells[0].strip("`")] = (cells[1], cells[2].split()[0])
+    assert rows == {hop: (op, kind.name) for hop, (op, kind) in HOPS.items()}

@@ -202,7 +202,6 @@ class Producer(SendRetries):
             if span is not None:   # a traced message: its context travels in its properties
                 properties = carry(span, properties)
                 flags = TRACED
-                end_on_result(span, fut)
             if delay_ms is not None or deliver_at_ms is not None or ttl_ms is not None:
                 born_ts_ms = int(time.time() * 1000)
                 extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
@@ -215,6 +214,8 @@ class Producer(SendRetries):
                 wire = make_wire(body, key, tuple(keys), tags, properties, flags=flags)
             item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
             nbytes = len(item.encoded)
+            if span is not None:   # ends with the broker's answer (or the send's failure)
+                end_on_result(span, fut)
         if priority:
             item.priority = priority
         if ordered and (key or queue_selector is not None):
