@@ -135,7 +135,7 @@ async def test_a_traced_transaction_is_half_end_and_store_in_one_trace(
     assert all(s["trace_id"] == TRACE_ID for s in mine)
     assert hops["half"]["kind"] == "SERVER" and hops["end"]["kind"] == "SERVER"
     assert hops["half"]["attributes"]["messaging.destination.name"] == "%HALF%"
-    assert hops["end"]["attributes"]["ferry.outcome"] == "committed"
+    assert hops["end"]["attributes"]["ferry.outcome"] == "commit"
     assert hops["store"]["attributes"]["messaging.destination.name"] == "tr-txn"
     assert not [s for s in spans if s["attributes"].get("messaging.message.id")
                 == msg_id_hex(untraced.msg_id)]

@@ -345,4 +345,4 @@ async def test_context_survives_a_transaction(traced_mesh: tuple[Mesh, Path]) ->
     at_broker = {label(s) for s in spans if s["service"] == "ferry-broker"}
     assert {"half", "end", "store"} <= at_broker
     end = next(s for s in spans if label(s) == "end" and s["service"] == "ferry-broker")
-    assert end["attributes"]["ferry.outcome"] == "committed"
+    assert end["attributes"]["ferry.outcome"] == "commit"

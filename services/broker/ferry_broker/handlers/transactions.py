@@ -13,7 +13,7 @@ of one transaction on this broker cannot both find "no op" and both write.
 Ending again the same way writes nothing and answers the same state (once that
 op record is durable, on a sync-flush broker); the other way is
 TransactionStateError; an unknown id is MessageNotFoundError. A TRACED half's
-END gets an `end` span (SERVER, `ferry.outcome` committed / rolled_back)
+END gets an `end` span (SERVER, `ferry.outcome` commit / rollback)
 around its write; the committed message keeps the half's trace context and flag.
 
 CHECK_TRANSACTION (group, msg_id), from the txn-checker: a transaction that
@@ -79,7 +79,7 @@ def _end_span(ctx: BrokerContext, half: StoredMessage, written: str,
     return hop_span("end", destination=half.properties.get(REAL_TOPIC, ""), kind=SpanKind.SERVER,
                     msg_id=msg_id_hex(half.msg_id), parent=extract(half.properties),
                     attributes={"ferry.broker": ctx.config.name, "ferry.txn_by": by,
-                                "ferry.outcome": STATES[written]})
+                                "ferry.txn_action": written, "ferry.outcome": written})
 
 
 def _action(fields: dict[str, object]) -> str:
