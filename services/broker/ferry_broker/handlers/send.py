@@ -3,8 +3,9 @@
 A batch whose `flags` field has no hooked bit (nil, 0, or only TRACED) takes
 the fast path: the SEND body goes to the store as it came
 (`put_encoded_batch`: the store validates and encodes each entry straight
-from the wire bytes, one commit-log write, no object per message). A flagged batch is decoded and passes the before-put
-hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
+from the wire bytes, one commit-log write, no object per message; the
+tracing hook walks a TRACED batch's entry heads). A flagged batch is decoded
+and passes the before-put hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
 entry's queue offset, -1 for a redirected one. Either way the after-put hooks
 wake parked pulls and, in sync flush mode, wait for the fsync (after
 `flush_timeout_ms`: FlushTimeoutError, the messages are stored, only their
