@@ -12,6 +12,7 @@ from ferry.codec import (
     REAL_QUEUE_ID,
     REAL_TOPIC,
     RECONSUME_TIMES,
+    TRACEPARENT,
     TTL_MS,
     MessageFlag,
 )
@@ -25,6 +26,7 @@ from tests.broker.wire_client import WireClient, message
 pytestmark = pytest.mark.integration
 
 DELAY, TTL = int(MessageFlag.DELAY), int(MessageFlag.TTL)
+TRACED = int(MessageFlag.TRACED)
 
 
 def flagged(body: bytes, flags: int, **props: str) -> Any:
@@ -83,6 +85,27 @@ async def test_an_internal_topic_is_refused_to_a_client_send(client: WireClient)
         with pytest.raises(InvalidNameError, match="internal"):
             await client.send(topic, 0, [message(b"sneaky")])
     assert (await client.send("pipe-after", 0, [message(b"fine")]))["count"] == 1
+
+
+async def test_trace_topic_takes_only_the_exporters_send(client: WireClient) -> None:
+    with pytest.raises(InvalidNameError, match="internal"):
+        await client.send("%TRACE%", 0, [message(b"sneaky")])
+    with pytest.raises(InvalidNameError, match="internal"):   # the field opens %TRACE% only
+        await client.call(RequestCode.SEND, {"topic": "%SCHEDULE%", "queue_id": 0,
+                                             "trace_export": True},
+                          encode_messages([message(b"sneaky")]))
+    resp = await client.call(RequestCode.SEND, {"topic": "%TRACE%", "queue_id": 0,
+                                                "trace_export": True},
+                             encode_messages([message(b"{}", keys="M1 t:abc")]))
+    assert resp.fields["count"] == 1
+
+
+async def test_a_traced_only_batch_keeps_the_fast_path(client: WireClient) -> None:
+    traced = flagged(b"x", TRACED, **{TRACEPARENT: "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    fields = await send_flagged(client, "pipe-traced", 0, [traced, message(b"plain")])
+    assert fields["count"] == 2 and "offsets" not in fields   # stored as it came
+    _, msgs = await client.pull("pipe-traced", 0, 0)
+    assert [m.flags & TRACED for m in msgs] == [TRACED, 0]
 
 
 async def test_a_ttl_message_expires_unseen_and_is_counted(client: WireClient,
