@@ -5,8 +5,9 @@ the fast path: the SEND body goes to the store as it came
 (`put_encoded_batch`: the store validates and encodes each entry straight
 from the wire bytes, one commit-log write, no object per message; the
 tracing hook walks a TRACED batch's entry heads). A flagged batch is decoded
-and passes the before-put hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
-entry's queue offset, -1 for a redirected one. Either way the after-put hooks
+and passes the before-put hooks (a delayed message is redirected to
+`%SCHEDULE%`); its answer lists each entry's queue offset, -1 for a
+redirected one. Either way the after-put hooks
 wake parked pulls and, in sync flush mode, wait for the fsync (after
 `flush_timeout_ms`: FlushTimeoutError, the messages are stored, only their
 durability is unconfirmed). A store that refuses the write (failed or closed)
