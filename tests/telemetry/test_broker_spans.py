@@ -23,7 +23,7 @@ from ferry.codec import (
     iter_records,
     msg_id_hex,
 )
-from ferry.names import SCHEDULE_TOPIC, retry_topic
+from ferry.names import SCHEDULE_TOPIC, dlq_topic, retry_topic
 from ferry.telemetry import read_trace_dir
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
@@ -81,6 +81,11 @@ async def test_store_retry_spans_of_traced_messages_only(
             "group": "g-trace", "topic": "tr-fast", "reconsume_times": 1,
             "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([fast]))
         assert resp.fields["target"] == retry_topic("g-trace")
+        # Past max_reconsume_times: the dead-letter topic, a `dlq` span.
+        resp = await client.call(RequestCode.SEND_BACK, {
+            "group": "g-trace", "topic": "tr-fast", "reconsume_times": 17,
+            "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([fast]))
+        assert resp.fields["target"] == dlq_topic("g-trace")
         pulled = await client.call(RequestCode.PULL, {
             "group": "g-trace", "topic": retry_topic("g-trace"), "queue_id": 0, "offset": 0,
             "max_count": 8, "max_wait_ms": 0, "tags": None, "sql": None})
@@ -108,6 +113,10 @@ async def test_store_retry_spans_of_traced_messages_only(
     assert retry["trace_id"] == TRACE_ID and retry["parent_span_id"] == PARENT_ID
     assert retry["attributes"]["messaging.consumer.group.name"] == "g-trace"
     # The copy is TRACED and keeps the context it came with (the consumer's retry span).
+    (dead,) = by_hop["dlq"]
+    assert dead["attributes"]["ferry.outcome"] == "dead_letter"
+    assert dead["attributes"]["messaging.destination.name"] == dlq_topic("g-trace")
+    assert dead["parent_span_id"] == PARENT_ID
     (copy,) = copies
     assert copy.flags & TRACED
     assert decode_properties(copy.properties_raw)[TRACEPARENT] == PARENT
