@@ -6,6 +6,7 @@ then stops the mesh the way `make down` does and checks it stopped cleanly.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -110,3 +111,24 @@ def test_a_sql_subscription_takes_only_the_matching_message(mesh: dict[str, str]
                 "--count", "1", "--timeout-ms", "20000", "--sql", "amount > 100")
     assert "big" in out
     assert "hello" not in out and "small" not in out
+
+
+async def test_make_up_writes_every_services_spans_under_var_traces(
+        mesh: dict[str, str]) -> None:
+    """A forced trace of a delayed message: the broker's and the scheduler's hops are in
+    var/traces as JSON lines (docs/tracing.md, Service hops)."""
+    from ferry.client import Producer
+    from ferry.telemetry import read_trace_dir
+
+    traces = Path(mesh["FERRY_MESH_VAR_DIR"]) / "traces"
+    async with Producer(namesrv=mesh["FERRY_NAMESRV"]) as producer:
+        sent = await producer.send_and_wait("trace-demo", b"traced", delay_ms=500, trace=True)
+    want = {("ferry-broker", "store"), ("ferry-delay-scheduler", "schedule"),
+            ("ferry-delay-scheduler", "deliver")}
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + 30
+    while not want <= seen and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        seen = {(s["service"], s["attributes"].get("ferry.hop")) for s in read_trace_dir(traces)
+                if s["attributes"].get("messaging.message.id") == sent.msg_id}
+    assert want <= seen, seen

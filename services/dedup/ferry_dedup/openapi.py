@@ -58,12 +58,15 @@ def _error(description: str) -> dict[str, Any]:
 
 
 def _post(summary: str, op: str, request: dict[str, Any], answer: dict[str, Any],
-          *errors: tuple[str, str]) -> dict[str, Any]:
+          *errors: tuple[str, str], traced: bool = False) -> dict[str, Any]:
     responses = {"200": _json(answer, "done"), **{c: _error(d) for c, d in errors}}
-    return {"post": {"summary": summary, "operationId": op,
-                     "requestBody": {"required": True, "content": {
-                         "application/json": {"schema": request}}},
-                     "responses": responses}}
+    post: dict[str, Any] = {"summary": summary, "operationId": op,
+                            "requestBody": {"required": True, "content": {
+                                "application/json": {"schema": request}}},
+                            "responses": responses}
+    if traced:
+        post["parameters"] = [_TRACEPARENT]
+    return {"post": post}
 
 
 def _get(summary: str, op: str, answer: dict[str, Any], *errors: tuple[str, str],
@@ -73,6 +76,12 @@ def _get(summary: str, op: str, answer: dict[str, Any], *errors: tuple[str, str]
     if parameters:
         op_doc["parameters"] = parameters
     return {"get": op_doc}
+
+
+#: The W3C trace context a claim request may carry: the request then gets a `dedup` span.
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False, "schema": _STR,
+                "description": "W3C trace context of a traced message (docs/tracing.md): "
+                               "the check becomes a `dedup` span of that trace"}
 
 
 def _param(name: str, where: str = "query", required: bool = True) -> dict[str, Any]:
@@ -92,13 +101,13 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/v1/health": _get("Redis and the ledger database reachable", "health", obj,
                            ("503", "one of them is not (the body says which)")),
         "/v1/claims": _post("Claim (scene, biz_key) on Redis", "claim", _CLAIM_REQ, _CLAIM,
-                            BAD, DOWN),
+                            BAD, DOWN, traced=True),
         "/v1/claims/confirm": _post("Mark our claim done (kept for the done TTL)", "confirm",
                                     _FINISH_REQ, {"type": "object", "properties": {
-                                        "ok": {"type": "boolean"}}}, BAD, DOWN),
+                                        "ok": {"type": "boolean"}}}, BAD, DOWN, traced=True),
         "/v1/claims/release": _post("Delete our claim after a failure", "release",
                                     _FINISH_REQ, {"type": "object", "properties": {
-                                        "ok": {"type": "boolean"}}}, BAD, DOWN),
+                                        "ok": {"type": "boolean"}}}, BAD, DOWN, traced=True),
         "/v1/ledger": _get("The ledger row of (scene, biz_key)", "ledger_by_biz_key", _ROW,
                            BAD, GONE, DOWN,
                            parameters=[_param("scene"), _param("biz_key")]),

@@ -11,7 +11,10 @@ asks the transport to put, get, ack and reject messages of named queues):
   Ferry's delivery time, so the delay scheduler holds it until due;
 - ack commits (see `feed`), reject requeues through the retry topic, and
   nothing is ever put back by the worker itself: unacked messages of a worker
-  that stops or dies are delivered again from their uncommitted offsets.
+  that stops or dies are delivered again from their uncommitted offsets;
+- trace context in a task's headers (`TRACEPARENT`) makes its message a
+  traced one, and a traced record's context goes back into the task's
+  headers on the way out (`ferry.celery.tracing`).
 
 Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
@@ -36,8 +39,10 @@ from kombu.transport import virtual
 from ferry.celery.feed import FeedConfig, Outcome, QueueFeed
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
+from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Admin, Producer
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client.tracing import record_context
 from ferry.errors import (
     BusyError,
     ConnectionLostError,
@@ -50,6 +55,7 @@ from ferry.errors import (
     StoreUnavailableError,
     TopicNotFoundError,
 )
+from ferry.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +158,7 @@ class Transport(virtual.Transport):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
+        instrument()  # a worker on ferry:// traces the tasks that carry trace context
         opts = client.transport_options or {}
         self.namesrv = str(opts.get("namesrv") or
                            f"{client.hostname or '127.0.0.1'}:{client.port or DEFAULT_PORT}")
@@ -244,14 +251,18 @@ class Transport(virtual.Transport):
         task_id = headers.get("id")
         key = task_id if (isinstance(task_id, str) and task_id and " " not in task_id
                           and len(task_id) <= MAX_KEY_CHARS) else None
+        # A task carrying trace context (the bridge's, or the app's own) is sent traced,
+        # its Ferry `send` span a child of that context (see ferry.celery.tracing).
+        parent = headers_context(headers) if tracing().enabled else None
         body = json.dumps(message).encode()
         topic = topic_for_queue(queue)
         if topic not in self._topics:   # whatever namesrv's auto-create setting is
             self.ensure_topic(queue)
-        loop.run(self._producer.send_and_wait(
+        send = self._producer.send_and_wait(
             topic, body, key=key,
-            deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms)),
-            self.timeout_s)
+            deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
+            trace=True if parent is not None else None)
+        loop.run(send if parent is None else in_context(parent, send), self.timeout_s)
 
     # -- consuming ----------------------------------------------------------------------------
     def open_feed(self, queue: str) -> QueueFeed:
@@ -281,6 +292,9 @@ class Transport(virtual.Transport):
                 self._settle_with(feed, tag, Outcome.DROP)
                 continue
             props["delivery_tag"] = tag
+            if record_context(record) is not None and isinstance(payload.get("headers"), dict):
+                # The task's span continues below the Ferry hops this record went through.
+                set_trace_headers(payload["headers"], record.properties)
             if record.reconsume_times:
                 payload["redelivered"] = True
             self._tags[tag] = feed
