@@ -1,6 +1,6 @@
 """`ferry message get | key | time`: find stored messages by id, by key, by store time.
 
-    ferry message get ID                         every stored copy of one message (any topic)
+    ferry message get ID                         one message by id, on every broker (any topic)
     ferry message key TOPIC KEY [--limit N]      messages of TOPIC with KEY, newest first
     ferry message time TOPIC --from T [--to T]   messages of TOPIC stored in [from, to)
 
@@ -110,8 +110,8 @@ def add_messages(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--body-bytes", type=int, default=DEFAULT_BODY_BYTES, metavar="N",
                         help=f"print at most N bytes of each body (default {DEFAULT_BODY_BYTES})")
-    get = msub.add_parser("get", parents=[common], help="every stored copy of one message, "
-                          "from every broker and topic (internal ones too)")
+    get = msub.add_parser("get", parents=[common], help="one message by id from every broker "
+                          "(in any topic, internal ones too)")
     get.add_argument("id", help="the message id (32 hex characters)")
     get.set_defaults(func=message_get)
     key = msub.add_parser("key", parents=[common], help="messages of a topic with a key "

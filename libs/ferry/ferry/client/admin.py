@@ -148,8 +148,8 @@ class Admin:
 
     # -- message queries (see ferry.client.query) ---------------------------------------------
     async def query_message(self, msg_id: str) -> QueryResult:
-        """Every stored copy of a message, from every broker, in any topic (internal ones too:
-        `%SCHEDULE%`, `%RETRY%<group>`, `%DLQ%<group>`, ...), oldest first."""
+        """A message by id from every broker, in any topic (internal ones too: `%SCHEDULE%`,
+        `%RETRY%<group>`, `%DLQ%<group>`, ...): each broker's newest record of it, oldest first."""
         return await query_by_id(self._pool, self._namesrv, msg_id)
 
     async def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0,

@@ -5,9 +5,10 @@ run (and `ferry message get | key | time`, and the console's message search):
 
 - by id: QUERY_BY_ID on one member of every broker group namesrv lists (the
   master, else a slave: they hold the same records), so a message is found in
-  whatever topic it was stored, internal ones included (a message keeps its id
-  through `%SCHEDULE%`, `%RETRY%<group>`, `%DLQ%<group>`: every copy is
-  answered, oldest first);
+  whatever topic it was stored, internal ones included. A message keeps its id
+  through `%SCHEDULE%`, `%RETRY%<group>`, `%DLQ%<group>`; each broker answers
+  the newest record it stores under the id, so the answer is one record per
+  broker that holds the message (oldest first);
 - by key: QUERY_BY_KEY on every broker group of the topic's route, newest first;
 - by time: OFFSET_FOR_TIME of the window's ends on every readable queue, then
   PULLs (no long polling, no filter) of what lies between, under a group of
@@ -94,7 +95,7 @@ async def broker_members(namesrv: NamesrvClient) -> dict[str, str]:
 
 
 async def query_by_id(pool: ConnectionPool, namesrv: NamesrvClient, msg_id: str) -> QueryResult:
-    """Every stored copy of message `msg_id`, oldest first, from every broker group."""
+    """The newest record of message `msg_id` on each broker group that has it, oldest first."""
     msg_id = check_msg_id(msg_id)
     out = QueryResult()
     for broker, addr in (await broker_members(namesrv)).items():
