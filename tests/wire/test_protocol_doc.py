@@ -111,3 +111,17 @@ def test_limits_table(row: dict[str, str]) -> None:
     value = int(numbers[-1])
     for const in re.findall(r"`(\w+)`", row["constant"]):
         assert getattr(wire, const) == value, const
+
+
+def test_message_flags_table_matches_the_code() -> None:
+    from ferry.codec import MessageFlag
+
+    lines = [line.strip() for line in DOC.read_text(encoding="utf-8").splitlines()]
+    start = lines.index("| bit | name | meaning |")
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    assert {_unquote(name): int(bit) for bit, name, _ in rows} == \
+        {flag.name: int(flag) for flag in MessageFlag}

@@ -3,7 +3,8 @@
 A leaf module (it imports only `ferry.errors`). User names match
 `[A-Za-z0-9_-]{1,127}`. `%` is reserved for internal topics, which are built
 only by Ferry itself: `%RETRY%<group>`, `%DLQ%<group>`, `%SCHEDULE%` (delayed
-messages), `%HALF%` and `%OP%` (transactions) and the `%SYS%...` topics.
+messages), `%HALF%` and `%OP%` (transactions), `%TRACE%` (spans) and the
+`%SYS%...` topics.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ferry.errors import InvalidNameError
 
 MAX_NAME_LENGTH = 127
 _USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
-_INTERNAL_NAME = re.compile(r"%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127}|%(SCHEDULE|HALF|OP)%")
+_INTERNAL_NAME = re.compile(r"%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127}|%(SCHEDULE|HALF|OP|TRACE)%")
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -21,6 +22,7 @@ SYSTEM_PREFIX = "%SYS%"
 SCHEDULE_TOPIC = "%SCHEDULE%"   # delayed messages and retry back-off, read by the delay scheduler
 HALF_TOPIC = "%HALF%"           # transactional half messages
 OP_TOPIC = "%OP%"               # transaction commit/rollback records
+TRACE_TOPIC = "%TRACE%"         # spans (JSON), keyed by message id and t:<trace id>
 
 
 def validate_topic(name: object, *, allow_internal: bool = False) -> str:

@@ -68,8 +68,10 @@ from ferry.client.rebalance import GroupMembership, broadcasting_assignment, per
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
 from ferry.client.runner import RUN_STOP_GRACE_MS, OrderedRunner, Runner
 from ferry.client.subscriptions import Spec, compile_subscriptions, subscription_specs
+from ferry.client.tracing import trace_received, traced_handler
 from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
+from ferry.telemetry import client_service_name, setup_tracing, tracing
 
 if TYPE_CHECKING:
     from ferry.idempotence.wiring import IdempotenceStats
@@ -118,7 +120,9 @@ class Consumer(Positions):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_interval_ms = rebalance_interval_ms
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
-        self._namesrv = NamesrvClient(namesrv or default_namesrv())
+        self._namesrv_addr = namesrv or default_namesrv()
+        self._namesrv = NamesrvClient(self._namesrv_addr)
+        self._tracing = tracing()
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=route_refresh_interval_ms)
         # Long polls wait up to request_timeout_ms (passed per PULL); every other request
         # (heartbeats, offsets, members) gives up sooner so a hung broker cannot stall
@@ -172,6 +176,7 @@ class Consumer(Positions):
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
         self._subscribe()   # a bad expression fails here, before any network call
+        self._tracing = setup_tracing(client_service_name(), namesrv=self._namesrv_addr)
         await self._namesrv.start()
         if self._settings.auto_offset_reset is None or self.mode == "clustering":
             try:
@@ -290,7 +295,14 @@ class Consumer(Positions):
                     break
             if taken == before:   # nothing to take after all: never spin
                 break
+        if out and self._tracing.enabled:
+            trace_received(self._tracing, out, self.group)
         return out
+
+    def note_received(self, tq: TopicQueue, records: list[ConsumerRecord]) -> None:
+        """`receive` spans for traced records a runner took from a fetcher itself."""
+        if self._tracing.enabled:
+            trace_received(self._tracing, {tq: records}, self.group)
 
     # -- outcomes ---------------------------------------------------------------------------
     async def nack(self, record: ConsumerRecord, delay_ms: int | None = None) -> None:
@@ -344,6 +356,8 @@ class Consumer(Positions):
             from ferry.idempotence.wiring import IdempotenceStats, wire
             self.idempotence_stats = self.idempotence_stats or IdempotenceStats()
             handler = wire(handler, idempotence, group=self.group, stats=self.idempotence_stats)
+        if self._tracing.enabled:   # outermost: the idempotence check runs inside `process`
+            handler = traced_handler(handler, self.group)
         if ordered is False and self._ordered is not None:
             raise ValueError("this consumer is ordered: its run() is ordered too")
         if ordered and self._ordered is None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from ferry.client.accumulator import Pending, PendingGroup
 from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
+from ferry.codec import DELIVER_AT_MS, TRACEPARENT, TTL_MS, MessageFlag
 from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
 from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES
 from ferry.codec.msg_id import new_msg_id
@@ -27,6 +27,12 @@ pack_head = ENTRY_HEAD.pack
 DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
 _DELAY = int(MessageFlag.DELAY)
 _TTL = int(MessageFlag.TTL)
+_TRACED = int(MessageFlag.TRACED)
+
+
+def trace_flag(properties: Mapping[str, str]) -> int:
+    """TRACED for a message whose properties carry trace context (the producer put it there)."""
+    return _TRACED if TRACEPARENT in properties else 0
 
 
 def check_body(body: object) -> None:
@@ -81,12 +87,13 @@ def timing(delay_ms: int | None, deliver_at_ms: int | None, ttl_ms: int | None,
 
 def to_wire(msg: Message, max_delay_ms: int = DEFAULT_MAX_DELAY_MS) -> WireMessage:
     """The wire form of a message; bad fields raise here, before they could fail a batch."""
+    traced = trace_flag(msg.properties) if msg.properties else 0
     if msg.delay_ms is None and msg.deliver_at_ms is None and msg.ttl_ms is None:
-        return make_wire(msg.body, msg.key, msg.keys, msg.tags, msg.properties)
+        return make_wire(msg.body, msg.key, msg.keys, msg.tags, msg.properties, flags=traced)
     born_ts_ms = int(time.time() * 1000)
     extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms, born_ts_ms)
     return make_wire(msg.body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra},
-                     born_ts_ms=born_ts_ms, flags=flags)
+                     born_ts_ms=born_ts_ms, flags=flags | traced)
 
 
 def make_wire(body: bytes, key: str | None, keys: tuple[str, ...], tags: str | None,
@@ -128,13 +135,16 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
                 or msg.ttl_ms is not None):
             extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms,
                                   born_ts_ms)
+            flags |= trace_flag(msg.properties)
             all_flags |= flags
             parts.append(encode_messages([make_wire(
                 body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra}, msg_id,
                 born_ts_ms, flags)]))
         elif msg.key or msg.keys or msg.tags or msg.properties:
+            flags = trace_flag(msg.properties)
+            all_flags |= flags
             parts.append(encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
-                                                    msg.properties, msg_id, born_ts_ms)]))
+                                                    msg.properties, msg_id, born_ts_ms, flags)]))
         else:
             parts.append(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
             parts.append(body)

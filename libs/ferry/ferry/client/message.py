@@ -50,8 +50,9 @@ class Message:
 
     `key` is the one key used for ordering (hashing to a queue); `keys` are
     extra index keys. Both are stored space-separated in the record's keys.
-    `delay_ms` / `deliver_at_ms` (epoch ms), `ttl_ms` and `priority` (0..3)
-    are as for `Producer.send`.
+    `delay_ms` / `deliver_at_ms` (epoch ms), `ttl_ms`, `priority` (0..3)
+    and `trace` (True: traced, False: never, None: sampled) are as for
+    `Producer.send`.
     """
 
     body: bytes
@@ -63,6 +64,7 @@ class Message:
     deliver_at_ms: int | None = None
     ttl_ms: int | None = None
     priority: int = 0
+    trace: bool | None = None
 
     def all_keys(self) -> str:
         """The record's keys field: `key` first, then `keys`, space-separated."""

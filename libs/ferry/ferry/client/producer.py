@@ -51,9 +51,18 @@ from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.client.send_retry import SendRetries
+from ferry.client.tracing import (
+    TRACED,
+    batch_trace,
+    carry,
+    end_on_result,
+    start_send,
+    wants_trace,
+)
 from ferry.codec.msg_id import new_msg_id
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_topic
+from ferry.telemetry import client_service_name, setup_tracing, tracing
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 __all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector", "default_namesrv"]
@@ -97,7 +106,8 @@ class Producer(SendRetries):
         self.broker_backoff_ms = broker_backoff_ms
         self.max_block_ms = max_block_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self._namesrv = NamesrvClient(namesrv or default_namesrv())
+        self._namesrv_addr = namesrv or default_namesrv()
+        self._namesrv = NamesrvClient(self._namesrv_addr)
         self._routes = RouteCache(self._namesrv, create_topics=True,
                                   refresh_interval_ms=route_refresh_interval_ms)
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
@@ -109,9 +119,11 @@ class Producer(SendRetries):
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
         self._started = False
+        self._tracing = tracing()
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        self._tracing = setup_tracing(client_service_name(), namesrv=self._namesrv_addr)
         await self._namesrv.start()
         self._started = True
 
@@ -149,7 +161,7 @@ class Producer(SendRetries):
                    ordered: bool = False, queue_selector: QueueSelector | None = None,
                    keys: Sequence[str] = (), *, delay_ms: int | None = None,
                    deliver_at_ms: int | None = None, ttl_ms: int | None = None,
-                   priority: int = 0) -> asyncio.Future[SendResult]:
+                   priority: int = 0, trace: bool | None = None) -> asyncio.Future[SendResult]:
         """Queue one message; the returned future resolves to its SendResult.
 
         `delay_ms` (from now) or `deliver_at_ms` (epoch ms) hold the message
@@ -160,7 +172,9 @@ class Producer(SendRetries):
         on a topic with priority levels the message goes to a queue of level
         `priority * levels // 4`, which consumers drain before lower levels (a
         key keeps its order within one level). Waits while the buffer is full
-        (up to `max_block_ms`, then BusyError).
+        (up to `max_block_ms`, then BusyError). `trace`: True traces this
+        message, False never, None (default) samples at FERRY_TRACE_SAMPLE_RATIO
+        (docs/tracing.md); no effect with FERRY_TRACING=off.
         """
         # The checks of _check_topic and check_body, inline: they run for every message.
         if not self._started or topic not in self._valid_topics:
@@ -170,7 +184,8 @@ class Producer(SendRetries):
         if priority:
             check_priority(priority)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if (key is None and not keys and not tags and not properties
+        span = start_send(topic, len(body)) if wants_trace(self._tracing, trace) else None
+        if (span is None and key is None and not keys and not tags and not properties
                 and delay_ms is None and deliver_at_ms is None and ttl_ms is None):
             # The common plain message: packed here, without the general encoder.
             body = body if type(body) is bytes else bytes(body)
@@ -184,22 +199,31 @@ class Producer(SendRetries):
             flags = 0
         else:
             flags = 0
+            if span is not None:   # a traced message: its context travels in its properties
+                properties = carry(span, properties)
+                flags = TRACED
+                end_on_result(span, fut)
             if delay_ms is not None or deliver_at_ms is not None or ttl_ms is not None:
                 born_ts_ms = int(time.time() * 1000)
-                extra, flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
-                                      born_ts_ms)
+                extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
+                                             born_ts_ms)
+                flags |= timing_flags
                 properties = {**properties, **extra} if properties else extra
                 wire = make_wire(body, key, tuple(keys), tags, properties,
                                  born_ts_ms=born_ts_ms, flags=flags)
             else:
-                wire = make_wire(body, key, tuple(keys), tags, properties)
+                wire = make_wire(body, key, tuple(keys), tags, properties, flags=flags)
             item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
             nbytes = len(item.encoded)
         if priority:
             item.priority = priority
         if ordered and (key or queue_selector is not None):
             item.ordered = True
-        route = await self._routes.route(topic)
+        try:
+            route = await self._routes.route(topic)
+        except BaseException:
+            fut.cancel()   # ends a traced message's span: never sent
+            raise
         budget = self._budget
         if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
             await budget.take(nbytes, self.max_block_ms)
@@ -215,6 +239,7 @@ class Producer(SendRetries):
             batcher = self._batcher(tq)
         except BaseException:
             budget.release(nbytes)
+            fut.cancel()
             raise
         if ordered and item.ordered:
             batcher.max_in_flight = 1
@@ -226,10 +251,10 @@ class Producer(SendRetries):
                             ordered: bool = False, queue_selector: QueueSelector | None = None,
                             keys: Sequence[str] = (), *, delay_ms: int | None = None,
                             deliver_at_ms: int | None = None, ttl_ms: int | None = None,
-                            priority: int = 0) -> SendResult:
+                            priority: int = 0, trace: bool | None = None) -> SendResult:
         fut = await self.send(topic, body, key, tags, properties, ordered, queue_selector, keys,
                               delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, ttl_ms=ttl_ms,
-                              priority=priority)
+                              priority=priority, trace=trace)
         return await fut
 
     async def _send_wire(self, topic: str, wire: WireMessage,
@@ -269,6 +294,19 @@ class Producer(SendRetries):
         for m in messages:
             if m.priority:
                 check_priority(m.priority)
+        traced = batch_trace(self._tracing, topic, messages)
+        if traced is None:
+            return await self._send_group(topic, messages, ordered, queue_selector)
+        try:
+            results = await self._send_group(topic, traced.messages, ordered, queue_selector)
+        except BaseException as exc:
+            traced.finish(None, exc)
+            raise
+        traced.finish(results)
+        return results
+
+    async def _send_group(self, topic: str, messages: Sequence[Message], ordered: bool,
+                          queue_selector: QueueSelector | None) -> list[SendResult]:
         msg_ids, encoded, flags = encode_group(messages, self.max_delay_ms)
         if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
             futs = await self._enqueue(topic, list(messages), ordered, queue_selector,

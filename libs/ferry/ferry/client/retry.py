@@ -20,11 +20,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache, TopicRoute
+from ferry.client.tracing import TRACED, end_settle, start_settle
 from ferry.codec.properties import encode_properties
 from ferry.errors import FerryError, InvalidDelayError
+from ferry.telemetry import inject
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 log = logging.getLogger(__name__)
@@ -113,12 +118,20 @@ class PendingOffsets:
         return sum(sum(c.values()) for c in self._by_queue.values())
 
 
-def send_back_entry(record: ConsumerRecord) -> bytes:
-    """The record as one SEND entry: same id, born time, tags, keys, properties, body."""
+def send_back_entry(record: ConsumerRecord, span: Span | None = None) -> bytes:
+    """The record as one SEND entry: same id, born time, tags, keys, properties, body.
+
+    A traced record's copy carries the send-back span's context instead of its
+    own (and the TRACED flag), so its later hops are children of `retry`.
+    """
     props = dict(record.properties)
+    flags = 0
+    if span is not None:
+        inject(props, trace.set_span_in_context(span))
+        flags = TRACED
     return encode_messages([WireMessage(
         body=record.body, msg_id=bytes.fromhex(record.msg_id), born_ts_ms=record.born_ts_ms,
-        tags=record.tags or "", keys=" ".join(record.keys),
+        tags=record.tags or "", keys=" ".join(record.keys), flags=flags,
         properties=encode_properties(props) if props else b"")])
 
 
@@ -145,7 +158,21 @@ class SendBack:
         fields = {"group": self.group, "topic": record.stored_topic,
                   "reconsume_times": reconsume_times, "delay_ms": delay_ms,
                   "max_reconsume_times": max_reconsume_times}
-        body = send_back_entry(record)
+        span = start_settle(record, self.group, reconsume_times, max_reconsume_times)
+        body = send_back_entry(record, span)
+        if span is None:
+            return await self._send(record, fields, body)
+        try:
+            answer = await self._send(record, fields, body)
+        except BaseException as exc:
+            end_settle(span, None, exc)
+            raise
+        end_settle(span, answer)
+        return answer
+
+    async def _send(self, record: ConsumerRecord, fields: dict[str, Any], body: bytes
+                    ) -> dict[str, Any]:
+        reconsume_times = fields["reconsume_times"]
         backoff_ms = SEND_BACK_FIRST_BACKOFF_MS
         attempt = 0
         while not self.closed:

@@ -208,7 +208,9 @@ class OrderedRunner(Runner):
         for _ in range(MAX_BURST):
             if not fetcher.buffered or not self.queues.serving(tq, fetcher):
                 return
-            record = fetcher.take(1)[0]
+            records = fetcher.take(1)
+            self.consumer.note_received(tq, records)
+            record = records[0]
             offset = record.queue_offset
             self.inflight[tq] = offset
             self.pending.add(tq, offset)   # commits stop below it until it is done

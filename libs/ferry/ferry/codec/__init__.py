@@ -45,6 +45,8 @@ from ferry.codec.system_properties import (
     REAL_TOPIC,
     RECONSUME_TIMES,
     SYSTEM_PROPERTIES,
+    TRACEPARENT,
+    TRACESTATE,
     TTL_MS,
     TXN_ACTION,
     TXN_BY,
@@ -68,6 +70,6 @@ __all__ = [
     "HOOKED_FLAGS", "MessageFlag",
     # system property names
     "DELIVER_AT_MS", "ORIGIN_OFFSET", "ORIGIN_TOPIC", "REAL_QUEUE_ID", "REAL_TOPIC",
-    "RECONSUME_TIMES", "SYSTEM_PROPERTIES", "TTL_MS",
+    "RECONSUME_TIMES", "SYSTEM_PROPERTIES", "TTL_MS", "TRACEPARENT", "TRACESTATE",
     "CHECK_IMMUNITY_MS", "HALF_OFFSET", "TXN_ACTION", "TXN_BY", "TXN_GROUP", "TXN_ID",
 ]

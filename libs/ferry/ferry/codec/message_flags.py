@@ -21,6 +21,10 @@ class MessageFlag(IntFlag):
     #: A transactional half message: the broker stores it in `%HALF%`, invisible to
     #: consumers, until END_TRANSACTION commits it to its real topic or rolls it back.
     TXN_HALF = 4
+    #: The message carries W3C trace context (`TRACEPARENT`, maybe `TRACESTATE`) in its
+    #: system properties: every hop that traces checks this bit and parses properties only
+    #: when it is set. Not a hooked flag: a batch announcing only TRACED keeps the fast path.
+    TRACED = 8
 
 
 #: Flags that a before-put hook of the broker must see: a SEND whose frame does not

@@ -33,10 +33,16 @@ TXN_ACTION = "TXN_ACTION"
 TXN_BY = "TXN_BY"
 HALF_OFFSET = "HALF_OFFSET"
 
+#: W3C trace context of a traced message (with MessageFlag.TRACED): the `traceparent`
+#: and `tracestate` headers' values, under upper-case names like every system property.
+TRACEPARENT = "TRACEPARENT"
+TRACESTATE = "TRACESTATE"
+
 #: Not a property: the index key the broker appends to a half message's keys (and puts on
 #: its `%OP%` record), `TXN:<32 hex id>`, to find both by transaction id after a restart.
 TXN_KEY_PREFIX = "TXN:"
 
 SYSTEM_PROPERTIES = frozenset({DELIVER_AT_MS, TTL_MS, REAL_TOPIC, REAL_QUEUE_ID, ORIGIN_OFFSET,
                                ORIGIN_TOPIC, RECONSUME_TIMES, TXN_GROUP, CHECK_IMMUNITY_MS,
-                               TXN_ID, TXN_ACTION, TXN_BY, HALF_OFFSET})
+                               TXN_ID, TXN_ACTION, TXN_BY, HALF_OFFSET, TRACEPARENT,
+                               TRACESTATE})

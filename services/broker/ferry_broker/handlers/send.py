@@ -1,7 +1,7 @@
 """SEND: store a batch of messages in one queue with one write, then acknowledge.
 
-A batch whose `flags` field is nil or 0 takes the fast path: the SEND body
-goes to the store as it came (`put_encoded_batch`: the store validates and
+A batch whose `flags` field has no hooked bit (nil, 0, or only TRACED) takes
+the fast path: the SEND body goes to the store as it came (`put_encoded_batch`: the store validates and
 encodes each entry straight from the wire bytes, one commit-log write, no
 object per message). A flagged batch is decoded and passes the before-put
 hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
@@ -12,12 +12,16 @@ durability is unconfirmed). A store that refuses the write (failed or closed)
 is answered with StoreUnavailableError, retriable (see `health.py`).
 
 Internal topics (`%...%`) are refused: only the broker's hooks and the
-requests made for that purpose (SEND_BACK, DELIVER_DUE) write them.
+requests made for that purpose (SEND_BACK, DELIVER_DUE) write them. The one
+exception is the trace-topic exporter's SEND to `%TRACE%` with the field
+`trace_export` true (ferry.telemetry.trace_topic): spans are ordinary messages
+there, so the SEND path stores them; any other SEND to `%TRACE%` is refused.
 """
 from __future__ import annotations
 
+from ferry.codec import HOOKED_FLAGS
 from ferry.errors import InvalidNameError, MalformedRequestError
-from ferry.names import is_internal
+from ferry.names import TRACE_TOPIC, is_internal
 from ferry.store import MessageIn
 from ferry.wire import Frame, decode_messages, response
 
@@ -50,14 +54,14 @@ def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
 async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     require_master(ctx)  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
-    if is_internal(topic):
+    if is_internal(topic) and not (topic == TRACE_TOPIC and req.fields.get("trace_export")):
         raise InvalidNameError(f"topic {topic} is internal: only the broker writes it")
     queue_id = queue_field(req.fields)
     flags = int_field(req.fields, "flags", 0, 0xFFFFFFFF, 0)
     checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
-    if not flags:
+    if not flags & HOOKED_FLAGS:
         res = await ctx.pipeline.put_encoded(topic, queue_id, req.body, conn.peer,
                                              MAX_BATCH_MESSAGES)
         return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,

@@ -1,0 +1,151 @@
+"""The process's tracing: one `Tracing` set up once from the environment.
+
+`setup_tracing(service, namesrv=...)` is called by every service at start and
+by every client's `start()` (with `OTEL_SERVICE_NAME` or "ferry-client" as the
+name). The first call names the process's service and builds the tracer
+provider; a later call returns the same object, re-reading the environment:
+if the settings changed (a test that sets `FERRY_TRACE_DIR`, turns tracing
+off) the exporters are rebuilt in place, and a namesrv given later becomes the
+trace topic's target (the process's latest cluster). `tracing()` is what the
+hops read: a disabled `Tracing` before any setup, so a hop costs one attribute
+check (`tracing().enabled`) and makes no span.
+
+Exporters run behind BatchSpanProcessors (a queue and a thread each): the
+traced code only appends a finished span to a queue.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+from typing import TYPE_CHECKING
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+from ferry.telemetry.jsonl import JsonLinesExporter
+from ferry.telemetry.settings import TracingSettings
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
+log = logging.getLogger(__name__)
+
+#: The service name clients use when the process set up none itself.
+CLIENT_SERVICE = "ferry-client"
+INSTRUMENTATION_NAME = "ferry"
+#: How often the batch processors hand finished spans to the exporters (the SDK's default,
+#: 5 s, makes a trace slow to appear in the console; OTEL_BSP_SCHEDULE_DELAY overrides).
+EXPORT_DELAY_MS = 500
+
+
+class Tracing:
+    """A process's tracing: whether it is on, its tracer, sampling, and the exporters.
+
+    `enabled` is False when tracing is off (or before setup): then `tracer` is
+    a no-op tracer and no hop makes a span. `sample()` is the producer's
+    once-per-message decision at the configured ratio.
+    """
+
+    def __init__(self, service: str = "", settings: TracingSettings | None = None,
+                 namesrv: str | None = None) -> None:
+        self.service = service
+        self.settings = settings or TracingSettings(enabled=False)
+        self.namesrv = namesrv
+        self.enabled = False
+        self.sample_ratio = 0.0
+        self.tracer: Tracer = trace.NoOpTracer()
+        self.provider: TracerProvider | None = None
+        self.exporters: list[SpanExporter] = []
+        if service and self.settings.enabled:
+            self._build()
+
+    def _build(self) -> None:
+        s = self.settings
+        provider = TracerProvider(resource=Resource.create({"service.name": self.service}),
+                                  sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=True)
+        exporters: list[SpanExporter] = []
+        if s.trace_dir:
+            exporters.append(JsonLinesExporter(s.trace_dir, self.service))
+        if s.otlp_endpoint:
+            # It reads OTEL_EXPORTER_OTLP_ENDPOINT itself (and adds /v1/traces).
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            exporters.append(OTLPSpanExporter())
+        if s.trace_topic and self.namesrv:
+            topic_exporter = _trace_topic_exporter(self.namesrv, self.service)
+            if topic_exporter is not None:
+                exporters.append(topic_exporter)
+        delay_ms = int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or EXPORT_DELAY_MS)
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter,
+                                                           schedule_delay_millis=delay_ms))
+        self.provider, self.exporters = provider, exporters
+        self.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+        self.sample_ratio = s.sample_ratio
+        self.enabled = True
+
+    def sample(self) -> bool:
+        """Whether to trace one more message (a producer asks once per unforced message)."""
+        return self.enabled and random.random() < self.sample_ratio  # noqa: S311 - not crypto
+
+    def force_flush(self, timeout_ms: int = 10_000) -> bool:
+        """Export every finished span now (tests and shutdown paths call it)."""
+        return self.provider.force_flush(timeout_ms) if self.provider is not None else True
+
+    def shutdown(self) -> None:
+        """Flush and stop the exporters; the object stays usable but disabled."""
+        provider, self.provider = self.provider, None
+        self.enabled = False
+        self.tracer = trace.NoOpTracer()
+        self.exporters = []
+        if provider is not None:
+            provider.shutdown()
+
+    def _reconfigure(self, settings: TracingSettings, namesrv: str | None) -> None:
+        if settings == self.settings and (namesrv is None or namesrv == self.namesrv):
+            return
+        self.shutdown()
+        self.settings = settings
+        self.namesrv = namesrv or self.namesrv
+        if settings.enabled:
+            self._build()
+
+
+def _trace_topic_exporter(namesrv: str, service: str) -> SpanExporter | None:
+    """The exporter to the `%TRACE%` topic (None where it cannot be made)."""
+    try:
+        from ferry.telemetry.trace_topic import TraceTopicExporter
+    except ImportError:  # not built yet in this checkout
+        return None
+    return TraceTopicExporter(namesrv, service)
+
+
+_current = Tracing()
+_lock = threading.Lock()
+
+
+def tracing() -> Tracing:
+    """The process's Tracing (a disabled one before `setup_tracing`)."""
+    return _current
+
+
+def setup_tracing(service: str, *, namesrv: str | None = None) -> Tracing:
+    """Set up (or refresh, see the module doc) the process's tracing from the environment."""
+    global _current
+    settings = TracingSettings.from_env()
+    with _lock:
+        if not _current.service:
+            _current = Tracing(service or os.environ.get("OTEL_SERVICE_NAME") or CLIENT_SERVICE,
+                               settings, namesrv)
+        else:
+            _current._reconfigure(settings, namesrv)
+        return _current
+
+
+def client_service_name() -> str:
+    """The service name a client sets up tracing with when the process has none yet."""
+    return os.environ.get("OTEL_SERVICE_NAME") or CLIENT_SERVICE
