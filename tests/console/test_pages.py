@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from ferry import Admin, Consumer, ConsumerRecord, Producer, SendResult
+from ferry.telemetry import tracing
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
@@ -37,6 +38,7 @@ CHILD = str(Path(__file__).parents[1] / "client" / "consumer_child.py")
 class Seeded:
     orders: list[SendResult]
     dead: list[SendResult]
+    traced: str
     member: Proc
 
 
@@ -86,10 +88,38 @@ async def _dead_letter(namesrv: str, count: int) -> None:
             await asyncio.gather(task, return_exceptions=True)
 
 
+async def _traced(namesrv: str) -> str:
+    """A force-traced message on `shipments` whose handler fails once, then succeeds."""
+    async with Producer(namesrv=namesrv) as producer:
+        sent = await producer.send_and_wait("shipments", b'{"parcel": 7}', key="parcel-7",
+                                            trace=True)
+    calls: list[int] = []
+    done = asyncio.Event()
+
+    async def once_failing(rec: ConsumerRecord) -> None:
+        calls.append(rec.reconsume_times)
+        if len(calls) == 1:
+            raise RuntimeError("label printer offline")
+        done.set()
+
+    async with Consumer("shipments", group="shipping", namesrv=namesrv,
+                        auto_offset_reset="earliest", retry_backoff_ms=[0], **FAST) as consumer:
+        task = asyncio.ensure_future(consumer.run(once_failing))
+        try:
+            await asyncio.wait_for(done.wait(), 30)
+            await asyncio.sleep(1)   # the handler's process span ends after it returns
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    tracing().force_flush()
+    return sent.msg_id
+
+
 @pytest.fixture(scope="module")
 def seeded(console_mesh: ConsoleMesh) -> Iterator[Seeded]:
     mesh = console_mesh.mesh
     orders, dead = asyncio.run(_seed(mesh.namesrv))
+    traced = asyncio.run(_traced(mesh.namesrv))
     out = mesh.workdir / "billing.txt"
     member = spawn("billing", [sys.executable, CHILD, mesh.namesrv, "orders", "billing",
                                str(out)], mesh.workdir / "billing")
@@ -97,7 +127,7 @@ def seeded(console_mesh: ConsoleMesh) -> Iterator[Seeded]:
     while "assigned" not in (out.read_text() if out.exists() else ""):
         assert time.monotonic() < deadline and member.alive(), member.log()
         time.sleep(0.1)
-    yield Seeded(orders, dead, member)
+    yield Seeded(orders, dead, traced, member)
     member.stop()
 
 
@@ -220,6 +250,30 @@ def test_message_search_and_page(console_mesh: ConsoleMesh, seeded: Seeded, driv
     props = dict((r[0], r[1]) for r in _cells(driver, "properties"))
     assert props["amount"] == "30" and props["region"] == "eu"
     shoot(driver, shots, "message")
+
+
+def test_message_trace_timeline(console_mesh: ConsoleMesh, seeded: Seeded, driver: Any,
+                                shots: Path) -> None:
+    """The traced message's page shows its hops in start order: sent, received, failed,
+    retried (and, where the hops after the retry are traced, received again and processed)."""
+    def hops() -> list[str]:
+        _open(driver, f"{console_mesh.url}/console/messages/{seeded.traced}")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#timeline tr.hop")
+        found = [r.get_attribute("data-hop") for r in rows]
+        return found if "retry" in found else []
+    found = _until(hops, 30)
+    assert found, driver.find_element(By.TAG_NAME, "main").text
+    order = [h for h in found if h in ("send", "receive", "process", "retry")]
+    first_retry = order.index("retry")
+    assert order[:first_retry + 1] == ["send", "receive", "process", "retry"], found
+    assert order[first_retry + 1:] in ([], ["receive", "process"]), found
+    outcomes = [r.find_element(By.CSS_SELECTOR, ".outcome").text
+                for r in driver.find_elements(By.CSS_SELECTOR, '#timeline tr[data-hop="process"]')]
+    assert outcomes[0] == "failed" and outcomes[1:] in ([], ["ok"]), outcomes
+    bars = driver.find_elements(By.CSS_SELECTOR, "#timeline .bar")
+    assert len(bars) == len(found)
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#timeline .bar.failed")) >= 1
+    shoot(driver, shots, "trace")
 
 
 def test_a_delayed_message_is_found_in_its_topic_once_due(console_mesh: ConsoleMesh,

@@ -18,6 +18,7 @@ from aiohttp import web
 from ferry.cli.messages import parse_time_ms
 from ferry.client.message import ConsumerRecord
 from ferry.client.query import QueryResult, check_msg_id
+from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import FerryError, MalformedRequestError, MessageNotFoundError
 
 from ferry_console.pages.common import console, render
@@ -32,7 +33,7 @@ def row(r: ConsumerRecord) -> dict[str, Any]:
             "queue_id": r.queue_id, "queue_offset": r.queue_offset,
             "store_ts_ms": r.store_ts_ms, "born_ts_ms": r.born_ts_ms, "key": r.key or "",
             "key_list": " ".join(r.keys), "tags": r.tags or "", "reconsume_times": r.reconsume_times,
-            "body_size": len(r.body), "preview": r.body[:80].decode("utf-8", errors="replace")}
+            "body_size": len(r.body), "origin": r.properties.get(ORIGIN_TOPIC, ""), "preview": r.body[:80].decode("utf-8", errors="replace")}
 
 
 def _time(text: str, what: str) -> int:
