@@ -103,3 +103,9 @@ async def test_cli_message_commands(mesh: Mesh) -> None:
     assert res.returncode == 1 and "MalformedRequestError" in res.stderr
     res = await asyncio.to_thread(ferry, None, "message", "time", topic, "--from", "yesterday")
     assert res.returncode == 2
+
+
+def test_message_help() -> None:
+    for args in (["message"], ["message", "get"], ["message", "key"], ["message", "time"]):
+        res = ferry(None, *args, "--help")
+        assert res.returncode == 0 and "usage: ferry message" in res.stdout, (args, res.stderr)
