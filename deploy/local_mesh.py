@@ -11,6 +11,10 @@ of its group), each with its own data dir (var/broker-a-0, ...), wire port,
 replication port and HTTP port. The election in etcd makes one of each pair
 master; the banner says which. The HA topology, for users with Docker, is
 deploy/docker-compose.yml.
+
+Tracing: every process gets `FERRY_TRACE_DIR=var/traces` (JSON-lines spans,
+one file per process; a value already in the environment wins), and the
+brokers write their spans to the `%TRACE%` topic through namesrv too.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # Overridable so tests can run this very script on free ports in a temp dir.
 VAR = Path(os.environ.get("FERRY_MESH_VAR_DIR", ROOT / "var"))
 PIDFILE = VAR / "run" / "mesh.pid"
+#: Where every process of the mesh writes its spans as JSON lines (docs/tracing.md).
+TRACE_DIR = VAR / "traces"
 
 
 def _port(name: str, default: int) -> int:
@@ -133,7 +139,8 @@ def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
         name, [sys.executable, "-m", "ferry_broker"], port,
         {"FERRY_BROKER_NAME": name, "FERRY_BROKER_PORT": str(port),
          "FERRY_BROKER_HTTP_PORT": str(http_port),
-         "FERRY_BROKER_DATA_DIR": str(VAR / name), "FERRY_BROKER_ETCD": f"127.0.0.1:{etcd_port}"},
+         "FERRY_BROKER_DATA_DIR": str(VAR / name), "FERRY_BROKER_ETCD": f"127.0.0.1:{etcd_port}",
+         "FERRY_BROKER_NAMESRV": f"127.0.0.1:{NAMESRV_PORT}"},
         ready_url=f"http://127.0.0.1:{http_port}/readyz",
     )
 
@@ -187,6 +194,12 @@ def ha_roles(timeout_s: float = 15.0) -> dict[str, str]:
     return roles
 
 
+def process_env(comp: Component) -> dict[str, str]:
+    """The environment `comp` runs with: tracing to var/traces (unless the caller's own
+    environment says otherwise), the caller's environment, then the component's own."""
+    return {"FERRY_TRACE_DIR": str(TRACE_DIR), **os.environ, **comp.env}
+
+
 def _port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -223,7 +236,7 @@ def up(ha: bool = False) -> int:
             return 1
         except ProcessLookupError:
             PIDFILE.unlink()
-    for sub in ("run", "log", "redis"):
+    for sub in ("run", "log", "redis", "traces"):
         (VAR / sub).mkdir(parents=True, exist_ok=True)
     for comp in components(ha):
         if _port_open(comp.port):
@@ -242,7 +255,7 @@ def up(ha: bool = False) -> int:
     try:
         for comp in components(ha):
             log = open(VAR / "log" / f"{comp.name}.log", "ab")  # noqa: SIM115
-            env = {**os.environ, **comp.env}
+            env = process_env(comp)
             proc = subprocess.Popen(comp.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     cwd=ROOT, start_new_session=True)
             log.close()
@@ -280,7 +293,9 @@ def banner() -> str:
         f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}   "
         f"dedup: HTTP 127.0.0.1:{DEDUP_PORT} (ledger var/dedup/ledger.db)\n"
         f"Console: http://127.0.0.1:{CONSOLE_PORT}/console\n"
-        "Data and logs: ./var/   Stop: Ctrl-C here, or `make down` from another shell.\n\n"
+        "Data and logs: ./var/   Traces: ./var/traces/ (JSON lines; `export "
+        "FERRY_TRACE_DIR=var/traces` for your clients too)\n"
+        "Stop: Ctrl-C here, or `make down` from another shell.\n\n"
         "Try, in another shell:\n"
         "  . .venv/bin/activate\n"
         "  ferry topic create demo\n"

@@ -99,3 +99,9 @@ def _bill(body: dict[str, Any], meta: dict[str, Any], *, conn: sqlite3.Connectio
 def bill(body: dict[str, Any], meta: dict[str, Any]) -> None:
     note("invoked", body["order"])
     _bill(body, meta)
+
+
+@app.task(name="tests.celery.app.echo")
+def echo(body: Any, meta: dict[str, Any]) -> None:
+    """The tracing test's bridge task: notes the message id it ran for."""
+    note("echo", meta["msg_id"])

@@ -47,9 +47,9 @@ def procs() -> Iterator[list[Proc]]:
 
 
 def start_bridge(cm: CeleryMesh, name: str, topic: str, group: str,
-                 env: dict[str, str]) -> Proc:
+                 env: dict[str, str], task: str = "tests.celery.app.bill") -> Proc:
     argv = [sys.executable, "-m", "ferry.cli.main", "--namesrv", cm.namesrv, "celery-bridge",
-            "--topic", topic, "--group", group, "--task", "tests.celery.app.bill",
+            "--topic", topic, "--group", group, "--task", task,
             "--app", "tests.celery.app:app", "--from", "earliest"]
     return spawn(name, argv, cm.workdir / name, env)
 

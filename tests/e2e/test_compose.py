@@ -22,7 +22,7 @@ def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
                         "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup",
-                        "console"}
+                        "jaeger", "console"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -52,3 +52,13 @@ def test_the_brokers_form_two_replicated_groups_of_two() -> None:
     for host in ("broker-a", "broker-a-1", "broker-b", "broker-b-1"):
         assert f"FERRY_BROKER_ADVERTISE_HOST: {host}\n" in resolved
         assert f"source: {host}-data" in resolved or f"{host}-data:/data" in resolved
+
+
+def test_every_ferry_service_exports_spans_to_jaeger() -> None:
+    """OTLP/HTTP to the jaeger service from each of the 8 Ferry processes; the brokers also
+    know namesrv, through which they write the %TRACE% topic."""
+    resolved = compose("config")
+    assert resolved.count("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318") == 8
+    assert resolved.count("FERRY_BROKER_NAMESRV: namesrv:9876") == 4
+    assert "jaegertracing/all-in-one" in resolved
+    assert "COLLECTOR_OTLP_ENABLED" in resolved

@@ -32,6 +32,20 @@ async def serve_until_signalled(start: Callable[[], Awaitable[None]],
         await stop()
 
 
+async def flush_tracing() -> None:
+    """Export the process's finished spans now (a stop step, while the service still serves).
+
+    In a thread: the trace-topic exporter may send to a broker served by this very loop."""
+    from ferry.telemetry import tracing
+    await asyncio.to_thread(tracing().force_flush)
+
+
+async def stop_tracing() -> None:
+    """Flush and stop the process's span exporters (the last stop step of a service)."""
+    from ferry.telemetry import tracing
+    await asyncio.to_thread(tracing().shutdown)
+
+
 async def stop_step(name: str, step: Callable[[], Awaitable[None]]) -> None:
     """Run one stop step; a failure is logged, never raised (the next steps must run)."""
     try:

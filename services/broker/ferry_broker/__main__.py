@@ -50,6 +50,8 @@ _FLAGS: list[tuple[str, str, type, str]] = [
      "in etcd and replicate to its slaves (FERRY_BROKER_REPLICATION)"),
     ("--repl-port", "repl_port", int, "replication port (FERRY_BROKER_REPL_PORT)"),
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
+    ("--namesrv", "namesrv", str, "namesrv address(es) for the trace topic exporter, empty = "
+     "none (FERRY_BROKER_NAMESRV)"),
 ]
 
 

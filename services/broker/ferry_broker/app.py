@@ -19,8 +19,9 @@ import logging
 from pathlib import Path
 
 from ferry.errors import FerryError
-from ferry.lifecycle import as_step, serve_until_signalled, stop_step
+from ferry.lifecycle import as_step, flush_tracing, serve_until_signalled, stop_step, stop_tracing
 from ferry.store import FlushMode, MessageStore, StoreConfig
+from ferry.telemetry import setup_tracing
 
 from ferry_broker.api import ApiServer
 from ferry_broker.config import BrokerConfig
@@ -35,6 +36,8 @@ from ferry_broker.registration import Registration
 from ferry_broker.server import BrokerServer
 from ferry_broker.topics import TopicManager
 
+#: The service name of the broker's spans (`service` in the span JSON).
+TRACE_SERVICE = "ferry-broker"
 log = logging.getLogger(__name__)
 
 OFFSETS_FILE = Path("config") / "consumer_offsets.json"
@@ -80,6 +83,8 @@ class BrokerApp:
     async def start(self) -> None:
         """Open the store and serve; etcd registration goes on in the background."""
         cfg = self.config
+        # Spans of traced messages only (the hooks check MessageFlag.TRACED first).
+        setup_tracing(TRACE_SERVICE, namesrv=cfg.namesrv or None)
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         store = open_store(cfg)
         offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE)
@@ -147,6 +152,8 @@ class BrokerApp:
         log.info("broker stopping")
         ctx = self.ctx
         await stop_step("stop registering", self._cancel_registration)
+        # While this broker still serves: the trace topic may be stored here.
+        await stop_step("flush spans", flush_tracing)
         if ctx is not None:
             # Resigning frees the election key at once: a slave takes over now, not
             # after a lease. Writes in flight get NotMasterError and are retried there.
@@ -161,6 +168,7 @@ class BrokerApp:
             await stop_step("save consumer offsets", as_step(ctx.offsets.save))
             await stop_step("close the store", as_step(ctx.store.close))
         await stop_step("close the etcd client", self.registration.stop)
+        await stop_step("stop tracing", stop_tracing)
         log.info("broker stopped")
 
     async def _cancel_registration(self) -> None:

@@ -78,6 +78,9 @@ class BrokerConfig:
     # A PULL whose record lies further behind the log end than this gets
     # suggest_slave when a slave is live (reads of old data go to the slave).
     slave_read_lag_bytes: int = 256 << 20
+    # namesrv address(es) the tracing exporter writes the broker's spans through (the
+    # `%TRACE%` topic, docs/tracing.md); empty = spans go to the files / OTLP only.
+    namesrv: str = ""
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:

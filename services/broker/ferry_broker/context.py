@@ -21,6 +21,7 @@ from ferry_broker.filters import FilterCache
 from ferry_broker.health import StoreHealth
 from ferry_broker.hooks.delay import DelayHook
 from ferry_broker.hooks.replication import ReplicationNotifyHook, ReplicationWaitHook
+from ferry_broker.hooks.trace import TraceHook
 from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
 from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.long_poll import LongPollManager
@@ -84,9 +85,12 @@ class BrokerContext:
         # Replication: slaves are woken first of all, the slave wait and the
         # leadership check come after the durability wait. A sync master's pulls see
         # records only once the in-sync slaves have them (handlers/pull.py), so there
-        # pulls are woken last, after that wait.
+        # pulls are woken last, after that wait. The tracing hook comes last of the core
+        # (so it runs right after the write, before the waits): its `store` span marks
+        # the write, not the ack.
         core = [TxnHook(self.topics, self.txn_stats),
-                DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues)]
+                DelayHook(self.topics, self.config.max_delay_ms), TtlHook(ttl_queues),
+                TraceHook(self)]
         durable, wake = DurabilityHook(self), WakePullsHook(self)
         mode = self.config.replication
         hooks: list[PutHook]

@@ -57,6 +57,10 @@ class PutDone:
     results: list[PutResult] | None = None   # per message (decoded puts only)
     batch: BatchPutResult | None = None       # the fast path's result
     extra: dict[str, object] = field(default_factory=dict)
+    messages: list[MessageIn] | None = None   # what was written (decoded puts only)
+    # The fast path's SEND body, topic and queue when its frame announced TRACED
+    # (None otherwise: the tracing hook then has nothing to look at).
+    traced_body: tuple[bytes | memoryview, str, int] | None = None
 
 
 class PutHook:
@@ -120,8 +124,12 @@ class PutPipeline:
             raise health.unavailable(StoreError(health.stalled), sticky=False)
 
     async def put_encoded(self, topic: str, queue_id: int, body: bytes | memoryview,
-                          born_host: str, max_messages: int) -> BatchPutResult:
-        """Store a SEND body as it came (no hooked flag announced), then the after hooks."""
+                          born_host: str, max_messages: int,
+                          traced: bool = False) -> BatchPutResult:
+        """Store a SEND body as it came (no hooked flag announced), then the after hooks.
+
+        `traced`: the frame announced MessageFlag.TRACED (some entry carries trace
+        context): the body is handed to the after-put hooks for the tracing hook."""
         self._check_writable()
         ctx = self._ctx
         try:
@@ -131,7 +139,8 @@ class PutPipeline:
         except (StoreError, OSError) as exc:
             # A failed or closed store: retriable, so the producer sends elsewhere.
             raise ctx.health.unavailable(exc) from None
-        done = PutDone({(topic, queue_id)}, res.end_offset, batch=res)
+        done = PutDone({(topic, queue_id)}, res.end_offset, batch=res,
+                       traced_body=(body, topic, queue_id) if traced else None)
         for hook in self._after:
             await hook.after_put(done)
         return res
@@ -165,7 +174,8 @@ class PutPipeline:
         except (StoreError, OSError) as exc:
             raise ctx.health.unavailable(exc) from None
         queues = {(m.topic, m.queue_id) for m in messages}
-        return results, PutDone(queues, max(r.end_offset for r in results), results=results)
+        return results, PutDone(queues, max(r.end_offset for r in results), results=results,
+                                messages=messages)
 
     async def after_put(self, done: PutDone) -> None:
         """Run the after-put hooks of a write (in reverse hook order)."""

@@ -9,6 +9,11 @@
   (summaries, newest first); `GET /v1/reports/{id}` (the whole report).
 - `GET /v1/stats`; `GET /openapi.json`.
 
+Tracing: a claim, confirm or release request that carries a W3C `traceparent`
+header (a traced message's consumer sends its context) gets a `dedup` span
+(SERVER kind) child of it, with `ferry.outcome` the claim's state or ok; a
+request without the header makes no span.
+
 Every failure is the JSON error body of the other services (ferry.http_errors):
 bad input 400, unknown topic / row / report 404, Redis or the database away 503.
 """
@@ -29,6 +34,8 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.telemetry import extract, hop_span, tracing
+from opentelemetry.trace import SpanKind
 
 from ferry_dedup.openapi import openapi_document
 
@@ -46,6 +53,8 @@ _STATUS: list[tuple[type[FerryError], int]] = [
 errors_and_logs = error_middleware(_STATUS, log, "dedup")
 
 Json = dict[str, Any]
+#: The W3C trace context header a traced claim request carries.
+TRACEPARENT_HEADER = "traceparent"
 
 
 class Backend(Protocol):
@@ -82,6 +91,23 @@ def _limit(request: web.Request) -> int:
     return limit
 
 
+async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: str,
+                  request: web.Request) -> Json:
+    """`fn(body)` under a `dedup` span, child of the request's `traceparent` header."""
+    fields = body if isinstance(body, dict) else {}
+    scene = fields.get("scene")
+    msg_id = fields.get("msg_id")
+    # aiohttp's headers are case-insensitive: `extract` finds `traceparent` as TRACEPARENT.
+    with hop_span("dedup", destination=str(scene or ""), kind=SpanKind.SERVER,
+                  msg_id=msg_id if isinstance(msg_id, str) else None,
+                  parent=extract(request.headers),
+                  attributes={"ferry.dedup.operation": operation,
+                              "ferry.dedup.scene": str(scene or "")}) as span:
+        doc = await fn(body)
+        span.set_attribute("ferry.outcome", str(doc.get("state", "ok")))
+    return doc
+
+
 def build_app(backend: Backend) -> web.Application:
     document = openapi_document(backend.version)
 
@@ -97,10 +123,13 @@ def build_app(backend: Backend) -> web.Application:
         ok, doc = await backend.health()
         return json_response(doc, status=200 if ok else 503)
 
-    def posted(fn: Callable[[Any], Awaitable[Json]]) -> Callable[[web.Request],
-                                                                 Awaitable[web.Response]]:
+    def posted(fn: Callable[[Any], Awaitable[Json]], operation: str = ""
+               ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def route(request: web.Request) -> web.Response:
-            return json_response(await fn(await _body(request)))
+            body = await _body(request)
+            if operation and TRACEPARENT_HEADER in request.headers and tracing().enabled:
+                return json_response(await _traced(fn, body, operation, request))
+            return json_response(await fn(body))
         return route
 
     async def confirm(body: Any) -> Json:
@@ -148,9 +177,9 @@ def build_app(backend: Backend) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)
-    app.router.add_post("/v1/claims", posted(backend.claim))
-    app.router.add_post("/v1/claims/confirm", posted(confirm))
-    app.router.add_post("/v1/claims/release", posted(release))
+    app.router.add_post("/v1/claims", posted(backend.claim, "claim"))
+    app.router.add_post("/v1/claims/confirm", posted(confirm, "confirm"))
+    app.router.add_post("/v1/claims/release", posted(release, "release"))
     app.router.add_get("/v1/ledger", ledger_by_key)
     app.router.add_get("/v1/ledger/messages/{msg_id}", ledger_by_msg_id)
     app.router.add_post("/v1/reconcile", posted(backend.reconcile))

@@ -19,7 +19,14 @@ from aiohttp import web
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
-from ferry.lifecycle import cancel_tasks, package_version, serve_until_signalled, stop_step
+from ferry.lifecycle import (
+    cancel_tasks,
+    package_version,
+    serve_until_signalled,
+    stop_step,
+    stop_tracing,
+)
+from ferry.telemetry import setup_tracing
 
 from ferry_dedup.api import build_app
 from ferry_dedup.claims import Claims
@@ -30,6 +37,8 @@ from ferry_dedup.reports import ReportStore
 from ferry_dedup.stored import StoredReader
 
 log = logging.getLogger("ferry_dedup")
+#: The service name of the dedup service's spans.
+TRACE_SERVICE = "ferry-dedup"
 
 Json = dict[str, Any]
 
@@ -67,6 +76,7 @@ class DedupApp:
 
     async def start(self) -> None:
         cfg = self.config
+        setup_tracing(TRACE_SERVICE, namesrv=cfg.namesrv)  # spans of traced claim requests
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         self.store.open()
         try:
@@ -190,6 +200,7 @@ class DedupApp:
         await stop_step("close Redis", self.claims.close)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
+        await stop_step("stop tracing", stop_tracing)
         log.info("dedup stopped")
 
     async def run(self) -> None:

@@ -26,7 +26,9 @@ from ferry.lifecycle import (
     package_version,
     serve_until_signalled,
     stop_step,
+    stop_tracing,
 )
+from ferry.telemetry import setup_tracing
 
 from ferry_delay_scheduler import wheel_files
 from ferry_delay_scheduler.api import build_app
@@ -46,6 +48,8 @@ MAINTENANCE_INTERVAL_S = 60.0
 RETENTION_EVERY_ROUNDS = 60  # the local log's retention runs hourly
 RETENTION_MAX_BEHIND_MS = 3_600_000  # ... and only while the wheel is not behind by more
 MINUTE_MS = 60_000
+#: The service name of the scheduler's spans.
+TRACE_SERVICE = "ferry-delay-scheduler"
 
 
 class SchedulerApp:
@@ -95,6 +99,7 @@ class SchedulerApp:
 
     async def start(self) -> None:
         cfg = self.config
+        setup_tracing(TRACE_SERVICE, namesrv=cfg.namesrv)  # spans of traced messages only
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         self.progress = load_progress(cfg.data_path) or Progress(
             closed_below=now_ms() // cfg.bucket_ms)
@@ -246,6 +251,7 @@ class SchedulerApp:
             await stop_step("close the local log", as_step(self.local.close))
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
+        await stop_step("stop tracing", stop_tracing)
         log.info("delay scheduler stopped")
 
     async def _stop_pulling(self) -> None:

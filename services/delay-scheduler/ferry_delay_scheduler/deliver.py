@@ -5,7 +5,8 @@ from the local log, groups them by (broker, real topic, real queue) and sends
 each group as DELIVER_DUE frames of up to `deliver_batch_messages` messages
 and `deliver_batch_bytes`, `deliver_inflight_frames` at a time. Each message
 keeps its id, born time, tags, keys and properties (plus ORIGIN_OFFSET and
-RECONSUME_TIMES, added when it was taken over); its flags lose DELAY.
+RECONSUME_TIMES, added when it was taken over); its flags lose DELAY. A
+TRACED message gets a `deliver` span around its frame's request (tracing.py).
 
 Before a frame leaves, its messages are journaled SENDING; on the broker's
 answer, DELIVERED. A frame that fails goes to another master of the real
@@ -18,6 +19,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
@@ -29,6 +31,7 @@ from ferry_delay_scheduler.config import SchedulerConfig
 from ferry_delay_scheduler.ingest import fetch_route
 from ferry_delay_scheduler.local_log import LocalLog, parse_origin
 from ferry_delay_scheduler.stats import Stats
+from ferry_delay_scheduler.tracing import TRACED, deliver_spans
 from ferry_delay_scheduler.wheel import Due, TimingWheel, now_ms
 
 log = logging.getLogger(__name__)
@@ -177,15 +180,19 @@ class Deliverer:
         items = [item for item, _ in chunk]
         try:
             self.wheel.mark_sending(items, now_ms())
-            body = encode_messages([msg for _, msg in chunk])
+            msgs = [msg for _, msg in chunk]
             flags = 0
-            for _, msg in chunk:
+            for msg in msgs:
                 flags |= msg.flags
-            try:
-                await self._deliver(target, body, flags)
-            except (FerryError, OSError) as exc:
-                self._failed(target, items, exc)
-                return
+            with ExitStack() as spans:
+                if flags & TRACED:  # deliver spans (see tracing.py); replaces traced entries
+                    deliver_spans(spans, msgs, target[1], target[2], target[0],
+                                  self.cfg.node_id)
+                try:
+                    await self._deliver(target, encode_messages(msgs), flags)
+                except (FerryError, OSError) as exc:
+                    self._failed(target, items, exc)
+                    return
             acked = now_ms()
             dups = self.wheel.mark_delivered(items, acked)
             self.stats.delivered += len(items)

@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
@@ -34,6 +35,7 @@ from ferry_delay_scheduler.config import SchedulerConfig
 from ferry_delay_scheduler.local_log import LocalLog
 from ferry_delay_scheduler.progress import Progress, source_key
 from ferry_delay_scheduler.stats import Stats
+from ferry_delay_scheduler.tracing import schedule_spans
 from ferry_delay_scheduler.wheel import TimingWheel
 
 log = logging.getLogger(__name__)
@@ -161,20 +163,22 @@ class Ingestor:
         """Local append, local fsync, wheel, progress, broker commit: in that order."""
         if not records:
             return
-        stored, end = self.local.append(broker, records)
-        token = next(self._tokens)
-        self._unsettled[token] = self.local.next_queue_offset - len(stored)
-        try:
-            while True:
-                try:
-                    await self.local.durable(end)
-                    break
-                except FlushTimeoutError:
-                    log.warning("local log not durable yet; waiting on")
-            self.wheel.add([(s.due_ms, s.stored_ms, s.phy_offset) for s in stored])
-            self.on_added()
-        finally:
-            del self._unsettled[token]
+        with ExitStack() as spans:  # the schedule spans of traced records (see tracing.py)
+            trace = schedule_spans(spans, records, broker, self.cfg.node_id)
+            stored, end = self.local.append(broker, records, trace)
+            token = next(self._tokens)
+            self._unsettled[token] = self.local.next_queue_offset - len(stored)
+            try:
+                while True:
+                    try:
+                        await self.local.durable(end)
+                        break
+                    except FlushTimeoutError:
+                        log.warning("local log not durable yet; waiting on")
+                self.wheel.add([(s.due_ms, s.stored_ms, s.phy_offset) for s in stored])
+                self.on_added()
+            finally:
+                del self._unsettled[token]
         key = source_key(broker, qid)
         self.progress.sources[key] = max(self.progress.sources.get(key, 0), next_offset)
         self.stats.taken += len(stored)

@@ -14,9 +14,9 @@ function that reports 0), since deleting a pending message would lose it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ferry.codec import (
     DELIVER_AT_MS,
@@ -30,6 +30,10 @@ from ferry.codec import (
 )
 from ferry.names import SCHEDULE_TOPIC
 from ferry.store import FlushMode, MessageStore, StoreConfig
+from ferry.telemetry import inject
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 LOCAL_QUEUE = 0
 # The scheduler's index holds one id entry and a few key entries per message: far
@@ -85,12 +89,18 @@ class LocalLog:
             index_max_slots=INDEX_MAX_SLOTS, index_max_entries=INDEX_MAX_ENTRIES,
             warm_ahead_bytes=0, store_host="delay-scheduler"))
 
-    def append(self, broker: str, records: list[StoredMessage]) -> tuple[list[Stored], int]:
-        """Append records pulled from `broker`'s %SCHEDULE%; where each went, and the end offset."""
+    def append(self, broker: str, records: list[StoredMessage],
+               trace: Mapping[int, Context] | None = None) -> tuple[list[Stored], int]:
+        """Append records pulled from `broker`'s %SCHEDULE%; where each went, and the end offset.
+
+        `trace`: by index in `records`, the `schedule` span context a traced record's
+        local copy carries instead of the one it came with (see `tracing`)."""
         msgs = []
         dues = []
-        for rec in records:
+        for i, rec in enumerate(records):
             props = dict(rec.properties)
+            if trace and i in trace:
+                inject(props, trace[i])
             props[ORIGIN_OFFSET] = origin_of(broker, rec.queue_id, rec.queue_offset)
             if rec.reconsume_times > 0:
                 props[RECONSUME_TIMES] = str(rec.reconsume_times)

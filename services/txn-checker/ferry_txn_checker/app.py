@@ -23,8 +23,10 @@ from ferry.lifecycle import (
     package_version,
     serve_until_signalled,
     stop_step,
+    stop_tracing,
 )
 from ferry.names import HALF_TOPIC, OP_TOPIC
+from ferry.telemetry import setup_tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker import checkpoint
@@ -36,6 +38,8 @@ from ferry_txn_checker.state import Book
 
 log = logging.getLogger("ferry_txn_checker")
 
+#: The service name of the checker's spans.
+TRACE_SERVICE = "ferry-txn-checker"
 CHECKPOINT_DUTY_FACTOR = 10  # the pause after a save is at least 10x its duration
 
 
@@ -65,6 +69,7 @@ class CheckerApp:
 
     async def start(self) -> None:
         cfg = self.config
+        setup_tracing(TRACE_SERVICE, namesrv=cfg.namesrv)  # check spans of traced halves
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         doc = checkpoint.load(cfg.data_path)
         if doc is not None:
@@ -166,6 +171,7 @@ class CheckerApp:
             await stop_step("stop the HTTP API", self._runner.cleanup)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
+        await stop_step("stop tracing", stop_tracing)
         log.info("txn-checker stopped")
 
     async def _stop_scanning(self) -> None:

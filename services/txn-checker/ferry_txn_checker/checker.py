@@ -12,7 +12,9 @@ more interval: END_TRANSACTION(rollback, from_check, by "discarded"). The
 checker only ever sends rollback, and the broker refuses a rollback of a
 committed transaction (TransactionStateError): it can never end one twice
 two ways. A broker that cannot be reached is asked again after
-`retry_backoff_ms`, without counting a check.
+`retry_backoff_ms`, without counting a check. A TRACED half's check (or
+discard) is a `check` span (CLIENT) child of the half's trace context, with
+its outcome in `ferry.outcome`.
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from collections.abc import Callable
 
 from ferry.client.connection import ConnectionPool
 from ferry.errors import FerryError, MessageNotFoundError, TransactionStateError
+from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker.config import CheckerConfig
 from ferry_txn_checker.scan import now_ms
-from ferry_txn_checker.state import COMMITTED, ROLLED_BACK, Book, OpenTxn
+from ferry_txn_checker.state import COMMITTED, DISCARDED, ROLLED_BACK, Book, OpenTxn
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,9 @@ class Checker:
             self.book.retry(txn, now_ms() + self.cfg.retry_backoff_ms)
             return
         try:
-            if txn.checks >= self.cfg.max_checks:
+            if txn.trace is not None and tracing().enabled:
+                await self._traced_step(addr, txn)
+            elif txn.checks >= self.cfg.max_checks:
                 await self._discard(addr, txn)
             else:
                 await self._check(addr, txn)
@@ -110,7 +115,23 @@ class Checker:
             log.exception("check of transaction %s failed", txn.msg_id)
             self.book.retry(txn, now_ms() + self.cfg.retry_backoff_ms)
 
-    async def _check(self, addr: str, txn: OpenTxn) -> None:
+    async def _traced_step(self, addr: str, txn: OpenTxn) -> None:
+        """A check (or discard) of a TRACED half, under a `check` span child of its context."""
+        discard = txn.checks >= self.cfg.max_checks
+        with hop_span("check", destination=txn.topic, msg_id=txn.msg_id,
+                      parent=extract(txn.trace or {}),
+                      attributes={"ferry.broker": txn.broker, "ferry.txn_group": txn.group,
+                                  "ferry.txn_checks": txn.checks}) as span:
+            if discard:
+                await self._discard(addr, txn)
+                span.set_attribute("ferry.outcome", DISCARDED)
+            else:
+                outcome = await self._check(addr, txn)
+                span.set_attribute("ferry.outcome", outcome)
+
+    async def _check(self, addr: str, txn: OpenTxn) -> str:
+        """Ask the broker to check `txn`; the outcome (forwarded, no_producer or the
+        state of an already ended transaction)."""
         resp = await self.pool.request(addr, RequestCode.CHECK_TRANSACTION, {
             "group": txn.group, "msg_id": bytes.fromhex(txn.msg_id)},
             timeout_ms=self.cfg.check_timeout_ms)
@@ -118,12 +139,13 @@ class Checker:
         if not resp.fields.get("forwarded") and state in _ENDED:
             log.debug("transaction %s already %s: not checked", txn.msg_id, state)
             self.book.ended(txn, state)
-            return
+            return state
         self.book.checked(txn, now_ms(), self.cfg.check_interval_ms,
                           bool(resp.fields.get("forwarded")))
         log.info("transaction checked", extra={
             "msg_id": txn.msg_id, "group": txn.group, "broker": txn.broker,
             "checks": txn.checks, "forwarded": bool(resp.fields.get("forwarded"))})
+        return "forwarded" if resp.fields.get("forwarded") else "no_producer"
 
     async def _discard(self, addr: str, txn: OpenTxn) -> None:
         try:

@@ -25,10 +25,13 @@ from ferry.codec import (
     TXN_BY,
     TXN_GROUP,
     TXN_ID,
+    MessageFlag,
     StoredMessage,
 )
+from ferry.codec.system_properties import TRACEPARENT, TRACESTATE
 
 COMMITTED, ROLLED_BACK, OPEN, DISCARDED = "committed", "rolled_back", "open", "discarded"
+_TRACED = int(MessageFlag.TRACED)
 _STATE_OF_ACTION = {"commit": COMMITTED, "rollback": ROLLED_BACK}
 # A broker whose op scan is behind (down, restarting) must not make every call walk
 # all of its due halves: at most this many are put back per call.
@@ -54,6 +57,9 @@ class OpenTxn:
     next_check_ms: int = 0  # after a check: when to look again
     in_flight: bool = False  # a CHECK or END for it is under way
     heap_key: int = -1  # the due time it is queued under (stale heap entries differ)
+    # A TRACED half's W3C context (TRACEPARENT / TRACESTATE), for the check span; kept in
+    # memory only, not in the checkpoint: a check after a restart is not traced.
+    trace: dict[str, str] | None = None
 
     @property
     def due_ms(self) -> int:
@@ -157,6 +163,8 @@ class Book:
             immunity_ms = self.default_immunity_ms
         txn = OpenTxn(msg_id, props.get(TXN_GROUP, ""), scan.name, props.get(REAL_TOPIC, ""),
                       rec.queue_offset, rec.store_ts_ms, immunity_ms)
+        if rec.flags & _TRACED:
+            txn.trace = {k: props[k] for k in (TRACEPARENT, TRACESTATE) if k in props}
         scan.open[msg_id] = txn
         self.open_count += 1
         self._push(txn)

@@ -18,6 +18,10 @@ task): a bridge killed before that sends it again, under the same task id,
 so an idempotent task (`idempotent_task`) runs it once. A publish that fails
 (the Celery broker away beyond kombu's own retries) nacks the message: it
 comes back through `%RETRY%<group>` with the group's back-off.
+
+A traced message's publish is a `bridge` span, and the task's headers carry
+its context (`TRACEPARENT`), so the worker's `task` span continues the
+message's trace (see `ferry.celery.tracing`).
 """
 from __future__ import annotations
 
@@ -29,8 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+
 from ferry.celery.idempotent import HEADER_KEY, HEADER_QUEUE_ID, HEADER_QUEUE_OFFSET, HEADER_TOPIC
+from ferry.celery.tracing import bridge_span
 from ferry.client import Consumer, ConsumerRecord
+from ferry.client.tracing import record_context
+from ferry.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -94,17 +104,31 @@ class Bridge:
         self.failed = 0
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="ferry-bridge")
 
-    def publish(self, record: ConsumerRecord) -> None:
-        """Send one record as a task; returns once the Celery broker accepted it (blocking)."""
+    def publish(self, record: ConsumerRecord, parent: Context | None = None) -> None:
+        """Send one record as a task; returns once the Celery broker accepted it (blocking).
+
+        `parent`: the trace context of a traced record (the consumer's `process`
+        span): the publish is then a `bridge` span whose context the task carries."""
         options: dict[str, Any] = {}
         if self.config.queue:
             options["queue"] = self.config.queue
-        self.app.send_task(self.config.task, args=(task_body(record.body), task_meta(record)),
-                           task_id=record.msg_id, headers=task_headers(record), **options)
+        c = self.config
+        headers = task_headers(record)
+        if parent is None:
+            self.app.send_task(c.task, args=(task_body(record.body), task_meta(record)),
+                               task_id=record.msg_id, headers=headers, **options)
+            return
+        with bridge_span(record.msg_id, record.topic, c.group, c.task, parent) as trace:
+            self.app.send_task(c.task, args=(task_body(record.body), task_meta(record)),
+                               task_id=record.msg_id, headers={**headers, **trace}, **options)
 
     async def _send(self, record: ConsumerRecord) -> None:
+        parent = None
+        if tracing().enabled and record_context(record) is not None:
+            parent = otel_context.get_current()  # the executor thread would not see it
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self.publish, record)
+            await asyncio.get_running_loop().run_in_executor(self._pool, self.publish, record,
+                                                             parent)
         except Exception:
             self.failed += 1
             raise   # run() nacks it: it comes back through the retry topic

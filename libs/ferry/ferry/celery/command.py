@@ -9,6 +9,10 @@ from __future__ import annotations
 import click
 
 from ferry.celery import TRANSPORT_PATH  # importing ferry.celery registers ferry://
+from ferry.celery.tracing import instrument
+
+# Every `celery` process imports this plugin: its workers trace tasks that carry trace context.
+instrument()
 
 
 @click.command(name="ferry", help="Show the ferry:// transport and check the app's broker.")

@@ -11,7 +11,10 @@ asks the transport to put, get, ack and reject messages of named queues):
   Ferry's delivery time, so the delay scheduler holds it until due;
 - ack commits (see `feed`), reject requeues through the retry topic, and
   nothing is ever put back by the worker itself: unacked messages of a worker
-  that stops or dies are delivered again from their uncommitted offsets.
+  that stops or dies are delivered again from their uncommitted offsets;
+- trace context in a task's headers (`TRACEPARENT`) makes its message a
+  traced one, and a traced record's context goes back into the task's
+  headers on the way out (`ferry.celery.tracing`).
 
 Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
@@ -28,16 +31,21 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Coroutine
 from queue import Empty
-from typing import Any
+from typing import Any, TypeVar
 
 from kombu.transport import virtual
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
 from ferry.celery.feed import FeedConfig, Outcome, QueueFeed
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
+from ferry.celery.tracing import headers_context, instrument, set_trace_headers
 from ferry.client import Admin, Producer
 from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client.tracing import record_context
 from ferry.errors import (
     BusyError,
     ConnectionLostError,
@@ -50,8 +58,10 @@ from ferry.errors import (
     StoreUnavailableError,
     TopicNotFoundError,
 )
+from ferry.telemetry import tracing
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_PORT = int(DEFAULT_NAMESRV.rsplit(":", 1)[1])
 #: How long a publish or a consumer start may take before it fails (kombu then retries).
@@ -152,6 +162,7 @@ class Transport(virtual.Transport):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
+        instrument()  # a worker on ferry:// traces the tasks that carry trace context
         opts = client.transport_options or {}
         self.namesrv = str(opts.get("namesrv") or
                            f"{client.hostname or '127.0.0.1'}:{client.port or DEFAULT_PORT}")
@@ -244,14 +255,18 @@ class Transport(virtual.Transport):
         task_id = headers.get("id")
         key = task_id if (isinstance(task_id, str) and task_id and " " not in task_id
                           and len(task_id) <= MAX_KEY_CHARS) else None
+        # A task carrying trace context (the bridge's, or the app's own) is sent traced,
+        # its Ferry `send` span a child of that context (see ferry.celery.tracing).
+        parent = headers_context(headers) if tracing().enabled else None
         body = json.dumps(message).encode()
         topic = topic_for_queue(queue)
         if topic not in self._topics:   # whatever namesrv's auto-create setting is
             self.ensure_topic(queue)
-        loop.run(self._producer.send_and_wait(
+        send = self._producer.send_and_wait(
             topic, body, key=key,
-            deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms)),
-            self.timeout_s)
+            deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
+            trace=True if parent is not None else None)
+        loop.run(send if parent is None else _in_context(parent, send), self.timeout_s)
 
     # -- consuming ----------------------------------------------------------------------------
     def open_feed(self, queue: str) -> QueueFeed:
@@ -281,6 +296,9 @@ class Transport(virtual.Transport):
                 self._settle_with(feed, tag, Outcome.DROP)
                 continue
             props["delivery_tag"] = tag
+            if record_context(record) is not None and isinstance(payload.get("headers"), dict):
+                # The task's span continues below the Ferry hops this record went through.
+                set_trace_headers(payload["headers"], record.properties)
             if record.reconsume_times:
                 payload["redelivered"] = True
             self._tags[tag] = feed
@@ -343,6 +361,15 @@ class Transport(virtual.Transport):
     def driver_version(self) -> str:
         from ferry import __version__
         return __version__
+
+
+async def _in_context(ctx: Context, aw: Coroutine[Any, Any, T]) -> T:
+    """Await `aw` with `ctx` as the current trace context (on the loop thread)."""
+    token = otel_context.attach(ctx)
+    try:
+        return await aw
+    finally:
+        otel_context.detach(token)
 
 
 async def _check_namesrv(addrs: str) -> None:

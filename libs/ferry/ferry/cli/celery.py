@@ -59,6 +59,9 @@ async def celery_bridge(args: argparse.Namespace) -> int:
     from ferry.celery.bridge import Bridge, BridgeConfig
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: "
                                                    "%(message)s")
+    from ferry.celery.tracing import BRIDGE_SERVICE
+    from ferry.telemetry import setup_tracing, tracing
+    setup_tracing(BRIDGE_SERVICE, namesrv=args.namesrv)
     app = load_app(args.app, args.broker, args.namesrv)
     bridge = Bridge(app, BridgeConfig(topic=args.topic, group=args.group, task=args.task,
                                       namesrv=args.namesrv, auto_offset_reset=args.from_,
@@ -67,7 +70,10 @@ async def celery_bridge(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await bridge.run(stop)
+    try:
+        await bridge.run(stop)
+    finally:
+        await asyncio.to_thread(tracing().shutdown)  # flush the bridge's spans
     print(f"celery-bridge: {bridge.sent} tasks sent, {bridge.failed} publishes failed",
           flush=True)
     return 0

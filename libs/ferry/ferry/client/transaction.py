@@ -22,10 +22,14 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from opentelemetry.context import Context
+from opentelemetry.trace import set_span_in_context
+
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS
 from ferry.client.encoding import check_body, make_wire
 from ferry.client.message import SendResult
 from ferry.client.producer import Producer
+from ferry.client.tracing import TRACED, carry, end_with, start_send, wants_trace
 from ferry.client.txn_checks import (
     DEFAULT_CHECK_TIMEOUT_MS,
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -37,6 +41,8 @@ from ferry.client.txn_checks import (
 from ferry.codec import CHECK_IMMUNITY_MS, TXN_GROUP, MessageFlag
 from ferry.errors import FerryError, MalformedRequestError
 from ferry.names import validate_group
+from ferry.telemetry import hop_span
+from ferry.telemetry.spans import OUTCOME
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
@@ -51,7 +57,8 @@ _STATES = {"committed": TxnState.COMMIT, "rolled_back": TxnState.ROLLBACK}
 class Transaction:
     """One open transaction: its half message's id, topic and the broker holding it."""
 
-    def __init__(self, producer: TransactionProducer, result: SendResult, addr: str) -> None:
+    def __init__(self, producer: TransactionProducer, result: SendResult, addr: str,
+                 context: Context | None = None) -> None:
         self._producer = producer
         self.msg_id = result.msg_id     # the transaction id: the half's (and the message's) id
         self.topic = result.topic
@@ -59,6 +66,7 @@ class Transaction:
         self.broker = result.broker     # the broker name
         self.addr = addr                # the address the half was stored at
         self.state: TxnState = TxnState.UNKNOWN   # until commit() or rollback() succeeds
+        self.context = context          # the half's trace context (a traced transaction)
 
     @property
     def ended(self) -> bool:
@@ -66,11 +74,21 @@ class Transaction:
 
     async def commit(self) -> None:
         """Make the message visible in its topic (raises TransactionStateError if rolled back)."""
-        self.state = await self._producer.end(self.addr, self.msg_id, TxnState.COMMIT)
+        self.state = await self._end(TxnState.COMMIT)
 
     async def rollback(self) -> None:
         """Discard the half message (raises TransactionStateError if committed)."""
-        self.state = await self._producer.end(self.addr, self.msg_id, TxnState.ROLLBACK)
+        self.state = await self._end(TxnState.ROLLBACK)
+
+    async def _end(self, state: TxnState) -> TxnState:
+        if self.context is None:
+            return await self._producer.end(self.addr, self.msg_id, state)
+        with hop_span("end", destination=self.topic, msg_id=self.msg_id, parent=self.context,
+                      attributes={"ferry.broker": self.broker, "ferry.txn_action": state.value}
+                      ) as span:
+            ended = await self._producer.end(self.addr, self.msg_id, state)
+            span.set_attribute(OUTCOME, ended.name.lower())
+            return ended
 
     def __repr__(self) -> str:
         return (f"Transaction(msg_id={self.msg_id!r}, topic={self.topic!r}, "
@@ -139,11 +157,14 @@ class TransactionProducer:
     async def begin(self, topic: str, body: bytes, key: str | None = None, *,
                     keys: Sequence[str] = (), tags: str | None = None,
                     properties: Mapping[str, str] | None = None,
-                    check_immunity_ms: int | None = None) -> Transaction:
+                    check_immunity_ms: int | None = None,
+                    trace: bool | None = None) -> Transaction:
         """Store a half message (invisible to consumers) and return its open Transaction.
 
         `check_immunity_ms`: no check before the half is that old (the
-        txn-checker's default otherwise).
+        txn-checker's default otherwise). `trace` as for `Producer.send`: a
+        traced transaction has a `half` span and an `end` span at commit or
+        rollback, and its message carries the half's trace context.
         """
         if not self._started:
             raise RuntimeError("the producer is not started: call start() or use `async with`")
@@ -156,14 +177,29 @@ class TransactionProducer:
                 raise MalformedRequestError(
                     f"check_immunity_ms must be an integer >= 0, got {check_immunity_ms!r}")
             props[CHECK_IMMUNITY_MS] = str(check_immunity_ms)
-        wire = make_wire(body, key, tuple(keys), tags, props, flags=_TXN_HALF)
-        fut = await self._producer._send_wire(topic, wire, key)
-        result: SendResult = await fut
+        span = (start_send(topic, len(body), hop="half")
+                if wants_trace(self._producer._tracing, trace) else None)
+        flags = _TXN_HALF
+        if span is not None:
+            props = carry(span, props)
+            flags |= TRACED
+        wire = make_wire(body, key, tuple(keys), tags, props, flags=flags)
+        try:
+            fut = await self._producer._send_wire(topic, wire, key)
+            result: SendResult = await fut
+        except BaseException as exc:
+            if span is not None:
+                end_with(span, error=exc)
+            raise
+        context = None
+        if span is not None:
+            end_with(span, result)
+            context = set_span_in_context(span)
         route = self._producer._routes.cached(topic) or await self._producer._routes.route(topic)
         addr = route.broker_addr(result.broker)
         if addr is None:
             raise FerryError(f"broker {result.broker} of the half {result.msg_id} has no master")
-        return Transaction(self, result, addr)
+        return Transaction(self, result, addr, context)
 
     @asynccontextmanager
     async def transaction(self, topic: str, body: bytes, key: str | None = None,

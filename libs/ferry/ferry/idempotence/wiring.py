@@ -16,6 +16,10 @@ Whatever the check, a `DuplicateMessage` escaping the handler counts as a
 duplicate and is acknowledged (logged at debug), `ClaimBusyError` and
 `ClaimUnavailableError` (retriable) propagate so the message is nacked and
 retried later, never skipped, and every other exception propagates too.
+
+A traced record (MessageFlag.TRACED) is checked under a `dedup` span (child
+of the consumer's `process` span) whose `ferry.outcome` is ok, duplicate,
+unchecked, or failed when the check or the handler raised.
 """
 from __future__ import annotations
 
@@ -24,15 +28,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from opentelemetry.context import Context
+from opentelemetry.trace import get_current_span
+
 from ferry.client.message import ConsumerRecord
+from ferry.client.tracing import record_context
 from ferry.errors import DuplicateMessage, FerryError
 from ferry.idempotence.claim import RedisClaim
 from ferry.idempotence.keys import biz_key_of
 from ferry.idempotence.ledger import Ledger
 from ferry.idempotence.states import ClaimBusyError, ClaimState, ClaimUnavailableError, Outcome
 from ferry.idempotence.transactional import TransactionalLedger
+from ferry.telemetry import hop_span, tracing
 
 log = logging.getLogger("ferry.idempotence")
+#: `ferry.outcome` of the `dedup` span of a traced record, by the check's outcome.
+_SPAN_OUTCOMES = {Outcome.RAN: "ok", Outcome.DUPLICATE: "duplicate",
+                  Outcome.UNCHECKED: "unchecked"}
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
 #: What `consumer.run` takes: a Handler, or `handler(record, conn)` for a TransactionalLedger.
@@ -93,8 +105,26 @@ def wire(handler: AnyHandler, check: object, *, group: str,
          stats: IdempotenceStats) -> Handler:
     """`handler` behind `check`, counting each outcome in `stats` (for `Consumer.run`)."""
     inner = _checked(handler, check, group)
+    kind = type(check).__name__
 
     async def idempotent(record: ConsumerRecord) -> Outcome:
+        if tracing().enabled:  # off: one attribute check, and no span below
+            ctx = record_context(record)
+            if ctx is not None:
+                return await _traced(record, ctx)
+        return await counted(record)
+
+    async def _traced(record: ConsumerRecord, ctx: Context) -> Outcome:
+        # A child of the consumer's `process` span when it is current, else of the record's.
+        parent = None if get_current_span().get_span_context().is_valid else ctx
+        with hop_span("dedup", destination=record.topic, msg_id=record.msg_id, parent=parent,
+                      attributes={"messaging.consumer.group.name": group,
+                                  "ferry.dedup.check": kind}) as span:
+            outcome = await counted(record)
+            span.set_attribute("ferry.outcome", _SPAN_OUTCOMES[outcome])
+            return outcome
+
+    async def counted(record: ConsumerRecord) -> Outcome:
         try:
             outcome = _outcome(await inner(record))
         except DuplicateMessage:   # the handler's own ledger.record found it recorded

@@ -1,9 +1,9 @@
 """SEND: store a batch of messages in one queue with one write, then acknowledge.
 
 A batch whose `flags` field has no hooked bit (nil, 0, or only TRACED) takes
-the fast path: the SEND body goes to the store as it came (`put_encoded_batch`: the store validates and
-encodes each entry straight from the wire bytes, one commit-log write, no
-object per message). A flagged batch is decoded and passes the before-put
+the fast path: the SEND body goes to the store as it came
+(`put_encoded_batch`: the store validates and encodes each entry straight
+from the wire bytes, one commit-log write, no object per message). A flagged batch is decoded and passes the before-put
 hooks (a delayed message is redirected to `%SCHEDULE%`); its answer lists each
 entry's queue offset, -1 for a redirected one. Either way the after-put hooks
 wake parked pulls and, in sync flush mode, wait for the fsync (after
@@ -19,7 +19,7 @@ there, so the SEND path stores them; any other SEND to `%TRACE%` is refused.
 """
 from __future__ import annotations
 
-from ferry.codec import HOOKED_FLAGS
+from ferry.codec import HOOKED_FLAGS, MessageFlag
 from ferry.errors import InvalidNameError, MalformedRequestError
 from ferry.names import TRACE_TOPIC, is_internal
 from ferry.store import MessageIn
@@ -31,6 +31,7 @@ from ferry_broker.put_pipeline import PutBatch
 from ferry_broker.roles import require_master
 
 MAX_BATCH_MESSAGES = 10_000
+_TRACED = int(MessageFlag.TRACED)
 
 
 def checked_queue(ctx: BrokerContext, topic: str, queue_id: int) -> None:
@@ -61,9 +62,9 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
-    if not flags & HOOKED_FLAGS:
+    if not flags & HOOKED_FLAGS:  # TRACED alone keeps the fast path (the tracing hook reads it)
         res = await ctx.pipeline.put_encoded(topic, queue_id, req.body, conn.peer,
-                                             MAX_BATCH_MESSAGES)
+                                             MAX_BATCH_MESSAGES, traced=bool(flags & _TRACED))
         return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
                               "count": res.message_count, "phy_offset": res.first_phy_offset})
     batch = PutBatch(topic, queue_id, decode_batch(ctx, conn, topic, queue_id, req.body))

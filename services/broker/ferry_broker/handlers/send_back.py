@@ -10,6 +10,11 @@ Any broker accepts a SEND_BACK (the body is the whole message), so a consumer
 whose message's broker died sends it back elsewhere. The answer comes once the
 copy is stored (and flushed, on a sync-flush broker): only then may the
 consumer commit past the original.
+
+A TRACED message gets a `retry` (or `dlq`) span at the broker (SERVER kind),
+child of the context it carries; the copy carries that span's context and
+keeps the TRACED flag, so the scheduler's and the next consumer's spans hang
+below it.
 """
 from __future__ import annotations
 
@@ -22,11 +27,14 @@ from ferry.codec import (
     REAL_TOPIC,
     RECONSUME_TIMES,
     MessageFlag,
+    msg_id_hex,
 )
 from ferry.errors import InvalidDelayError, MalformedRequestError
 from ferry.names import SCHEDULE_TOPIC, dlq_topic, is_internal, retry_topic
 from ferry.store import MessageIn, decode_properties, encode_properties
+from ferry.telemetry import extract, hop_span, inject, tracing
 from ferry.wire import Frame, response
+from opentelemetry.trace import SpanKind
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import group_field, int_field, topic_field
@@ -37,6 +45,7 @@ MAX_RECONSUME_TIMES = 10_000
 # The copy's own routing is decided here: stale ones from an earlier trip are dropped.
 _ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES)
 _DELAY = int(MessageFlag.DELAY)
+_TRACED = int(MessageFlag.TRACED)   # the only entry flag the copy keeps: its trace goes on
 
 
 async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
@@ -72,7 +81,30 @@ async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
         target, flags = SCHEDULE_TOPIC, _DELAY
         queue_id = sum(group.encode()) % ctx.topics.queues_for_send(SCHEDULE_TOPIC)
     ctx.topics.queues_for_send(target)  # registers the internal topic on first use
+    flags |= msg.flags & _TRACED  # the copy carries the trace on, even untraced here
+    if flags & _TRACED and tracing().enabled:
+        offset = await _store_traced(ctx, msg._replace(topic=target, queue_id=queue_id,
+                                                       flags=flags, born_host=conn.peer,
+                                                       reconsume_times=reconsume),
+                                     props, group, topic, delay_ms, reconsume > max_reconsume)
+        return response(req, {"target": target, "queue_offset": offset})
     copy = MessageIn(target, queue_id, msg.body, msg.tags, msg.keys, encode_properties(props),
                      msg.msg_id, flags, msg.born_ts_ms, conn.peer, reconsume)
     results = await ctx.pipeline.store_prepared([copy])
     return response(req, {"target": target, "queue_offset": results[0].queue_offset})
+
+
+async def _store_traced(ctx: BrokerContext, copy: MessageIn, props: dict[str, str], group: str,
+                        origin: str, delay_ms: int, dead: bool) -> int:
+    """Store the copy of a traced message under a `retry` / `dlq` span; its queue offset."""
+    with hop_span("dlq" if dead else "retry", destination=copy.topic, kind=SpanKind.SERVER,
+                  msg_id=msg_id_hex(copy.msg_id), parent=extract(props),
+                  attributes={"messaging.consumer.group.name": group,
+                              "ferry.broker": ctx.config.name, "ferry.origin_topic": origin,
+                              "ferry.reconsume_times": copy.reconsume_times,
+                              "ferry.delay_ms": delay_ms,
+                              "ferry.outcome": "dead_letter" if dead else "retry"}):
+        inject(props)  # the copy continues the trace below this span
+        results = await ctx.pipeline.store_prepared(
+            [copy._replace(properties=encode_properties(props))])
+    return results[0].queue_offset

@@ -12,7 +12,9 @@ END whose op record waits in the batch is found there (`pending`): two ENDs
 of one transaction on this broker cannot both find "no op" and both write.
 Ending again the same way writes nothing and answers the same state (once that
 op record is durable, on a sync-flush broker); the other way is
-TransactionStateError; an unknown id is MessageNotFoundError.
+TransactionStateError; an unknown id is MessageNotFoundError. A TRACED half's
+END gets an `end` span (SERVER, `ferry.outcome` committed / rolled_back)
+around its write; the committed message keeps the half's trace context and flag.
 
 CHECK_TRANSACTION (group, msg_id), from the txn-checker: a transaction that
 already has an op record is answered `forwarded` false with its `state`, so
@@ -24,8 +26,16 @@ round-robin order, and answers `forwarded` true (false when none is live).
 from __future__ import annotations
 
 import itertools
+from contextlib import AbstractContextManager
 
-from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, StoredMessage, msg_id_hex
+from ferry.codec import (
+    REAL_QUEUE_ID,
+    REAL_TOPIC,
+    TXN_GROUP,
+    MessageFlag,
+    StoredMessage,
+    msg_id_hex,
+)
 from ferry.errors import (
     FlushTimeoutError,
     MalformedRequestError,
@@ -35,7 +45,9 @@ from ferry.errors import (
 )
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.store import MessageIn, MessageStore
+from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import Frame, RequestCode, request, response
+from opentelemetry.trace import Span, SpanKind
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import group_field, str_field
@@ -58,6 +70,16 @@ from ferry_broker.txn_batch import PendingEnd
 OPEN_STATE = "open"
 _MAX_REQUEST_ID = 0xFFFFFFFF
 _push_ids = itertools.count(1)
+_TRACED = int(MessageFlag.TRACED)
+
+
+def _end_span(ctx: BrokerContext, half: StoredMessage, written: str,
+              by: str) -> AbstractContextManager[Span]:
+    """The broker's `end` span (SERVER) of a traced transaction, child of its half's context."""
+    return hop_span("end", destination=half.properties.get(REAL_TOPIC, ""), kind=SpanKind.SERVER,
+                    msg_id=msg_id_hex(half.msg_id), parent=extract(half.properties),
+                    attributes={"ferry.broker": ctx.config.name, "ferry.txn_by": by,
+                                "ferry.outcome": STATES[written]})
 
 
 def _action(fields: dict[str, object]) -> str:
@@ -204,7 +226,11 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     msgs.append(op_message(half, written, by, conn.peer))
     pend, done = ends.add(msg_id, msgs, written=written, queue_offset=queue_offset,
                           group=half.properties.get(TXN_GROUP, ""))
-    results = await done
+    if half.flags & _TRACED and tracing().enabled:
+        with _end_span(ctx, half, written, by):
+            results = await done
+    else:
+        results = await done
     state = STATES[written]
     ctx.txn_stats.ended[state] += 1
     if written != action:
