@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import Mesh, start_mesh
+from tests.client.conftest import Mesh
 from tests.delay_scheduler.conftest import SchedulerProc, start_scheduler
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 from tests.txn_checker.conftest import TxnCheckerProc, start_txn_checker
@@ -53,9 +53,14 @@ def start_console(mesh: Mesh, scheduler: str, checker: str) -> tuple[Proc, int]:
 
 @pytest.fixture(scope="module")
 def console_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleMesh]:
-    mesh = start_mesh(etcd, tmp_path_factory.mktemp("console-mesh"))
+    mesh = Mesh(etcd, tmp_path_factory.mktemp("console-mesh"))
     procs: list[Proc] = []
     try:
+        mesh.start_namesrv()
+        # Brokers write their spans (store, retry, ...) to %TRACE% through namesrv.
+        mesh.broker_env = {"FERRY_BROKER_NAMESRV": mesh.namesrv}
+        for name in ("broker-a", "broker-b"):
+            mesh.start_broker(name)
         scheduler = start_scheduler(mesh, "delay-scheduler")
         procs.append(scheduler.proc)
         checker = start_txn_checker(mesh)
