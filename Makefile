@@ -22,6 +22,8 @@ system-deps:
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ]; then \
 	    echo "setup: installing$$missing"; \
@@ -50,7 +52,7 @@ test: setup
 
 lint: setup
 	@.venv/bin/ruff check libs services tests bench spark
-	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker services/dedup/ferry_dedup
+	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker services/dedup/ferry_dedup services/console/ferry_console
 
 bench: setup
 	@$(PY) bench/run.py $(BENCH)

@@ -79,7 +79,8 @@ def components(ha: bool = False) -> list[Component]:
         ),
         Component(
             "namesrv", [sys.executable, "-m", "ferry_namesrv"], NAMESRV_PORT,
-            {"FERRY_NAMESRV_PORT": str(NAMESRV_PORT), "FERRY_NAMESRV_ETCD": f"127.0.0.1:{etcd_port}"},
+            {"FERRY_NAMESRV_PORT": str(NAMESRV_PORT), "FERRY_NAMESRV_ETCD": f"127.0.0.1:{etcd_port}",
+             "FERRY_NAMESRV_CONSOLE_URL": f"http://127.0.0.1:{CONSOLE_PORT}/console"},
             ready_url=f"http://127.0.0.1:{NAMESRV_PORT}/readyz",
         ),
         *(_ha_brokers(etcd_port) if ha else
@@ -110,6 +111,16 @@ def components(ha: bool = False) -> list[Component]:
              "FERRY_DEDUP_REDIS": f"redis://127.0.0.1:{redis_port}/0"},
             ready_url=f"http://127.0.0.1:{DEDUP_PORT}/readyz",
         ),
+        Component(
+            # The web console (namesrv's /console redirects here); it keeps no state.
+            "console", [sys.executable, "-m", "ferry_console"], CONSOLE_PORT,
+            {"FERRY_CONSOLE_HTTP_PORT": str(CONSOLE_PORT),
+             "FERRY_CONSOLE_NAMESRV": f"127.0.0.1:{NAMESRV_PORT}",
+             "FERRY_CONSOLE_DELAY_SCHEDULER": f"127.0.0.1:{SCHEDULER_PORT}",
+             "FERRY_CONSOLE_TXN_CHECKER": f"127.0.0.1:{TXN_CHECKER_PORT}",
+             "FERRY_CONSOLE_DEDUP": f"127.0.0.1:{DEDUP_PORT}"},
+            ready_url=f"http://127.0.0.1:{CONSOLE_PORT}/readyz",
+        ),
     ]
 
 
@@ -120,6 +131,7 @@ BROKERS = [("broker-a", _port("BROKER_A", 10911), _port("BROKER_A_HTTP", 10920))
 SCHEDULER_PORT = _port("SCHEDULER", 10922)  # the delay scheduler's HTTP API
 TXN_CHECKER_PORT = _port("TXN_CHECKER", 10923)  # the txn-checker's HTTP API
 DEDUP_PORT = _port("DEDUP", 10926)  # the dedup service's HTTP API
+CONSOLE_PORT = _port("CONSOLE", 10927)  # the web console (ferry-console)
 
 
 def _broker(name: str, port: int, http_port: int, etcd_port: int) -> Component:
@@ -280,6 +292,7 @@ def banner() -> str:
         f"Delay scheduler: HTTP 127.0.0.1:{SCHEDULER_PORT}   "
         f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}   "
         f"dedup: HTTP 127.0.0.1:{DEDUP_PORT} (ledger var/dedup/ledger.db)\n"
+        f"Console: http://127.0.0.1:{CONSOLE_PORT}/console\n"
         "Data and logs: ./var/   Traces: ./var/traces/ (JSON lines; `export "
         "FERRY_TRACE_DIR=var/traces` for your clients too)\n"
         "Stop: Ctrl-C here, or `make down` from another shell.\n\n"

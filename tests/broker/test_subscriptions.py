@@ -88,3 +88,17 @@ async def test_bad_subscriptions_are_refused(broker: Broker, client: WireClient)
     await heartbeat(client, "b1", "gbad", ["t"], {"t": {"tags": "*", "sql": "a > 1"}})
     resp = await client.call(RequestCode.GET_CONSUMERS, {"group": "gbad"})
     assert resp.fields["members"] == ["b1"]
+
+
+async def test_stats_list_each_member_with_its_subscriptions(broker: Broker,
+                                                             client: WireClient) -> None:
+    """/v1/stats `members` (what the console's group page shows)."""
+    await heartbeat(client, "m1", "gm", ["orders"], {"orders": {"tags": ["b", "a"], "sql": None}},
+                    joined_ms=1234)
+    await heartbeat(client, "m2", "gm", ["orders"])   # an old client: no subscriptions sent
+    members = broker.get_json("/v1/stats")["members"]["gm"]
+    assert members == [
+        {"client_id": "m1", "topics": ["orders"], "mode": "clustering", "joined_ms": 1234,
+         "subscriptions": {"orders": {"tags": ["a", "b"], "sql": None}}},
+        {"client_id": "m2", "topics": ["orders"], "mode": "clustering", "joined_ms": 0,
+         "subscriptions": None}]

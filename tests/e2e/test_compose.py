@@ -22,7 +22,7 @@ def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
                         "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup",
-                        "jaeger"}
+                        "jaeger", "console"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -32,6 +32,7 @@ def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
     assert "FERRY_DELAY_SCHEDULER_NAMESRV: namesrv:9876" in resolved
     assert "FERRY_TXN_CHECKER_NAMESRV: namesrv:9876" in resolved
     assert "FERRY_DEDUP_NAMESRV: namesrv:9876" in resolved
+    assert "FERRY_CONSOLE_NAMESRV: namesrv:9876" in resolved
 
 
 def test_dedup_keeps_its_ledger_on_the_postgres_service() -> None:

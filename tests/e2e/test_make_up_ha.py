@@ -23,7 +23,7 @@ from tests.support.procs import free_port
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PORTS = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "SCHEDULER", "TXN_CHECKER", "DEDUP",
+PORTS = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE",
          *(f"BROKER_{g}{i}{kind}" for g in "AB" for i in ("", "1")
            for kind in ("", "_REPL", "_HTTP"))]
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
-             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP"]
+             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
     env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
            "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
@@ -59,7 +59,7 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
             log.close()
     text = out.read_text()
     for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler",
-                 "txn-checker", "dedup"):
+                 "txn-checker", "dedup", "console"):
         assert f"{name:<10} stopped" in text
 
 

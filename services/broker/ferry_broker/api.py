@@ -6,7 +6,9 @@
   while stopping.
 - `GET /v1/stats`: per topic and queue the min/max offsets; per group, topic
   and queue the committed offset and the lag (max offset - committed); the
-  live consumers and the held pulls; the store's health (whether it takes
+  live consumers (`consumers`: ids per group; `members`: per group each live
+  member's topics, mode, join time and subscriptions, for the console) and the
+  held pulls; the store's health (whether it takes
   writes, commit-log min/max and flushed offsets, disk used ratio); the
   transactions since start (halves stored, committed, rolled back, checks
   forwarded) and the live transactional producers per group; the groups
@@ -24,7 +26,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ferry_broker.consumers import ConsumerInfo
 from ferry_broker.context import BrokerContext
+from ferry_broker.subscription_conflicts import as_json
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,14 @@ OPENAPI: dict[str, Any] = {
 }
 
 
+def member_json(info: ConsumerInfo) -> dict[str, Any]:
+    """One live consumer as /v1/stats shows it (subscriptions None: the client sent none)."""
+    subs = None if info.subscriptions is None else \
+        {topic: as_json(fields) for topic, fields in sorted(info.subscriptions.items())}
+    return {"client_id": info.client_id, "topics": sorted(info.topics), "mode": info.mode,
+            "joined_ms": info.joined_ms, "subscriptions": subs}
+
+
 def stats(ctx: BrokerContext) -> dict[str, Any]:
     """The statistics document of /v1/stats."""
     store = ctx.store
@@ -63,7 +75,9 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "committed_offset": committed, "max_offset": max_offset,
             "lag": max(0, max_offset - committed),
         }
-    consumers = {g: [i.client_id for i in infos] for g, infos in ctx.consumers.groups().items()}
+    live = ctx.consumers.groups()
+    consumers = {g: [i.client_id for i in infos] for g, infos in live.items()}
+    members = {g: [member_json(i) for i in infos] for g, infos in live.items()}
     disk = shutil.disk_usage(ctx.config.data_path)
     store_health = {"healthy": ctx.health.healthy,
                     "commit_log_min_offset": store.commit_log_min_offset,
@@ -74,6 +88,7 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
                        "id": ctx.config.id, "addr": ctx.config.addr,
                        "flush_mode": ctx.config.flush_mode},
             "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
+            "members": members,
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
             "expired": dict(sorted(ctx.expiry.expired.items())),
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),

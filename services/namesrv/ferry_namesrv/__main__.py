@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(FERRY_NAMESRV_AUTO_CREATE_TOPICS, true)")
     p.add_argument("--default-queues", type=int, help="queues of an auto-created topic "
                                                       "(FERRY_NAMESRV_DEFAULT_QUEUES, 8)")
+    p.add_argument("--console-url", help="where GET /console redirects (FERRY_NAMESRV_CONSOLE_URL, "
+                                        "http://127.0.0.1:10927/console)")
     p.add_argument("--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="FERRY_NAMESRV_LOG_LEVEL, INFO")
     return p
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         config = NamesrvConfig.from_env().with_overrides(
             host=args.host, port=args.port, etcd=args.etcd, etcd_prefix=args.etcd_prefix,
             default_queues=args.default_queues, log_level=args.log_level,
+            console_url=args.console_url,
             auto_create_topics=None if args.auto_create_topics is None
             else parse_bool(args.auto_create_topics, "--auto-create-topics"))
     except ConfigError as exc:

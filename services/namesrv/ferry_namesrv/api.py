@@ -101,6 +101,10 @@ def build_app(context: NamesrvContext, version: str) -> web.Application:
     async def openapi(request: web.Request) -> web.Response:
         return json_response(document)
 
+    async def console(request: web.Request) -> web.Response:
+        # The console is its own service (docs/console.md); this is only a signpost.
+        raise web.HTTPFound(context.config.console_url)
+
     app.router.add_get("/v1/routes/{topic}", routes.get_route)
     app.router.add_get("/v1/brokers", brokers.list_brokers)
     app.router.add_get("/v1/topics", topics.list_topics)
@@ -116,4 +120,5 @@ def build_app(context: NamesrvContext, version: str) -> web.Application:
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/console", console)
     return app

@@ -31,6 +31,9 @@ class NamesrvConfig:
     auto_create_topics: bool = True
     default_queues: int = 8
     log_level: str = "INFO"
+    # Where `GET /console` sends a browser: the console is a service of its own
+    # (ferry-console); namesrv only points at it.
+    console_url: str = "http://127.0.0.1:10927/console"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -44,6 +47,8 @@ class NamesrvConfig:
         if not MIN_QUEUES <= self.default_queues <= MAX_QUEUES:
             raise ConfigError(f"default_queues must be in {MIN_QUEUES}..{MAX_QUEUES}, "
                               f"got {self.default_queues}")
+        if not self.console_url.startswith(("http://", "https://")):
+            raise ConfigError(f"console_url must be an http(s) URL, got {self.console_url!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
 

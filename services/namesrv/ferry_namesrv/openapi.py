@@ -161,6 +161,9 @@ def openapi_document(version: str) -> dict[str, Any]:
                                           "503": _BUSY}}},
         "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
                                   "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
+        "/console": {"get": {"summary": "Redirect to the web console (CONSOLE_URL)",
+                             "operationId": "console",
+                             "responses": {"302": {"description": "to ferry-console"}}}},
     }
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from ferry.cli import brokers, commands
 from ferry.cli import celery as celery_cli
 from ferry.cli.dedup import add_dedup
+from ferry.cli.messages import add_messages
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
 from ferry.client.namesrv import DEFAULT_NAMESRV
 from ferry.client.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dlq(sub)
     _add_txn(sub)
     add_dedup(sub)
+    add_messages(sub)
     celery_cli.add_parser(sub)
     return parser
 

@@ -11,6 +11,8 @@ from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.client.offsets import broker_addr, queue_bounds
 from ferry.client.producer import default_namesrv
+from ferry.client.query import MAX_KEY_COUNT, MAX_TIME_COUNT, QueryResult, by_time, query_by_id
+from ferry.client.query import query_by_key as _query_by_key
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_group, validate_topic
 from ferry.wire import RequestCode
@@ -143,6 +145,25 @@ class Admin:
     def dead_letters(self, group: str) -> DeadLetterQueue:
         """The group's dead-letter queue: list, resend, purge (see `ferry.client.dlq`)."""
         return DeadLetterQueue(self._pool, self._routes, validate_group(group))
+
+    # -- message queries (see ferry.client.query) ---------------------------------------------
+    async def query_message(self, msg_id: str) -> QueryResult:
+        """A message by id from every broker, in any topic (internal ones too: `%SCHEDULE%`,
+        `%RETRY%<group>`, `%DLQ%<group>`, ...): each broker's newest record of it, oldest first."""
+        return await query_by_id(self._pool, self._namesrv, msg_id)
+
+    async def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0,
+                           end_ms: int | None = None,
+                           max_count: int = MAX_KEY_COUNT) -> QueryResult:
+        """Messages of `topic` stored with `key` (from the brokers' key index), newest first."""
+        return await _query_by_key(self._pool, self._routes, topic, key, begin_ms=begin_ms,
+                                   end_ms=end_ms, max_count=max_count)
+
+    async def messages_by_time(self, topic: str, begin_ms: int, end_ms: int, *,
+                               max_count: int = MAX_TIME_COUNT) -> QueryResult:
+        """Messages of `topic` stored in [begin_ms, end_ms), oldest first (read-only)."""
+        return await by_time(self._pool, self._routes, topic, begin_ms, end_ms,
+                             max_count=max_count)
 
     # -- wire calls --------------------------------------------------------------------------
     async def _min_max(self, tq: TopicQueue) -> tuple[int, int]:

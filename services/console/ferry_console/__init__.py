@@ -1,0 +1,1 @@
+"""ferry-console: Ferry's web console (server-rendered HTML under /console)."""

@@ -1,0 +1,107 @@
+"""The console's HTTP app: the pages under /console, health, readiness, OpenAPI.
+
+- `GET /healthz`: 200 while the process serves HTTP.
+- `GET /readyz`: 200 once its clients are started; 503 before and while stopping.
+- `GET /console...`: the pages (HTML; see `ferry_console.pages`).
+- `GET /openapi.json`: the list of these paths.
+
+A page that fails shows an HTML error page with the status of its error
+(400 bad input, 404 not found, 503 a source unreachable); a bug is a 500 page
+and a logged traceback. The process keeps serving either way.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from ferry import http_errors
+from ferry.errors import (
+    BusyError,
+    ConnectionLostError,
+    FerryError,
+    GroupNotFoundError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageNotFoundError,
+    RequestTimeoutError,
+    TopicNotFoundError,
+)
+
+from ferry_console.pages import cluster, groups, messages, services, topics
+from ferry_console.pages.common import CONSOLE, Console, render
+
+log = logging.getLogger("ferry_console")
+
+MAX_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_STATUS: list[tuple[type[FerryError], int]] = [
+    (InvalidNameError, 400), (MalformedRequestError, 400), (MessageNotFoundError, 404),
+    (TopicNotFoundError, 404), (GroupNotFoundError, 404), (BusyError, 503),
+    (ConnectionLostError, 503), (RequestTimeoutError, 503),
+]
+
+
+@web.middleware
+async def html_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A failed page becomes an HTML error page with a fitting status; one log line."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        status, message = exc.status, exc.reason or "not found"
+    except FerryError as exc:
+        status = http_errors.status_for(exc, _STATUS)
+        message = f"{type(exc).__name__}: {exc}"
+        log.info("page failed", extra={"path": request.path, "status": status,
+                                       "error": message})
+    except Exception:
+        log.exception("page crashed", extra={"path": request.path})
+        status, message = 500, "internal error; see the console's log"
+    if not request.path.startswith("/console"):
+        return http_errors.json_response({"error": {"code": status, "message": message}},
+                                         status=status)
+    return render(request, "error.html", status=status, title=f"Error {status}",
+                  status_code=status, message=message)
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    pages = ["/console", "/console/cluster", "/console/topics", "/console/topics/{topic}",
+             "/console/groups", "/console/groups/{group}", "/console/groups/{group}/dlq",
+             "/console/messages", "/console/messages/{msg_id}", "/console/services"]
+    paths: dict[str, Any] = {p: {"get": {"summary": "HTML page", "responses": {
+        "200": {"description": "text/html"}}}} for p in pages}
+    paths["/console/groups/{group}/dlq/resend"] = {"post": {
+        "summary": "Resend dead letters (form: id=... repeated, or all=1)",
+        "responses": {"303": {"description": "back to the DLQ page"}}}}
+    for p in ("/healthz", "/readyz", "/openapi.json"):
+        paths[p] = {"get": {"responses": {"200": {"description": "JSON"}}}}
+    return {"openapi": "3.0.3", "info": {"title": "ferry-console", "version": version},
+            "paths": paths}
+
+
+def build_app(console: Console, is_ready: Callable[[], bool], version: str) -> web.Application:
+    document = openapi_document(version)
+
+    async def healthz(_: web.Request) -> web.Response:
+        return http_errors.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if not is_ready():
+            raise BusyError("not ready: starting or stopping")
+        return http_errors.json_response({"status": "ready"})
+
+    async def openapi(_: web.Request) -> web.Response:
+        return http_errors.json_response(document)
+
+    app = web.Application(middlewares=[html_errors], client_max_size=MAX_BODY_BYTES)
+    app[CONSOLE] = console
+    for family in (cluster, topics, groups, messages, services):
+        family.register(app.router)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/openapi.json", openapi)
+    return app

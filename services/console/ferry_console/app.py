@@ -1,0 +1,73 @@
+"""ConsoleApp: starts the console's clients, the rate sampler and the HTTP server; stops them.
+
+Start: the Admin and namesrv clients and the HTTP session, then HTTP, then
+the topic-rate sampler. Stop (SIGTERM or SIGINT): the sampler, HTTP, the
+clients; each step runs even if an earlier one failed. The console holds no
+state that needs saving.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
+
+from ferry_console.api import build_app
+from ferry_console.config import ConsoleConfig
+from ferry_console.pages.common import Console, environment
+from ferry_console.rates import RateSampler
+from ferry_console.sources import Sources
+
+log = logging.getLogger("ferry_console")
+
+
+class ConsoleApp:
+    """One console: `await start()`, then `await stop()` (or `run()` for both)."""
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        self.config = config
+        self.sources = Sources(config)
+        self.rates = RateSampler(self.sources, config.rate_interval_ms)
+        self.console = Console(config, self.sources, self.rates, environment())
+        self._runner: web.AppRunner | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._ready = False
+        self._stopping = False
+        self.port = config.http_port
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stopping
+
+    async def start(self) -> None:
+        cfg = self.config
+        await self.sources.start()
+        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        self._sampler = asyncio.create_task(self.rates.run(), name="rates")
+        self._ready = True
+        log.info("console ready", extra={"http_port": self.port, "namesrv": cfg.namesrv,
+                                         "url": f"http://{cfg.host}:{self.port}/console"})
+
+    async def stop(self) -> None:
+        """Stop every part; a failing step is logged and the next ones still run."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("console stopping")
+        await stop_step("stop the rate sampler", lambda: cancel_and_wait(self._sampler))
+        if self._runner is not None:
+            await stop_step("stop the HTTP server", self._runner.cleanup)
+        await stop_step("close the clients", self.sources.stop)
+        log.info("console stopped")
+
+    async def run(self) -> None:
+        """Start, serve until SIGTERM/SIGINT, stop."""
+        await serve_until_signalled(self.start, self.stop)

@@ -1,0 +1,64 @@
+"""The console's configuration: one frozen value built from FERRY_CONSOLE_* variables.
+
+`ConsoleConfig.from_env()` reads the environment; command-line flags (see
+`__main__`) arrive as `overrides` and win. The table is in docs/console.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ferry import settings
+
+ENV_PREFIX = "FERRY_CONSOLE_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+MAX_LIST_ROWS = 1000  # no page lists more messages than this
+MAX_PREVIEW_BYTES = 64 * 1024
+# Fields that may be 0 (a port chosen by the OS).
+_MAY_BE_ZERO = frozenset({"http_port"})
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """Everything the console needs to start; defaults run on one machine.
+
+    `delay_scheduler`, `txn_checker` and `dedup` are HTTP addresses (h:p, or
+    h:p,h:p to try in turn) whose /v1/stats the services page shows; empty
+    leaves that service out.
+    """
+
+    host: str = "127.0.0.1"
+    http_port: int = 10927
+    namesrv: str = "127.0.0.1:9876"
+    delay_scheduler: str = "127.0.0.1:10922"
+    txn_checker: str = "127.0.0.1:10923"
+    dedup: str = "127.0.0.1:10926"
+    log_level: str = "INFO"
+    request_timeout_ms: int = 5000     # one broker or service call
+    preview_bytes: int = 4096          # of a message body on its page
+    list_rows: int = 100               # messages per search or DLQ page
+    rate_interval_ms: int = 10_000     # topic rates: max offsets sampled this often
+
+    def __post_init__(self) -> None:
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type != "int":
+                continue
+            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
+                raise ValueError(f"{f.name} must be positive, not {value}")
+        if not 0 <= self.http_port < 65536:
+            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        if self.preview_bytes > MAX_PREVIEW_BYTES:
+            raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
+        if self.list_rows > MAX_LIST_ROWS:
+            raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> ConsoleConfig:
+        """Build from FERRY_CONSOLE_<FIELD> variables; `overrides` (non-None) win."""
+        return settings.from_env(cls, ENV_PREFIX, env, overrides)

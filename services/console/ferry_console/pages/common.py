@@ -1,0 +1,55 @@
+"""What every page handler shares: the console context on the app, and rendering."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from ferry_console.config import ConsoleConfig
+from ferry_console.rates import RateSampler
+from ferry_console.sources import Sources
+
+
+@dataclass
+class Console:
+    """The parts a page needs: config, sources, rates and the template environment."""
+
+    config: ConsoleConfig
+    sources: Sources
+    rates: RateSampler
+    templates: jinja2.Environment
+
+
+CONSOLE = web.AppKey("console", Console)
+
+
+def console(request: web.Request) -> Console:
+    return request.app[CONSOLE]
+
+
+def render(request: web.Request, template: str, status: int = 200,
+           **values: Any) -> web.Response:
+    """The page `template` rendered with `values` (autoescaped HTML)."""
+    page = console(request).templates.get_template(template)
+    html = page.render(path=request.path, **values)
+    return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+
+def format_ms(ts_ms: int | float | None) -> str:
+    """Epoch milliseconds as a UTC time with milliseconds ("" for none)."""
+    if not ts_ms:
+        return ""
+    when = dt.datetime.fromtimestamp(ts_ms / 1000, tz=dt.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{int(ts_ms) % 1000:03d} UTC"
+
+
+def environment() -> jinja2.Environment:
+    """Templates from the package, autoescaped, with the console's filters."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("ferry_console", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["ms"] = format_ms
+    return env

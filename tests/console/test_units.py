@@ -1,0 +1,71 @@
+"""The console's pure parts: configuration, the trace timeline, rates, the stats flattening."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ferry_console.config import ConsoleConfig
+from ferry_console.pages.services import MAX_ROWS, flatten
+from ferry_console.rates import RateSampler, topic_totals
+from ferry_console.sources import BrokerView
+from ferry_console.trace import timeline
+
+
+def _span(hop: str, start_ms: int, end_ms: int, status: str = "OK", **attrs: Any
+          ) -> dict[str, Any]:
+    return {"trace_id": "a" * 32, "span_id": f"{start_ms:016x}", "parent_span_id": None,
+            "name": f"{hop} orders", "kind": "PRODUCER", "start_ns": start_ms * 1_000_000,
+            "end_ns": end_ms * 1_000_000, "status": status, "status_message": "",
+            "service": "svc", "attributes": {"ferry.hop": hop, **attrs}, "links": [],
+            "events": []}
+
+
+def test_config_defaults_env_and_bad_values() -> None:
+    cfg = ConsoleConfig.from_env({})
+    assert (cfg.http_port, cfg.namesrv, cfg.delay_scheduler, cfg.txn_checker, cfg.dedup) == \
+        (10927, "127.0.0.1:9876", "127.0.0.1:10922", "127.0.0.1:10923", "127.0.0.1:10926")
+    cfg = ConsoleConfig.from_env({"FERRY_CONSOLE_HTTP_PORT": "0", "FERRY_CONSOLE_DEDUP": ""})
+    assert cfg.http_port == 0 and cfg.dedup == ""
+    for env in ({"FERRY_CONSOLE_HTTP_PORT": "70000"}, {"FERRY_CONSOLE_LIST_ROWS": "0"},
+                {"FERRY_CONSOLE_PREVIEW_BYTES": str(1 << 20)}, {"FERRY_CONSOLE_LOG_LEVEL": "x"}):
+        with pytest.raises(ValueError):
+            ConsoleConfig.from_env(env)
+
+
+def test_timeline_orders_hops_and_scales_bars() -> None:
+    spans = [_span("process", 60, 100, "ERROR", **{"ferry.outcome": "failed"}),
+             _span("send", 0, 10, **{"ferry.broker": "broker-a",
+                                     "messaging.destination.name": "orders",
+                                     "messaging.destination.partition.id": 2,
+                                     "ferry.queue_offset": 7}),
+             _span("store", 5, 8), {"name": "broken"}]
+    hops = timeline(spans)
+    assert [h.hop for h in hops] == ["send", "store", "process"]
+    assert hops[0].where == "broker-a · orders · queue 2 · offset 7"
+    assert hops[0].left_percent == 0 and hops[0].width_percent == 10
+    assert hops[2].left_percent == 60 and hops[2].width_percent == 40
+    assert (hops[2].outcome, hops[2].failed) == ("failed", True)
+    assert (hops[0].outcome, hops[0].failed) == ("ok", False)
+    assert hops[1].start_ms == 5 and hops[1].duration_ms == 3
+    assert timeline([]) == []
+
+
+def test_rates_from_two_samples() -> None:
+    brokers = [BrokerView({"name": "a"}, {"topics": {"t": {"0": {"max_offset": 4},
+                                                           "1": {"max_offset": 6}}}}),
+               BrokerView({"name": "a", "role": "slave"}, {"topics": {"t": {"0": {"max_offset": 4}}},
+                                                            "replication": {"role": "slave"}}),
+               BrokerView({"name": "b"}, None)]
+    assert topic_totals(brokers) == {"t": 10}
+    rates = RateSampler(None, 1000)  # type: ignore[arg-type]
+    assert rates.rate("t") is None
+    rates.add(1.0, {"t": 10})
+    rates.add(3.0, {"t": 30, "u": 1})
+    assert rates.rate("t") == 10.0 and rates.rate("u") is None
+
+
+def test_flatten_stats() -> None:
+    rows = flatten({"open": 3, "brokers": {"a": {"half_next": 5}}, "list": [1, 2], "s": "x" * 500})
+    assert rows[:2] == [("brokers.a.half_next", "5"), ("list", "[1, 2]")]
+    assert ("open", "3") in rows and len(dict(rows)["s"]) == 161
+    assert len(flatten({str(i): i for i in range(1000)})) == MAX_ROWS
