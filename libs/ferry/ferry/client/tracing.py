@@ -173,6 +173,9 @@ def traced_handler(handler: Callable[[ConsumerRecord], Awaitable[Any]], group: s
             result = await handler(record)
             span.set_attribute(OUTCOME, OK)
             return result
+    prepare = getattr(handler, "prepare", None)
+    if prepare is not None:   # the runner's batch hook (an idempotence check's prefetch)
+        process.prepare = prepare  # type: ignore[attr-defined]
     return process
 
 
