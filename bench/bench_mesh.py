@@ -12,7 +12,7 @@ start-up objects frozen on both sides. Each case prints one JSON line.
 
 Tracing's cost (docs/tracing.md): produce and consume run twice, each time
 on a fresh namesrv and broker, with tracing off (FERRY_TRACING=off in every
-process) and at the default sampling (on, ratio 0.01, the trace topic
+process) and at the default sampling (on, ratio 0.001, the trace topic
 exporting); their lines carry `"tracing": "off" | "default"`, and
 `mesh.tracing_cost` gives default / off (target >= 0.9). Latency and sync
 flush run at the default.
@@ -70,7 +70,7 @@ TRACING_COST_TARGET = 0.9
 def use_tracing(mode: str) -> None:
     """Tracing for the processes started next and the clients of this one (mode off|default)."""
     os.environ["FERRY_TRACING"] = "off" if mode == "off" else "on"
-    os.environ.pop("FERRY_TRACE_SAMPLE_RATIO", None)   # default: the documented 0.01
+    os.environ.pop("FERRY_TRACE_SAMPLE_RATIO", None)   # default: the documented 0.001
     os.environ.pop("FERRY_TRACE_DIR", None)
 
 

@@ -32,7 +32,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 def test_settings_defaults_and_environment() -> None:
     s = TracingSettings.from_env({})
     assert (s.enabled, s.sample_ratio, s.trace_dir, s.otlp_endpoint, s.trace_topic) == \
-        (True, 0.01, None, None, True)
+        (True, 0.001, None, None, True)
     s = TracingSettings.from_env({"FERRY_TRACING": "off", "FERRY_TRACE_SAMPLE_RATIO": "0",
                                   "FERRY_TRACE_DIR": "/tmp/x", "FERRY_TRACE_TOPIC": "off",
                                   "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})

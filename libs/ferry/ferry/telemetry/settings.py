@@ -3,7 +3,7 @@
 | variable | default | meaning |
 |---|---|---|
 | `FERRY_TRACING` | `on` | `off`: no tracer provider, no span anywhere in the process |
-| `FERRY_TRACE_SAMPLE_RATIO` | `0.01` | fraction of messages a producer traces (0: only forced ones) |
+| `FERRY_TRACE_SAMPLE_RATIO` | `0.001` | fraction of messages a producer traces (0: only forced ones) |
 | `FERRY_TRACE_DIR` | unset | write spans as JSON lines to `<dir>/<service>-<pid>.jsonl` |
 | `OTEL_EXPORTER_OTLP_ENDPOINT` | unset | also export over OTLP/HTTP to that endpoint |
 | `FERRY_TRACE_TOPIC` | `on` | write spans to the `%TRACE%` topic (needs a known namesrv) |
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ferry.errors import FerryError
 from ferry.settings import parse_bool
 
-DEFAULT_SAMPLE_RATIO = 0.01
+DEFAULT_SAMPLE_RATIO = 0.001   # 1 in 1,000 messages: the cost is measured in docs/tracing.md "Cost"
 
 
 class TracingConfigError(FerryError, ValueError):
