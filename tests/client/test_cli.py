@@ -65,6 +65,20 @@ def test_send_consume_and_lag(mesh: Mesh) -> None:
     assert res.returncode == 3 and res.stdout == ""
 
 
+def test_send_trace_forces_a_traced_message(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERRY_TRACE_SAMPLE_RATIO", "0")   # only --trace traces
+    topic = unique("cli")
+    res = ferry(mesh, "send", topic, "watched", "--trace")
+    assert res.returncode == 0, res.stderr
+    msg_id = res.stdout.split()[1]
+    got = ferry(mesh, "message", "get", msg_id)
+    assert got.returncode == 0, got.stderr
+    assert "TRACEPARENT" in got.stdout   # the W3C context travels with the message
+    plain = ferry(mesh, "send", topic, "unwatched")
+    got = ferry(mesh, "message", "get", plain.stdout.split()[1])
+    assert got.returncode == 0 and "TRACEPARENT" not in got.stdout
+
+
 def test_errors_are_clear() -> None:
     res = ferry(None, "--namesrv", "127.0.0.1:1", "topic", "list")
     assert res.returncode == 1 and res.stderr.startswith("error: ConnectionLostError")

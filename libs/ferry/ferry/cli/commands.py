@@ -77,7 +77,7 @@ async def send(args: argparse.Namespace) -> int:
         futs = [await producer.send(args.topic, args.body.encode(), key=args.key, tags=args.tags,
                                     properties=props, ordered=args.ordered,
                                     delay_ms=args.delay_ms, ttl_ms=args.ttl_ms,
-                                    priority=args.priority)
+                                    priority=args.priority, trace=args.trace or None)
                 for _ in range(args.count)]
         results = await asyncio.gather(*futs)
     for r in results:

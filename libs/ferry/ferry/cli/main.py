@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="never deliver once N ms have passed since it was stored in the topic")
     send.add_argument("--priority", type=int, default=0, choices=range(4), metavar="P",
                       help="0..3, 3 highest (default 0), on a topic with priority levels")
+    send.add_argument("--trace", action="store_true",
+                      help="trace this message whatever the sampling (see its hops with "
+                           "`ferry message get ID` or the console)")
     send.set_defaults(func=commands.send)
 
     consume = sub.add_parser("consume", help="consume and print messages with their offsets")
