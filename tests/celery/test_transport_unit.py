@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +31,28 @@ def test_import_registers_the_ferry_scheme() -> None:
     assert kombu.Connection("ferry://", transport_options={"namesrv": "a:1,b:2"}
                             ).transport.namesrv == "a:1,b:2"
     assert ferry.celery.Transport is Transport
+
+
+@pytest.mark.parametrize("first", ["ferry", "kombu"])
+def test_import_ferry_alone_lets_celery_resolve_ferry_urls(first: str) -> None:
+    """A fresh process: `import ferry` before or after kombu, then Celery(broker="ferry://...")."""
+    imports = ("import ferry\nimport kombu.transport\n" if first == "ferry"
+               else "import kombu.transport\nimport ferry\n")
+    code = imports + (
+        "from celery import Celery\n"
+        "t = Celery(broker='ferry://127.0.0.1:1').connection_for_write().transport\n"
+        "print(type(t).__module__ + '.' + type(t).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ferry.celery.transport.Transport"
+
+
+def test_import_ferry_does_not_load_kombu() -> None:
+    code = "import sys, ferry\nprint('kombu' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "False"), out.stderr
 
 
 def test_the_celery_command_imports_the_transport_by_entry_point() -> None:

@@ -5,7 +5,7 @@ The public client API lives here: `Producer`, `TransactionProducer`, `Consumer` 
 """
 from __future__ import annotations
 
-from ferry import errors
+from ferry import errors, kombu_alias
 from ferry.client import (
     Admin,
     Consumer,
@@ -66,3 +66,5 @@ __all__ = [
     "TransactionStateError",
     "error_for_code",
 ]
+
+kombu_alias.install()   # `Celery(broker="ferry://...")` works once Ferry is imported

@@ -1,9 +1,9 @@
 """ferry.celery: Celery on Ferry (see docs/celery.md).
 
 - the kombu transport behind `Celery(broker="ferry://127.0.0.1:9876")`
-  (`ferry.celery.transport.Transport`): importing this package registers the
-  `ferry` scheme with kombu; the `celery` command imports it by itself
-  through the `celery.commands` entry point Ferry installs;
+  (`ferry.celery.transport.Transport`): `import ferry` (or this package)
+  registers the `ferry` scheme with kombu (`ferry.kombu_alias`); the `celery`
+  command imports it by itself through the `celery.commands` entry point;
 - the topic → task bridge (`ferry.celery.bridge`, `ferry celery-bridge`);
 - idempotent tasks (`ferry.celery.idempotent`): a ledger row per task id in
   the task's own transaction, so a redelivered task never runs twice.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-TRANSPORT_ALIAS = "ferry"
-TRANSPORT_PATH = "ferry.celery.transport:Transport"
+from ferry.kombu_alias import ALIAS as TRANSPORT_ALIAS
+from ferry.kombu_alias import TRANSPORT_PATH
 
 
 def register() -> None:
