@@ -67,7 +67,7 @@ def test_claim_confirm_then_a_duplicate_finds_done(service: Service) -> None:
         "processing"
     # Only the holder's token confirms.
     assert d.ok("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": biz,
-                                               "token": "not-mine"}) == {"ok": False}
+                                               "token": "0" * 32}) == {"ok": False}
     assert d.ok("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": biz,
                                                "token": first["token"]}) == {"ok": True}
     again = d.ok("POST", "/v1/claims", {"scene": "billing", "biz_key": biz})
@@ -127,6 +127,10 @@ def test_ledger_lookups_by_business_key_and_message_id(service: Service) -> None
     ("POST", "/v1/claims", {"scene": "bad scene!", "biz_key": "k"}, None),
     ("POST", "/v1/claims", {"scene": "billing", "biz_key": "k", "lease_ms": 5}, None),
     ("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": "k"}, None),
+    ("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": "k", "token": "not-mine"},
+     None),
+    ("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": "k",
+                                    "token": "0" * 32 + ",junk"}, None),
     ("GET", "/v1/ledger?scene=billing", None, None),
     ("GET", "/v1/ledger/messages/not-an-id", None, None),
     ("POST", "/v1/reconcile", {"topic": "t", "group": "g", "from_ms": 5, "to_ms": 5}, None),
@@ -210,3 +214,19 @@ def test_ledger_database_down_is_a_503_and_claims_keep_working(
         assert "dedup stopped" in d.proc.log()
     finally:
         d.proc.stop()
+
+
+def test_a_bad_token_never_changes_another_clients_confirm(service: Service) -> None:
+    """Confirms arriving together share one Redis call: a malformed token is refused
+    up front, so it cannot shift the tokens of the others in that call."""
+    d = service.dedup
+    mine, theirs = key(), key()
+    a = d.ok("POST", "/v1/claims", {"scene": "billing", "biz_key": mine})
+    b = d.ok("POST", "/v1/claims", {"scene": "billing", "biz_key": theirs})
+    status, _ = d.call("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": mine,
+                                                      "token": a["token"] + ",x"})
+    assert status == 400
+    assert d.ok("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": theirs,
+                                               "token": b["token"]}) == {"ok": True}
+    assert d.ok("POST", "/v1/claims/confirm", {"scene": "billing", "biz_key": mine,
+                                               "token": a["token"]}) == {"ok": True}

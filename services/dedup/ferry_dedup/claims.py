@@ -27,6 +27,7 @@ from ferry.idempotence.claim import (
     MIN_LEASE_MS,
     REDIS_TIMEOUT_S,
     UNAVAILABLE,
+    check_token,
 )
 from ferry.idempotence.keys import bounded_biz_key
 
@@ -106,6 +107,10 @@ class Claims:
         """Confirm (done, with the TTL) or release (deleted) a claim we hold by its token."""
         scene, biz_key = self._keys(body)
         token = _text(body, "token", TOKEN_MAX_CHARS)
+        try:
+            check_token(token)
+        except ValueError as exc:   # e.g. "<token>,junk": never let it near a batch
+            raise MalformedRequestError(f"token: {exc}") from exc
         claim = Claim(scene, bounded_biz_key(biz_key), claim_key(scene, biz_key), token,
                       ClaimState.CLAIMED)
         counter = self.confirms if confirm else self.releases

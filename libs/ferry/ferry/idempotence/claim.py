@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -59,6 +60,7 @@ MIN_DONE_TTL_MS, MAX_DONE_TTL_MS = 1_000, 365 * 24 * 3_600_000
 # not hold a consumer's handler for the OS connect timeout.
 REDIS_TIMEOUT_S = 2.0
 TOKEN_SERIAL_MASK = (1 << 64) - 1
+_TOKEN = re.compile(r"[0-9a-f]{32}")
 MAX_CACHED_SCENES = 1024   # validated scene names remembered per RedisClaim
 MAX_PREFETCHED = 65_536    # prefetched claims kept waiting for their handlers at most
 PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (see the scripts)
@@ -69,8 +71,8 @@ Handler = Callable[[ConsumerRecord], Awaitable[Any]]
 
 # The claims taken and confirmed in one turn of the event loop, as ONE script call:
 # ARGV[1] the lease, ARGV[2] the done TTL, ARGV[3] one op character per item
-# ("A" acquire, "F" confirm / finish), ARGV[4] the items' keys separated by NUL
-# and ARGV[5] their tokens separated by "," (two joined strings rather than 2N
+# ("A" acquire, "F" confirm / finish), ARGV[4] the items' keys and ARGV[5] their
+# tokens, each separated by NUL (two joined strings rather than 2N
 # arguments: the client's packing of each argument was a fifth of a claim's
 # cost). Returns one character per item, one string (one reply to parse):
 #   acquire: "C" taken (stored "processing:<token>"), "D" done, "P" another
@@ -89,7 +91,7 @@ local function split(s, sep)
     start = i + 1
   end
 end
-local keys, tokens = split(ARGV[4], '\\0'), split(ARGV[5], ',')
+local keys, tokens = split(ARGV[4], '\\0'), split(ARGV[5], '\\0')
 local ops, out = ARGV[3], {}
 for i, key in ipairs(keys) do
   local token = tokens[i]
@@ -125,6 +127,17 @@ def _check_range(name: str, value: int, low: int, high: int) -> int:
     if not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an int in {low}..{high}, got {value!r}")
     return value
+
+
+def check_token(token: str) -> str:
+    """`token` if it has the shape of a claim token (32 lowercase hex), else ValueError.
+
+    A token travels NUL-joined with others in one script call: one that could
+    hold a separator (or anything but a token) must never get there.
+    """
+    if not isinstance(token, str) or _TOKEN.fullmatch(token) is None:
+        raise ValueError(f"bad claim token {token!r}: 32 lowercase hex characters")
+    return token
 
 
 def _text(value: bytes | str | None) -> str:
@@ -261,6 +274,7 @@ class RedisClaim:
         """Turn our processing claim into done (TTL done_ttl_ms); False if it is not ours now."""
         if claim.state is not ClaimState.CLAIMED:
             return False
+        check_token(claim.token)
         done = await self._ops.submit((CONFIRM, claim.key, claim.token)) == "1"
         return self._owned_outcome(claim, done, "confirm")
 
@@ -268,7 +282,7 @@ class RedisClaim:
         """One character per item of `batch` (see _CLAIM_OPS): C / D / P or 1 / 0."""
         found = _text(await self._claim_ops(args=[
             self.lease_ms, self.done_ttl_ms, "".join([op for op, _, _ in batch]),
-            "\0".join([key for _, key, _ in batch]), ",".join([t for _, _, t in batch])]))
+            "\0".join([key for _, key, _ in batch]), "\0".join([t for _, _, t in batch])]))
         if len(found) != len(batch):
             raise RuntimeError(f"claim script answered {len(found)} of {len(batch)} items")
         return found
