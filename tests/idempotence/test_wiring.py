@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import psycopg
 import pytest
+from ferry.client.batch_hook import BatchHook, batch_hook
 from ferry.client.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence import (
@@ -233,7 +234,7 @@ async def test_claims_asked_in_one_turn_share_a_call_and_each_stays_atomic(
 
 async def test_prepare_takes_a_batchs_claims_in_one_call_and_the_handlers_use_them(
         redis_server: Redis) -> None:
-    """consumer.run awaits `prepare(batch)` before starting the batch's handlers."""
+    """consumer.run awaits the hook's `prepare(batch)` before starting the batch's handlers."""
     runs: list[str] = []
 
     async def handle(record: ConsumerRecord) -> None:
@@ -245,7 +246,7 @@ async def test_prepare_takes_a_batchs_claims_in_one_call_and_the_handlers_use_th
         batch = [msg("order-1"), msg("order-2"), msg("order-1"), msg()]
         await claim.acquire("warm-up", "x")   # the script is loaded in Redis (EVAL once)
         before = await _script_calls(claim)
-        await checked.prepare(batch)  # type: ignore[attr-defined]
+        await _hook(checked).prepare(batch)
         assert await _script_calls(claim) == before + 1   # one round trip for the batch
         outcomes = []
         for record in batch:
@@ -260,10 +261,39 @@ async def test_prepare_takes_a_batchs_claims_in_one_call_and_the_handlers_use_th
         assert (stats.ran, stats.busy) == (3, 1)
         # A duplicate delivered later finds "done" (prefetched or not).
         again = msg("order-2")
-        await checked.prepare([again])  # type: ignore[attr-defined]
+        await _hook(checked).prepare([again])
         assert await checked(again) is Outcome.DUPLICATE
 
 
 async def _script_calls(claim: RedisClaim) -> int:
     info = await claim._redis.info("commandstats")
     return sum(int(v["calls"]) for k, v in info.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def _hook(handler: object) -> BatchHook:
+    hook = batch_hook(handler)
+    assert hook is not None
+    return hook
+
+
+async def test_forget_releases_prefetched_claims_whose_handlers_never_ran(
+        redis_server: Redis) -> None:
+    """A stop or cancel between prefetch and the handlers: the claims are given back,
+    so the redelivery runs at once instead of finding them busy for a whole lease."""
+    async def handle(record: ConsumerRecord) -> None:
+        return None
+
+    async with RedisClaim(redis_server.url, key_prefix=unique_prefix()) as claim:
+        checked = wire(handle, claim, group=GROUP, stats=IdempotenceStats())
+        batch = [msg("order-7"), msg("order-8")]
+        await _hook(checked).prepare(batch)
+        assert await claim.state_of(GROUP, "order-7") == "processing"
+        _hook(checked).forget(batch)
+        for _ in range(100):
+            if await claim.state_of(GROUP, "order-7") is None:
+                break
+            await asyncio.sleep(0.01)
+        assert await claim.state_of(GROUP, "order-7") is None
+        assert await claim.state_of(GROUP, "order-8") is None
+        redelivered = msg("order-7")
+        assert await checked(redelivered) is Outcome.RAN

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ferry.client.batch_hook import BatchHook, batch_hook
 from ferry.client.fetcher import QueueFetcher
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.retry import Nacker, PendingOffsets
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
+
 
 #: How long stop() lets running handlers finish before cancelling them.
 RUN_STOP_GRACE_MS = 5_000
@@ -61,10 +63,9 @@ class Runner:
         self.pending = pending
         self.running: dict[asyncio.Task[None], tuple[TopicQueue, int]] = {}
         self._slot_free = asyncio.Event()
-        # A handler may offer `prepare(records)`, awaited with each batch before its
-        # handlers start (ferry.idempotence's Redis claim takes a batch's claims so).
-        self._prepare: Callable[[list[ConsumerRecord]], Awaitable[None]] | None = getattr(
-            handler, "prepare", None)
+        # A handler may offer a BatchHook, awaited with each batch before its handlers
+        # start (ferry.idempotence's Redis claim takes a batch's claims so).
+        self._hook = batch_hook(handler)
 
     async def run(self) -> None:
         consumer = self.consumer
@@ -76,8 +77,8 @@ class Runner:
                     continue
                 batch = await consumer.getmany(timeout_ms=_POLL_MS,
                                                max_records=self.concurrency - len(self.running))
-                if self._prepare is not None and batch:
-                    await self._prepared(batch)
+                if self._hook is not None and batch:
+                    await self._prepared(self._hook, batch)
                     continue
                 for tq, records in batch.items():
                     for record in records:
@@ -86,27 +87,37 @@ class Runner:
             await self._abandon()
             raise
 
-    async def _prepared(self, batch: dict[TopicQueue, list[ConsumerRecord]]) -> None:
-        """Let the handler's `prepare` see the whole batch (an idempotence check takes
-        its claims in one call), then start the handlers. The records are held
-        pending first, so no commit passes them while `prepare` runs."""
-        prepare = self._prepare
-        assert prepare is not None
-        for tq, records in batch.items():
-            for record in records:
+    async def _prepared(self, hook: BatchHook,
+                        batch: dict[TopicQueue, list[ConsumerRecord]]) -> None:
+        """Let the handler's hook see the whole batch (an idempotence check takes its
+        claims in one call), then start the handlers. The records are held pending
+        first, so no commit passes them while `prepare` runs; if the run is cancelled
+        or the consumer stops meanwhile, none starts: the hook forgets them (releasing
+        what it took) and they are handed out again."""
+        records = [r for rs in batch.values() for r in rs]
+        for tq, rs in batch.items():
+            for record in rs:
                 self.pending.add(tq, record.queue_offset)
         try:
-            await prepare([r for records in batch.values() for r in records])
-        except asyncio.CancelledError:   # none started: hand them out again later
-            for tq, records in batch.items():
-                for record in records:
-                    self.pending.discard(tq, record.queue_offset)
-            for tq, records in batch.items():
-                await self.consumer.rewind(tq, min(r.queue_offset for r in records))
+            await hook.prepare(records)
+        except asyncio.CancelledError:
+            await self._unstarted(hook, batch, records)
             raise
-        for tq, records in batch.items():
-            for record in records:
+        if not self.consumer.started:   # stop() came while prepare ran: too late to start
+            await self._unstarted(hook, batch, records)
+            return
+        for tq, rs in batch.items():
+            for record in rs:
                 self._start(tq, record, held=True)
+
+    async def _unstarted(self, hook: BatchHook, batch: dict[TopicQueue, list[ConsumerRecord]],
+                         records: list[ConsumerRecord]) -> None:
+        hook.forget(records)
+        for tq, rs in batch.items():
+            for record in rs:
+                self.pending.discard(tq, record.queue_offset)
+        for tq, rs in batch.items():
+            await self.consumer.rewind(tq, min(r.queue_offset for r in rs))
 
     def _start(self, tq: TopicQueue, record: ConsumerRecord, held: bool = False) -> None:
         # Held before the next getmany() promotes the position: commits stop below it.

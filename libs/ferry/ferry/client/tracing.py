@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from ferry.client.batch_hook import batch_hook, offer_batch_hook
 from ferry.client.message import ConsumerRecord, Message, SendResult
 from ferry.codec.message_flags import MessageFlag
 from ferry.codec.record import H_FLAGS
@@ -173,9 +174,7 @@ def traced_handler(handler: Callable[[ConsumerRecord], Awaitable[Any]], group: s
             result = await handler(record)
             span.set_attribute(OUTCOME, OK)
             return result
-    prepare = getattr(handler, "prepare", None)
-    if prepare is not None:   # the runner's batch hook (an idempotence check's prefetch)
-        process.prepare = prepare  # type: ignore[attr-defined]
+    offer_batch_hook(process, batch_hook(handler))   # an idempotence check's prefetch
     return process
 
 

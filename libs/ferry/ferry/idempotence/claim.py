@@ -19,6 +19,7 @@ failover) forgets "done" keys. The ledger (strong check) has neither gap.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -184,6 +185,7 @@ class RedisClaim:
         # Claims taken by prefetch() for records whose handlers have not run yet,
         # by id(record) (the record is kept with it: an id is only unique while alive).
         self._prefetched: dict[int, tuple[ConsumerRecord, Claim]] = {}
+        self._releasing: set[asyncio.Task[None]] = set()   # forget()'s releases, until done
         # A token names one claim attempt: random per RedisClaim, then a serial
         # (unique without a random draw per message).
         self._token_prefix = secrets.token_hex(8)
@@ -269,6 +271,18 @@ class RedisClaim:
                     exc, scene, biz_key)
         raise ClaimUnavailableError(
             f"Redis unreachable for the claim of scene={scene}, biz_key={biz_key}: {exc}") from exc
+
+    def forget(self, records: Sequence[ConsumerRecord]) -> None:
+        """Drop the prefetched claims of `records` whose handlers will not run, releasing
+        the ones taken (in the background), so a redelivery can take them at once
+        rather than find them busy until the lease runs out."""
+        for record in records:
+            entry = self._prefetched.pop(id(record), None)
+            if entry is not None and entry[0] is record \
+                    and entry[1].state is ClaimState.CLAIMED:
+                task = asyncio.get_running_loop().create_task(self._release_quietly(entry[1]))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
 
     async def confirm(self, claim: Claim) -> bool:
         """Turn our processing claim into done (TTL done_ttl_ms); False if it is not ours now."""

@@ -24,13 +24,14 @@ unchecked, or failed when the check or the handler raised.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from opentelemetry.context import Context
 from opentelemetry.trace import get_current_span
 
+from ferry.client.batch_hook import batch_hook, offer_batch_hook
 from ferry.client.message import ConsumerRecord
 from ferry.client.tracing import record_context
 from ferry.errors import DuplicateMessage, FerryError
@@ -78,15 +79,25 @@ class IdempotenceStats:
         return asdict(self)
 
 
+class _ClaimPrefetch:
+    """The runner's batch hook for a RedisClaim: a batch's claims in one call (prefetch)."""
+
+    def __init__(self, claim: RedisClaim, scene: str) -> None:
+        self.claim, self.scene = claim, scene
+
+    async def prepare(self, records: list[ConsumerRecord]) -> None:
+        await self.claim.prefetch(records, scene=self.scene)
+
+    def forget(self, records: list[ConsumerRecord]) -> None:
+        self.claim.forget(records)
+
+
 def _checked(handler: AnyHandler, check: object, group: str) -> Handler:
     """`handler` behind `check` (the four kinds the module docstring lists)."""
     if isinstance(check, RedisClaim):
         scene = check.scene or group
         claimed = check.wrap(handler, scene=scene)
-
-        async def prepare(records: Sequence[ConsumerRecord]) -> None:
-            await check.prefetch(records, scene=scene)
-        claimed.prepare = prepare  # type: ignore[attr-defined]   # see Runner.run
+        offer_batch_hook(claimed, _ClaimPrefetch(check, scene))
         return claimed
     if isinstance(check, TransactionalLedger):
         return check.wrap(handler, scene=check.scene or group,
@@ -114,7 +125,9 @@ def wire(handler: AnyHandler, check: object, *, group: str,
     kind = type(check).__name__
 
     async def idempotent(record: ConsumerRecord) -> Outcome:
-        if tracing().enabled:  # off: one attribute check, and no span below
+        # Off: one attribute check, and no span below. Only a stored record carries
+        # trace context (a stand-in with the same attributes, e.g. in a test, does not).
+        if tracing().enabled and isinstance(record, ConsumerRecord):
             ctx = record_context(record)
             if ctx is not None:
                 return await _traced(record, ctx)
@@ -153,7 +166,5 @@ def wire(handler: AnyHandler, check: object, *, group: str,
             if outcome is Outcome.UNCHECKED:
                 stats.unchecked += 1
         return outcome
-    prepare = getattr(inner, "prepare", None)
-    if prepare is not None:   # the runner lets it see each batch before the handlers start
-        idempotent.prepare = prepare  # type: ignore[attr-defined]
+    offer_batch_hook(idempotent, batch_hook(inner))   # the runner shows it each batch
     return idempotent
