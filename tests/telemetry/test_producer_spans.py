@@ -6,13 +6,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from ferry.client import Message
 from ferry.errors import BusyError
 from ferry.telemetry import tracing
-from ferry.telemetry.spans import OUTCOME
+from ferry.telemetry.spans import BATCH_COUNT, HOP, OPERATION_NAME, OPERATION_TYPE, OUTCOME
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
-from tests.client.test_producer_unit import FakeFrame, _close_producers, _producer
+from tests.client.test_producer_unit import Broker, FakeFrame, _close_producers, _producer
 
 __all__ = ["_close_producers"]   # the autouse fixture closing the stand-in producers
 pytestmark = pytest.mark.usefixtures("_close_producers")
@@ -39,3 +40,24 @@ async def test_a_traced_send_refused_by_a_full_buffer_ends_its_span(
     gate.set()
     await asyncio.gather(*futs)
 
+
+async def test_a_batch_has_one_send_span_and_a_create_span_per_traced_message(
+        spans: InMemorySpanExporter) -> None:
+    broker = Broker()
+    p = _producer("t")
+    p._tracing = tracing()
+    p._pool.request = broker.request  # type: ignore[method-assign]
+    await p.send_batch("t", [Message(b"a", trace=True), Message(b"b", trace=False),
+                              Message(b"c", trace=True)])
+    done = spans.get_finished_spans()
+    creates = [s for s in done if s.attributes and s.attributes[OPERATION_TYPE] == "create"]
+    sends = [s for s in done if s.attributes and s.attributes[OPERATION_TYPE] == "send"]
+    assert len(creates) == 2 and len(sends) == 1
+    (batch,) = sends
+    assert batch.kind is SpanKind.PRODUCER and batch.attributes[BATCH_COUNT] == 3
+    assert {(link.context.trace_id, link.context.span_id) for link in batch.links} == {
+        (c.context.trace_id, c.context.span_id) for c in creates}
+    for s in done:
+        assert s.attributes is not None
+        assert s.attributes[OPERATION_NAME] == s.attributes[OPERATION_TYPE]
+        assert s.attributes[HOP] == "send" and s.name == f"{s.attributes[OPERATION_NAME]} t"

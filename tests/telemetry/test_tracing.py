@@ -21,9 +21,11 @@ from ferry.telemetry import (
     read_jsonl,
     read_trace_dir,
     span_json,
+    start_hop,
     tracing,
 )
 from ferry.telemetry import setup as tracing_setup
+from ferry.telemetry.spans import BATCH_MESSAGE_OPERATION
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -105,6 +107,22 @@ def test_every_hop_has_an_operation_type_and_kind() -> None:
     assert set(HOPS) == {"send", "store", "schedule", "deliver", "half", "end", "check",
                          "receive", "process", "retry", "dlq", "bridge", "task", "dedup"}
     assert {op for op, _ in HOPS.values()} == {"create", "send", "receive", "process", "settle"}
+
+
+def test_every_hop_span_names_its_operation(spans: InMemorySpanExporter) -> None:
+    for hop in HOPS:
+        with hop_span(hop, destination="T"):
+            pass
+    start_hop("send", destination="T", operation=BATCH_MESSAGE_OPERATION).end()
+    done = spans.get_finished_spans()
+    assert len(done) == len(HOPS) + 1
+    for span in done:
+        attrs = dict(span.attributes or {})
+        assert attrs["messaging.operation.name"], span.name
+        assert span.name == f"{attrs['messaging.operation.name']} T"
+        assert attrs["messaging.operation.type"] in ("create", "send", "receive", "process",
+                                                     "settle")
+    assert dict(done[-1].attributes or {})["messaging.operation.type"] == "create"
 
 
 def test_a_failing_block_marks_the_span_failed(spans: InMemorySpanExporter) -> None:
@@ -190,3 +208,6 @@ def test_docs_hop_table_matches_the_code() -> None:
         if line.startswith("| `") and len(cells) == 5:
             rows[cells[0].strip("`")] = (cells[1], cells[2].split()[0])
     assert rows == {hop: (op, kind.name) for hop, (op, kind) in HOPS.items()}
+    send_row = next(line for line in doc.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("| `send` |"))
+    assert f"operation type and name `{BATCH_MESSAGE_OPERATION}`" in send_row
