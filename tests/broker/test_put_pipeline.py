@@ -26,7 +26,7 @@ from tests.broker.wire_client import WireClient, message
 pytestmark = pytest.mark.integration
 
 DELAY, TTL = int(MessageFlag.DELAY), int(MessageFlag.TTL)
-TRACED = int(MessageFlag.TRACED)
+TRACED, TXN_HALF = int(MessageFlag.TRACED), int(MessageFlag.TXN_HALF)
 
 
 def flagged(body: bytes, flags: int, **props: str) -> Any:
@@ -98,6 +98,32 @@ async def test_trace_topic_takes_only_the_exporters_send(client: WireClient) -> 
                                                 "trace_export": True},
                              encode_messages([message(b"{}", keys="M1 t:abc")]))
     assert resp.fields["count"] == 1
+
+
+async def test_trace_export_is_exactly_true_on_the_trace_topic_with_no_flags(
+        client: WireClient) -> None:
+    body = encode_messages([message(b"{}", keys="M2")])
+    for value in (1, "yes", False, None, [True]):   # only the boolean true opens %TRACE%
+        with pytest.raises(MalformedRequestError, match="trace_export"):
+            await client.call(RequestCode.SEND, {"topic": "%TRACE%", "queue_id": 0,
+                                                 "trace_export": value}, body)
+    with pytest.raises(InvalidNameError, match="trace"):   # nor on an ordinary topic
+        await client.call(RequestCode.SEND, {"topic": "pipe-export", "queue_id": 0,
+                                             "trace_export": True}, body)
+    at = str(int(time.time() * 1000) + 60_000)
+    for flag in (DELAY, TTL, TXN_HALF, TRACED):   # announced: refused before the store
+        with pytest.raises(MalformedRequestError, match="flags"):
+            await client.call(RequestCode.SEND, {"topic": "%TRACE%", "queue_id": 0,
+                                                 "trace_export": True, "flags": flag},
+                              encode_messages([flagged(b"{}", flag, **{DELIVER_AT_MS: at})]))
+    for flag in (DELAY, TTL, TXN_HALF):   # unannounced in an entry: the fast path refuses it
+        with pytest.raises(MalformedRequestError):
+            await client.call(RequestCode.SEND, {"topic": "%TRACE%", "queue_id": 0,
+                                                 "trace_export": True},
+                              encode_messages([flagged(b"{}", flag, **{DELIVER_AT_MS: at})]))
+    resp = await client.call(RequestCode.SEND, {"topic": "%TRACE%", "queue_id": 0,
+                                                "trace_export": True}, body)
+    assert resp.fields["count"] == 1   # the broker still serves the exporter
 
 
 async def test_a_traced_only_batch_keeps_the_fast_path(client: WireClient) -> None:

@@ -118,6 +118,7 @@ async def _traced(namesrv: str) -> str:
 @pytest.fixture(scope="module")
 def seeded(console_mesh: ConsoleMesh) -> Iterator[Seeded]:
     mesh = console_mesh.mesh
+    tracing().shutdown()   # the process's trace-topic target becomes this mesh's namesrv
     orders, dead = asyncio.run(_seed(mesh.namesrv))
     traced = asyncio.run(_traced(mesh.namesrv))
     out = mesh.workdir / "billing.txt"

@@ -28,8 +28,10 @@ def trace_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     monkeypatch.setenv("FERRY_TRACE_SAMPLE_RATIO", "0")
     monkeypatch.setenv("FERRY_TRACE_DIR", str(directory))
     monkeypatch.setenv("FERRY_TRACE_TOPIC", "on")
+    # A fresh start: the trace topic's target is the first namesrv after a shutdown (this mesh's).
+    tracing().shutdown()
     yield directory
-    tracing().force_flush()
+    tracing().shutdown()
 
 
 def _spans(directory: Path, msg_id: str) -> list[dict[str, Any]]:

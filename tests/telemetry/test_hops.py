@@ -60,6 +60,7 @@ def traced_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory
     env = {**TRACE_ENV, "FERRY_TRACE_DIR": str(traces)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    tracing().shutdown()   # the process's trace-topic target becomes this mesh's namesrv
     mesh = Mesh(etcd, workdir)
     scheduler = None
     try:

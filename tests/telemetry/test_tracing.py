@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ferry.codec import TRACEPARENT, TRACESTATE, MessageFlag
@@ -21,10 +24,13 @@ from ferry.telemetry import (
     read_jsonl,
     read_trace_dir,
     span_json,
+    start_hop,
     tracing,
 )
 from ferry.telemetry import setup as tracing_setup
+from ferry.telemetry.spans import BATCH_MESSAGE_OPERATION
 from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -105,6 +111,22 @@ def test_every_hop_has_an_operation_type_and_kind() -> None:
     assert set(HOPS) == {"send", "store", "schedule", "deliver", "half", "end", "check",
                          "receive", "process", "retry", "dlq", "bridge", "task", "dedup"}
     assert {op for op, _ in HOPS.values()} == {"create", "send", "receive", "process", "settle"}
+
+
+def test_every_hop_span_names_its_operation(spans: InMemorySpanExporter) -> None:
+    for hop in HOPS:
+        with hop_span(hop, destination="T"):
+            pass
+    start_hop("send", destination="T", operation=BATCH_MESSAGE_OPERATION).end()
+    done = spans.get_finished_spans()
+    assert len(done) == len(HOPS) + 1
+    for span in done:
+        attrs = dict(span.attributes or {})
+        assert attrs["messaging.operation.name"], span.name
+        assert span.name == f"{attrs['messaging.operation.name']} T"
+        assert attrs["messaging.operation.type"] in ("create", "send", "receive", "process",
+                                                     "settle")
+    assert dict(done[-1].attributes or {})["messaging.operation.type"] == "create"
 
 
 def test_a_failing_block_marks_the_span_failed(spans: InMemorySpanExporter) -> None:
@@ -190,3 +212,71 @@ def test_docs_hop_table_matches_the_code() -> None:
         if line.startswith("| `") and len(cells) == 5:
             rows[cells[0].strip("`")] = (cells[1], cells[2].split()[0])
     assert rows == {hop: (op, kind.name) for hop, (op, kind) in HOPS.items()}
+    send_row = next(line for line in doc.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("| `send` |"))
+    assert f"operation type and name `{BATCH_MESSAGE_OPERATION}`" in send_row
+
+
+class _TopicStandIn(SpanExporter):
+    """Stands in for the trace-topic exporter: remembers its namesrv, drops the spans."""
+
+    def __init__(self, namesrv: str, service: str) -> None:
+        self.namesrv = namesrv
+
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def _targets(tr: Tracing) -> list[str]:
+    return [e.namesrv for e in tr.exporters if isinstance(e, _TopicStandIn)]
+
+
+def test_the_first_namesrv_stays_the_trace_topic_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing_setup, "_current", Tracing())
+    monkeypatch.setattr(tracing_setup, "_trace_topic_exporter", _TopicStandIn)
+    for k in ("FERRY_TRACING", "FERRY_TRACE_DIR", "FERRY_TRACE_TOPIC",
+              "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        monkeypatch.delenv(k, raising=False)
+    tr = tracing_setup.setup_tracing("svc")           # a service with no namesrv yet
+    provider = tr.provider
+    assert provider is not None and _targets(tr) == []
+    tracing_setup.setup_tracing("svc", namesrv="127.0.0.1:1")   # its first: added in place
+    assert tr.provider is provider and _targets(tr) == ["127.0.0.1:1"]
+    tracing_setup.setup_tracing("svc", namesrv="127.0.0.1:2")   # another cluster's client
+    assert tr.provider is provider and _targets(tr) == ["127.0.0.1:1"]
+    tr.shutdown()   # an explicit shutdown starts afresh
+    tracing_setup.setup_tracing("svc", namesrv="127.0.0.1:3")
+    assert _targets(tr) == ["127.0.0.1:3"]
+    tr.shutdown()
+
+
+def test_a_rebuild_stops_the_old_provider_off_the_calling_thread(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> None:
+    monkeypatch.setattr(tracing_setup, "_current", Tracing())
+    monkeypatch.setattr(tracing_setup, "_trace_topic_exporter", _TopicStandIn)
+    monkeypatch.delenv("FERRY_TRACE_DIR", raising=False)
+    monkeypatch.setenv("FERRY_TRACING", "on")
+    tr = tracing_setup.setup_tracing("svc", namesrv="127.0.0.1:1")
+    old = tr.provider
+    assert old is not None
+    release, stopped_on = threading.Event(), []
+    real_shutdown = old.shutdown
+
+    def slow_shutdown() -> None:   # an exporter thread that takes its time to join
+        stopped_on.append(threading.current_thread())
+        release.wait(10)
+        real_shutdown()
+    monkeypatch.setattr(old, "shutdown", slow_shutdown)
+    monkeypatch.setenv("FERRY_TRACE_DIR", str(tmp_path))   # a settings change: rebuilt
+    again = tracing_setup.setup_tracing("svc", namesrv="127.0.0.1:2")
+    try:
+        assert again is tr and tr.provider is not old and tr.enabled
+        assert [type(e) for e in tr.exporters] == [JsonLinesExporter, _TopicStandIn]
+        assert _targets(tr) == ["127.0.0.1:1"]
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while not stopped_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stopped_on and stopped_on[0] is not threading.current_thread()
+    tr.shutdown()

@@ -5,6 +5,7 @@
 - `GET /console...`: the pages (HTML; see `ferry_console.pages`).
 - `GET /openapi.json`: the list of these paths.
 
+A POST from another site's page is refused with a 403 page (`csrf.py`).
 A page that fails shows an HTML error page with the status of its error
 (400 bad input, 404 not found, 503 a source unreachable); a bug is a 500 page
 and a logged traceback. The process keeps serving either way.
@@ -29,6 +30,7 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 
+from ferry_console.csrf import same_origin_only
 from ferry_console.pages import cluster, groups, messages, services, topics
 from ferry_console.pages.common import CONSOLE, Console, render
 
@@ -97,7 +99,9 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str) -> w
     async def openapi(_: web.Request) -> web.Response:
         return http_errors.json_response(document)
 
-    app = web.Application(middlewares=[html_errors], client_max_size=MAX_BODY_BYTES)
+    # html_errors outermost: the origin check's own 403 is a page already.
+    app = web.Application(middlewares=[html_errors, same_origin_only],
+                          client_max_size=MAX_BODY_BYTES)
     app[CONSOLE] = console
     for family in (cluster, topics, groups, messages, services):
         family.register(app.router)

@@ -59,10 +59,18 @@ def _where(attrs: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _is_span(doc: object) -> bool:
+    """A span JSON dict with str ids and int times (anything else in %TRACE% is skipped)."""
+    def whole(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+    return (isinstance(doc, dict) and isinstance(doc.get("trace_id"), str)
+            and isinstance(doc.get("span_id"), str) and whole(doc.get("start_ns"))
+            and whole(doc.get("end_ns")))
+
+
 def timeline(spans: Iterable[dict[str, Any]]) -> list[Hop]:
     """The hops of `spans` (span JSON dicts) in start order; malformed spans are skipped."""
-    good = [s for s in spans if isinstance(s.get("start_ns"), int)
-            and isinstance(s.get("end_ns"), int)]
+    good = [s for s in spans if _is_span(s)]
     if not good:
         return []
     good.sort(key=lambda s: (s["start_ns"], s["end_ns"]))
@@ -70,7 +78,8 @@ def timeline(spans: Iterable[dict[str, Any]]) -> list[Hop]:
     total = max(max(s["end_ns"] for s in good) - first, 1)
     rows = []
     for s in good:
-        attrs = s.get("attributes") or {}
+        attrs = s.get("attributes")
+        attrs = attrs if isinstance(attrs, dict) else {}
         status = str(s.get("status") or "UNSET")
         outcome = str(attrs.get("ferry.outcome") or ("failed" if status == "ERROR" else
                                                      "ok" if status == "OK" else ""))

@@ -227,7 +227,11 @@ class Producer(SendRetries):
             raise
         budget = self._budget
         if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
-            await budget.take(nbytes, self.max_block_ms)
+            try:
+                await budget.take(nbytes, self.max_block_ms)
+            except BaseException:
+                fut.cancel()   # BusyError after max_block_ms: the traced span ends too
+                raise
         else:
             budget.used_bytes += nbytes
         try:

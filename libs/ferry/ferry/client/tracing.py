@@ -25,6 +25,7 @@ from ferry.names import DLQ_PREFIX, dlq_topic, retry_topic
 from ferry.telemetry import Tracing, extract, hop_span, inject, links_of, start_hop
 from ferry.telemetry.spans import (
     BATCH_COUNT,
+    BATCH_MESSAGE_OPERATION,
     BODY_SIZE,
     BROKER,
     CONSUMER_GROUP,
@@ -46,9 +47,9 @@ def wants_trace(tr: Tracing, trace_arg: bool | None) -> bool:
 
 
 def start_send(topic: str, body_size: int, hop: str = "send", batch_count: int | None = None,
-               kind: SpanKind | None = None) -> Span:
+               kind: SpanKind | None = None, operation: str | None = None) -> Span:
     """The span of one message's send (ended by `end_on_result` or `end_with`)."""
-    return start_hop(hop, destination=topic, kind=kind,
+    return start_hop(hop, destination=topic, kind=kind, operation=operation,
                      attributes={BODY_SIZE: body_size, BATCH_COUNT: batch_count})
 
 
@@ -98,7 +99,9 @@ class BatchTrace:
         out = []
         for i, (msg, traced) in enumerate(zip(messages, decisions, strict=True)):
             if traced:
-                span = start_send(topic, len(msg.body), batch_count=self.count)
+                # "create": the message is made here and sent by the batch's span
+                span = start_send(topic, len(msg.body), batch_count=self.count,
+                                  operation=BATCH_MESSAGE_OPERATION)
                 self.spans[i] = span
                 msg = dataclasses.replace(msg, properties=carry(span, msg.properties))
             out.append(msg)

@@ -5,8 +5,15 @@ by every client's `start()` (with `OTEL_SERVICE_NAME` or "ferry-client" as the
 name). The first call names the process's service and builds the tracer
 provider; a later call returns the same object, re-reading the environment:
 if the settings changed (a test that sets `FERRY_TRACE_DIR`, turns tracing
-off) the exporters are rebuilt in place, and a namesrv given later becomes the
-trace topic's target (the process's latest cluster). `tracing()` is what the
+off) the exporters are rebuilt in place. The trace topic's target is the first
+namesrv the process names: a client started later against another namesrv
+changes nothing (rebuilding would retarget every span of the process, and
+would stop the exporters on that client's event loop); a first namesrv given
+after the provider exists adds the topic exporter to it. A rebuild stops the
+old provider in a background thread: its shutdown joins the exporters'
+threads, which can take seconds, and `start()` runs on an event loop. After
+an explicit `shutdown()` the next setup starts afresh, a new target included.
+`tracing()` is what the
 hops read: a disabled `Tracing` before any setup, so a hop costs one attribute
 check (`tracing().enabled`) and makes no span.
 
@@ -79,7 +86,7 @@ class Tracing:
             topic_exporter = _trace_topic_exporter(self.namesrv, self.service)
             if topic_exporter is not None:
                 exporters.append(topic_exporter)
-        delay_ms = int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or EXPORT_DELAY_MS)
+        delay_ms = _delay_ms()
         for exporter in exporters:
             provider.add_span_processor(BatchSpanProcessor(exporter,
                                                            schedule_delay_millis=delay_ms))
@@ -96,23 +103,64 @@ class Tracing:
         """Export every finished span now (tests and shutdown paths call it)."""
         return self.provider.force_flush(timeout_ms) if self.provider is not None else True
 
-    def shutdown(self) -> None:
-        """Flush and stop the exporters; the object stays usable but disabled."""
+    def _detach(self) -> TracerProvider | None:
+        """Disable this object and hand back its provider (still running) to stop."""
         provider, self.provider = self.provider, None
         self.enabled = False
         self.tracer = trace.NoOpTracer()
         self.exporters = []
+        return provider
+
+    def shutdown(self) -> None:
+        """Flush and stop the exporters; the object stays usable but disabled.
+
+        The trace topic's target is forgotten too: the next `setup_tracing`
+        starts afresh (a process that stopped tracing may start it for another
+        cluster)."""
+        provider = self._detach()
+        self.namesrv = None
         if provider is not None:
             provider.shutdown()
 
     def _reconfigure(self, settings: TracingSettings, namesrv: str | None) -> None:
-        if settings == self.settings and (namesrv is None or namesrv == self.namesrv):
+        """Apply re-read settings; the first namesrv given stays the topic's target."""
+        first_target = namesrv if not self.namesrv else None
+        if settings == self.settings and (self.provider is not None or not settings.enabled):
+            if first_target and self.provider is not None:
+                self.namesrv = first_target
+                self._add_topic_exporter(self.provider)
+            elif first_target:
+                self.namesrv = first_target
             return
-        self.shutdown()
+        old = self._detach()
+        if old is not None:   # its shutdown joins the exporter threads: not on the caller's loop
+            threading.Thread(target=_shutdown_quietly, args=(old,), daemon=True,
+                             name="ferry-tracing-shutdown").start()
         self.settings = settings
-        self.namesrv = namesrv or self.namesrv
+        self.namesrv = self.namesrv or namesrv
         if settings.enabled:
             self._build()
+
+    def _add_topic_exporter(self, provider: TracerProvider) -> None:
+        if not (self.settings.trace_topic and self.namesrv):
+            return
+        exporter = _trace_topic_exporter(self.namesrv, self.service)
+        if exporter is not None:
+            provider.add_span_processor(BatchSpanProcessor(exporter,
+                                                           schedule_delay_millis=_delay_ms()))
+            self.exporters.append(exporter)
+
+
+def _delay_ms() -> int:
+    return int(os.environ.get("OTEL_BSP_SCHEDULE_DELAY") or EXPORT_DELAY_MS)
+
+
+def _shutdown_quietly(provider: TracerProvider) -> None:
+    """Stop a replaced provider (flushing its spans); a failure is logged, never raised."""
+    try:
+        provider.shutdown()
+    except Exception:   # a background thread has no caller to tell
+        log.exception("stopping the replaced tracer provider failed")
 
 
 def _trace_topic_exporter(namesrv: str, service: str) -> SpanExporter | None:

@@ -58,6 +58,11 @@ HOPS: dict[str, tuple[str, SpanKind]] = {
     "dedup": ("process", SpanKind.INTERNAL),
 }
 
+#: The operation of each message's own span in a `send_batch` (the hop stays `send`; the
+#: batch's span, which sends them, is the `send` operation): OpenTelemetry's messaging
+#: conventions call the span that creates a message sent later in a batch "create".
+BATCH_MESSAGE_OPERATION = "create"
+
 #: Outcomes hops record in `ferry.outcome`.
 OK, FAILED, DUPLICATE, DEAD_LETTER = "ok", "failed", "duplicate", "dead_letter"
 
@@ -74,11 +79,11 @@ def links_of(contexts: Sequence[Context | None]) -> list[Link]:
     return out
 
 
-def _attributes(hop: str, destination: str, msg_id: str | None, service: str,
-                attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    attrs: dict[str, Any] = {SYSTEM: SYSTEM_NAME, OPERATION_TYPE: HOPS[hop][0],
-                             OPERATION_NAME: hop, DESTINATION: destination, HOP: hop,
-                             SERVICE: service}
+def _attributes(hop: str, operation: str | None, destination: str, msg_id: str | None,
+                service: str, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {SYSTEM: SYSTEM_NAME, OPERATION_TYPE: operation or HOPS[hop][0],
+                             OPERATION_NAME: operation or hop, DESTINATION: destination,
+                             HOP: hop, SERVICE: service}
     if msg_id is not None:
         attrs[MESSAGE_ID] = msg_id
     if attributes:
@@ -88,21 +93,24 @@ def _attributes(hop: str, destination: str, msg_id: str | None, service: str,
 
 def start_hop(hop: str, *, destination: str, msg_id: str | None = None,
               parent: Context | None = None, kind: SpanKind | None = None,
-              links: Sequence[Link] = (), attributes: Mapping[str, Any] | None = None) -> Span:
+              links: Sequence[Link] = (), attributes: Mapping[str, Any] | None = None,
+              operation: str | None = None) -> Span:
     """A started hop span that the caller ends (`span.end()`), not made current.
 
     For a hop that finishes later, in a callback: a producer's send span ends
     when the broker acknowledges. Same attributes and kinds as `hop_span`.
+    `operation` overrides the hop's operation (type, name and the span name's
+    first word): a batch's per-message spans are `create` (BATCH_MESSAGE_OPERATION).
     """
     from ferry.telemetry.setup import tracing
 
     tr = tracing()
     if not tr.enabled:
         return trace.INVALID_SPAN
-    return tr.tracer.start_span(f"{hop} {destination}", context=parent,
+    return tr.tracer.start_span(f"{operation or hop} {destination}", context=parent,
                                 kind=kind or HOPS[hop][1], links=list(links),
-                                attributes=_attributes(hop, destination, msg_id, tr.service,
-                                                       attributes))
+                                attributes=_attributes(hop, operation, destination, msg_id,
+                                                       tr.service, attributes))
 
 
 @contextmanager
@@ -127,7 +135,7 @@ def hop_span(hop: str, *, destination: str, msg_id: str | None = None,
     with tr.tracer.start_as_current_span(
             f"{hop} {destination}", context=parent, kind=kind or HOPS[hop][1],
             links=list(links),
-            attributes=_attributes(hop, destination, msg_id, tr.service, attributes),
+            attributes=_attributes(hop, None, destination, msg_id, tr.service, attributes),
             record_exception=True, set_status_on_exception=True, end_on_exit=True) as span:
         try:
             yield span

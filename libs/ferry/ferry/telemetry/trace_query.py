@@ -25,6 +25,21 @@ MAX_SPANS_PER_KEY = 64
 MAX_TRACES = 8
 
 
+def is_span(doc: object) -> bool:
+    """Whether `doc` looks like span JSON: a dict with str ids and int start/end times.
+
+    `%TRACE%` holds what exporters wrote; anything else there (a foreign or
+    broken exporter's body) is skipped rather than failing the reader."""
+    if not isinstance(doc, dict):
+        return False
+    return (isinstance(doc.get("trace_id"), str) and isinstance(doc.get("span_id"), str)
+            and _is_int(doc.get("start_ns")) and _is_int(doc.get("end_ns")))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 async def _query(pool: ConnectionPool, addr: str, key: str) -> list[dict[str, Any]]:
     try:
         resp = check_response(await pool.request(addr, RequestCode.QUERY_BY_KEY, {
@@ -34,9 +49,11 @@ async def _query(pool: ConnectionPool, addr: str, key: str) -> list[dict[str, An
     out = []
     for rec in iter_records(resp.body):
         try:
-            out.append(json.loads(bytes(rec.body)))
-        except ValueError:
+            doc = json.loads(bytes(rec.body))
+        except ValueError:   # not JSON (UnicodeDecodeError included)
             continue
+        if is_span(doc):
+            out.append(doc)
     return out
 
 
@@ -61,4 +78,4 @@ async def spans_of_message(namesrv: str, msg_id: str) -> list[dict[str, Any]]:
         await pool.close()
         await names.close()
     unique = {(doc.get("trace_id"), doc.get("span_id")): doc for doc in spans}
-    return sorted(unique.values(), key=lambda doc: doc.get("start_ns") or 0)
+    return sorted(unique.values(), key=lambda doc: doc["start_ns"])

@@ -18,6 +18,11 @@ requests made for that purpose (SEND_BACK, DELIVER_DUE) write them. The one
 exception is the trace-topic exporter's SEND to `%TRACE%` with the field
 `trace_export` true (ferry.telemetry.trace_topic): spans are ordinary messages
 there, so the SEND path stores them; any other SEND to `%TRACE%` is refused.
+The field is checked strictly, since it opens an internal topic: its value must
+be exactly true, the topic `%TRACE%`, and the frame must announce no message
+flag (a delayed, expiring or half span message would leave the trace topic
+through a hook, and a TRACED one would be traced itself); the fast path then
+refuses an entry with a hooked flag.
 """
 from __future__ import annotations
 
@@ -42,6 +47,15 @@ def checked_queue(ctx: BrokerContext, topic: str, queue_id: int) -> None:
         raise MalformedRequestError(f"queue_id {queue_id} is out of range: {topic} has {queues}")
 
 
+def checked_trace_export(value: object, topic: str) -> None:
+    """Refuse a `trace_export` field that is not exactly true, or on a topic but %TRACE%."""
+    if value is not True:
+        raise MalformedRequestError(f"trace_export must be true, not {value!r}")
+    if topic != TRACE_TOPIC:
+        raise InvalidNameError(f"topic {topic} is internal or not the trace topic: "
+                               f"trace_export writes {TRACE_TOPIC} only")
+
+
 def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
                  body: bytes | memoryview) -> list[MessageIn]:
     """The entries of a message batch as store input (ids and flags as sent)."""
@@ -57,10 +71,15 @@ def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
 async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     require_master(ctx)  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
-    if is_internal(topic) and not (topic == TRACE_TOPIC and req.fields.get("trace_export")):
+    export = "trace_export" in req.fields
+    if export:
+        checked_trace_export(req.fields["trace_export"], topic)
+    elif is_internal(topic):
         raise InvalidNameError(f"topic {topic} is internal: only the broker writes it")
     queue_id = queue_field(req.fields)
     flags = int_field(req.fields, "flags", 0, 0xFFFFFFFF, 0)
+    if export and flags:
+        raise MalformedRequestError(f"a trace export announces no message flags, not {flags}")
     checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
