@@ -27,3 +27,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
     server = start_redis(Path(tmp_path_factory.mktemp("redis")))
     yield server
     server.proc.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tracing() -> Iterator[None]:
+    """Each test starts with the process's tracing not set up.
+
+    The first client started in a process sets tracing up for the whole
+    process (service name, exporters, trace-topic target); without this, what
+    one test set up (or named) would leak into the next.
+    """
+    from ferry.telemetry import reset_tracing, tracing
+    if tracing().service:
+        reset_tracing()
+    yield

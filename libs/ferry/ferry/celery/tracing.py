@@ -110,14 +110,13 @@ def _on_process_init(**_: Any) -> None:
     # Tracing for this process (setup_tracing would hand back the inherited one).
     from celery import current_app
 
-    from ferry.telemetry import Tracing, TracingSettings
-    from ferry.telemetry import setup as tracing_setup
+    from ferry.telemetry import Tracing, TracingSettings, reset_tracing
     try:
         settings = TracingSettings.from_env()
     except ValueError as exc:
         log.warning("tracing off in this worker process: %s", exc)
         return
-    tracing_setup._current = Tracing(WORKER_SERVICE, settings, _namesrv(current_app))
+    reset_tracing(Tracing(WORKER_SERVICE, settings, _namesrv(current_app)))
 
 
 def _on_shutdown(**_: Any) -> None:

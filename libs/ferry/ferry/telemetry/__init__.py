@@ -14,12 +14,19 @@ from __future__ import annotations
 from ferry.telemetry.jsonl import JsonLinesExporter, read_jsonl, read_trace_dir, span_json
 from ferry.telemetry.propagation import TRACED, extract, inject, is_traced
 from ferry.telemetry.settings import TracingConfigError, TracingSettings
-from ferry.telemetry.setup import Tracing, client_service_name, setup_tracing, tracing
+from ferry.telemetry.setup import (
+    Tracing,
+    client_service_name,
+    reset_tracing,
+    setup_tracing,
+    tracing,
+)
 from ferry.telemetry.spans import HOPS, hop_span, links_of, start_hop
 
 __all__ = [
     # setup
-    "Tracing", "TracingSettings", "TracingConfigError", "setup_tracing", "tracing",
+    "Tracing", "TracingSettings", "TracingConfigError", "reset_tracing", "setup_tracing",
+    "tracing",
     "client_service_name",
     # propagation
     "TRACED", "inject", "extract", "is_traced",

@@ -61,6 +61,7 @@ class Tracing:
     def __init__(self, service: str = "", settings: TracingSettings | None = None,
                  namesrv: str | None = None) -> None:
         self.service = service
+        self.pid = os.getpid()   # the process whose exporter threads this one runs
         self.settings = settings or TracingSettings(enabled=False)
         self.namesrv = namesrv
         self.enabled = False
@@ -192,6 +193,25 @@ def setup_tracing(service: str, *, namesrv: str | None = None) -> Tracing:
         else:
             _current._reconfigure(settings, namesrv)
         return _current
+
+
+def reset_tracing(replacement: Tracing | None = None) -> Tracing:
+    """Forget the process's Tracing: the next `setup_tracing` starts afresh (service
+    name included); returns the new current one (`replacement`, else a disabled one).
+
+    For a forked child (the parent's exporter threads did not come along: its
+    provider is dropped, not shut down) and for tests that must not see the
+    tracing an earlier test set up. An old provider that is still running is
+    shut down in a background thread, never on the caller's event loop.
+    """
+    global _current
+    with _lock:
+        old, _current = _current, replacement or Tracing()
+    provider = old._detach()
+    if provider is not None and os.getpid() == old.pid:
+        threading.Thread(target=_shutdown_quietly, args=(provider,), daemon=True,
+                         name="ferry-tracing-reset").start()
+    return _current
 
 
 def client_service_name() -> str:
