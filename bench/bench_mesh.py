@@ -140,6 +140,19 @@ async def ferry_consume(namesrv: str, topic: str, n: int) -> float:
         return got / (time.perf_counter() - t0)
 
 
+def ferry_pass(work: Path, etcd_endpoint: str) -> tuple[float, float]:
+    """Produce then consume TOTAL messages on a fresh namesrv + broker; (produce, consume) msgs/s."""
+    procs, namesrv = start_ferry(work, etcd_endpoint, "async")
+    try:
+        asyncio.run(ferry_wait_route(namesrv, "bench"))
+        return (asyncio.run(ferry_produce(namesrv, "bench", TOTAL)),
+                asyncio.run(ferry_consume(namesrv, "bench", TOTAL)))
+    finally:
+        for p in procs:
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def redis_produce(client: redis.Redis, stream: str, n: int) -> float:
     t0 = time.perf_counter()
     for _ in range(n // BATCH):
@@ -292,21 +305,16 @@ def main() -> None:
 
         r_prod = redis_produce(client, "bench", TOTAL)
         r_cons = redis_consume(client, "bench", TOTAL)
-        meshes: dict[str, str] = {}
-        for mode in TRACING_MODES:   # one mesh per mode, its processes started in that mode
-            use_tracing(mode)
-            mesh_procs, meshes[mode] = start_ferry(work / f"async-{mode}", etcd.endpoint, "async")
-            procs.extend(mesh_procs)
-        # The modes take turns over ROUNDS rounds (a fresh topic each) and report medians:
-        # one produce pass lasts about a second, too short to stand alone on a shared machine.
+        # The modes take turns over ROUNDS rounds and report medians: one pass lasts a
+        # second or two, too short to stand alone on a shared machine. Every pass gets a
+        # fresh namesrv + broker on an empty store (removed after it), so each writes
+        # into the same conditions as a lone pass would: on one store, the later passes
+        # of 600k messages wrote into new segments and produced up to a third slower.
         runs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in TRACING_MODES}
         for i in range(ROUNDS):
             for mode in TRACING_MODES:
                 use_tracing(mode)
-                topic = f"bench-{i}"
-                asyncio.run(ferry_wait_route(meshes[mode], topic))
-                runs[mode].append((asyncio.run(ferry_produce(meshes[mode], topic, TOTAL)),
-                                   asyncio.run(ferry_consume(meshes[mode], topic, TOTAL))))
+                runs[mode].append(ferry_pass(work / f"async-{mode}-{i}", etcd.endpoint))
         rates = {mode: (statistics.median(r[0] for r in runs[mode]),
                         statistics.median(r[1] for r in runs[mode])) for mode in TRACING_MODES}
         for mode, (f_prod, f_cons) in rates.items():
@@ -318,7 +326,9 @@ def main() -> None:
              produce_ratio=round(rates["default"][0] / rates["off"][0], 3),
              consume_ratio=round(rates["default"][1] / rates["off"][1], 3),
              target=TRACING_COST_TARGET)
-        namesrv = meshes["default"]   # latency runs at the default
+        use_tracing("default")   # latency runs at the default
+        mesh_procs, namesrv = start_ferry(work / "latency", etcd.endpoint, "async")
+        procs.extend(mesh_procs)
 
         asyncio.run(ferry_wait_route(namesrv, "latency"))
         f_lat = asyncio.run(ferry_latency(namesrv, "latency"))
