@@ -1,6 +1,7 @@
 """The namesrv HTTP API over real HTTP, against a real namesrv process and etcd."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -24,7 +25,14 @@ async def call(http: aiohttp.ClientSession, method: str, url: str, **kw: Any
 async def test_health_ready_and_openapi(namesrv: Namesrv, http: aiohttp.ClientSession) -> None:
     assert (await call(http, "GET", namesrv.url + "/healthz"))[0] == 200
     status, ready = await call(http, "GET", namesrv.url + "/readyz")
-    assert status == 200 and ready["status"] == "ready" and ready["watching"]
+    assert status == 200 and ready["status"] == "ready"
+    # Ready does not wait for etcd's watch (a name server serves its cache while etcd is
+    # briefly away); the watch is up within moments of start (make test once saw False).
+    deadline = asyncio.get_running_loop().time() + 10
+    while not ready["watching"] and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+        status, ready = await call(http, "GET", namesrv.url + "/readyz")
+    assert status == 200 and ready["watching"]
     status, doc = await call(http, "GET", namesrv.url + "/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.")
     for path in ("/v1/routes/{topic}", "/v1/brokers", "/v1/topics", "/v1/topics/{topic}",
