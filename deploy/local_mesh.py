@@ -216,11 +216,21 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def _log_tail(name: str, lines: int = 15) -> str:
+    """The last lines of a component's log, to say why it failed where it is seen."""
+    try:
+        text = (VAR / "log" / f"{name}.log").read_text(errors="replace")
+    except OSError as exc:
+        return f"    (no log: {exc})"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
 def _wait_port(comp: Component, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{comp.name} exited with {proc.returncode}; see var/log/{comp.name}.log")
+            raise RuntimeError(f"{comp.name} exited with {proc.returncode}; see "
+                               f"var/log/{comp.name}.log, which ends:\n{_log_tail(comp.name)}")
         if _port_open(comp.port) and (not comp.ready_url or _http_ok(comp.ready_url)):
             return
         time.sleep(0.1)

@@ -41,6 +41,8 @@ def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
     while b"Ferry is up" not in out.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
+            proc.wait()
+            log.close()   # not left for the garbage collector to warn about in a later test
             pytest.fail(f"the mesh did not come up:\n{out.read_text()}")
         time.sleep(0.2)
     env["FERRY_NAMESRV"] = f"127.0.0.1:{env['FERRY_MESH_NAMESRV_PORT']}"
