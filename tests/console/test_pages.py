@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from ferry import Admin, Consumer, ConsumerRecord, Producer, SendResult
 from ferry.telemetry import tracing
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.client.util import FAST
@@ -141,7 +141,24 @@ def _click(driver: Any, element: Any) -> None:
     """Click a link or submit button and wait until the next page has replaced this one."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
+
+    def replaced(_: Any) -> bool:
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            # chromedriver sometimes reports an element of the page being unloaded as an
+            # "unhandled inspector error: Node ... does not belong to the document"
+            # rather than as stale (CI saw it once); both mean the old page is gone
+            if "does not belong to the document" in str(exc) or "No node with given id" in str(exc):
+                return True
+            raise
+        return False
+
+    WebDriverWait(driver, 30).until(replaced)
+    WebDriverWait(driver, 30).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def _cells(driver: Any, table_id: str) -> list[list[str]]:
