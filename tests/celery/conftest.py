@@ -111,3 +111,12 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s")
         time.sleep(0.1)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Processes a test starts (bridges, workers); each is stopped when the test ends."""
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.stop()

@@ -13,7 +13,6 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,14 +35,6 @@ pytestmark = pytest.mark.integration
 ORDERS = 300
 #: How long the task counts must stay still before the run counts as settled.
 QUIET_S = 3.0
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.stop()
 
 
 def start_bridge(cm: CeleryMesh, name: str, topic: str, group: str,

@@ -8,7 +8,6 @@ and the worker's `task` span, in that order.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ from tests.support.procs import Proc
 pytestmark = pytest.mark.integration
 
 TRACE_ENV = {"FERRY_TRACE_SAMPLE_RATIO": "0", "OTEL_BSP_SCHEDULE_DELAY": "200"}
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for proc in started:
-        proc.stop()
 
 
 def hops(spans: list[dict[str, Any]]) -> list[tuple[str, str]]:
