@@ -53,3 +53,16 @@ def test_from_env() -> None:
     assert Credentials.from_env("FERRY_DELAY_SCHEDULER", env=env).access_key == "alice"
     with pytest.raises(MalformedRequestError, match="together"):
         Credentials.from_env(env={"FERRY_ACCESS_KEY": "alice"})
+
+
+def test_auth_switch_and_service_identities() -> None:
+    from ferry.auth.credentials import auth_enabled, service_credentials
+
+    assert not auth_enabled({}) and not auth_enabled({"FERRY_AUTH": "off"})
+    assert auth_enabled({"FERRY_AUTH": "on"}) and auth_enabled({"FERRY_AUTH": "TRUE"})
+    with pytest.raises(ValueError, match="FERRY_AUTH"):
+        auth_enabled({"FERRY_AUTH": "maybe"})
+    env = {"FERRY_TXN_CHECKER_ACCESS_KEY": "checker", "FERRY_TXN_CHECKER_SECRET_KEY": SECRET}
+    creds = service_credentials("txn-checker", env)
+    assert creds is not None and creds.access_key == "checker"
+    assert service_credentials("delay-scheduler", env) is None

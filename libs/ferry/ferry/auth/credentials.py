@@ -102,3 +102,26 @@ class Credentials:
                 raise MalformedRequestError(
                     f"{p}_ACCESS_KEY and {p}_SECRET_KEY must be set together")
         return None
+
+
+#: The one switch every service reads: on = every request must be signed and permitted.
+ENV_AUTH = "FERRY_AUTH"
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def auth_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether FERRY_AUTH turns authentication on (default off); a bad value raises."""
+    raw = (os.environ if env is None else env).get(ENV_AUTH, "").strip().lower()
+    if raw in _TRUE_WORDS:
+        return True
+    if raw in _FALSE_WORDS:
+        return False
+    raise ValueError(f"{ENV_AUTH} must be on or off, not {raw!r}")
+
+
+def service_credentials(service: str, env: Mapping[str, str] | None = None) -> Credentials | None:
+    """A service's own identity: FERRY_<SERVICE>_ACCESS_KEY/_SECRET_KEY, else FERRY_ACCESS_KEY/
+    FERRY_SECRET_KEY, else None. `service` is its name (`delay-scheduler`, `txn-checker`)."""
+    prefix = "FERRY_" + service.upper().replace("-", "_")
+    return Credentials.from_env(prefix, env)
