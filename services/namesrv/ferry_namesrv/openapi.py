@@ -156,6 +156,12 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {"200": _json({"type": "object", "properties": {
                 "brokers": {"type": "array", "items": _ref("Broker")},
                 "revision": {"type": "integer"}}}, "brokers"), "503": _BUSY}}},
+        "/v1/whoami": {"get": {
+            "summary": "The access key the request was signed with (null with auth off)",
+            "operationId": "whoami",
+            "responses": {"200": _json({"type": "object", "properties": {
+                "access_key": {"type": "string", "nullable": True},
+                "auth": {"type": "boolean"}}}, "who"), "401": _error("not authenticated")}}},
         "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
                              "responses": {"200": _json({"type": "object"}, "alive")}}},
         "/readyz": {"get": {"summary": "Routes are loaded from etcd", "operationId": "readyz",
