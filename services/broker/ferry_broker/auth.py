@@ -14,15 +14,17 @@ import asyncio
 import contextlib
 import logging
 
+from ferry.auth.acl import ADMIN
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.registry import AuthRegistry
-from ferry.auth.signing import verify_wire
+from ferry.auth.signing import SignedParts, string_to_sign_repl, verify_parts, verify_wire
 from ferry.errors import AccessDeniedError, AuthenticationError, BusyError
 from ferry.routing import EtcdRegistry
 from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
 from ferry_broker.permissions import check_permission
+from ferry_broker.replication.protocol import decode_auth
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,23 @@ class BrokerAuth:
             self.refused_denied += 1
             raise
         return access_key
+
+    def authenticate_slave(self, hello: bytes, auth: bytes) -> None:
+        """Check a replication AUTH frame over its HELLO, then admin `replicate`."""
+        if not self.loaded:
+            raise BusyError("auth is on and identities are not loaded yet")
+        access_key, ts_ms, nonce, signature = decode_auth(auth)
+        parts = SignedParts(access_key, ts_ms, nonce, signature)
+        try:
+            verify_parts(parts, lambda: string_to_sign_repl(access_key, ts_ms, nonce, hello),
+                         self.registry.signing_key, self.guard)
+        except AuthenticationError:
+            self.refused_unauthenticated += 1
+            raise
+        if not self.registry.acl.allows(access_key, "replicate", ADMIN):
+            self.refused_denied += 1
+            raise AccessDeniedError(f"access denied: {access_key!r} may not 'replicate' "
+                                    "on 'admin' (replication link)")
 
     def stats(self) -> dict[str, object]:
         """The `auth` part of /v1/stats."""
