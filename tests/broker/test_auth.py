@@ -81,12 +81,17 @@ def error_of(frame: Frame) -> Exception:
     return error_for_code(frame.error, frame.message)
 
 
-async def still_serving(raw: WireClient) -> None:
-    """The same connection serves a valid request after the refusals."""
+async def still_serving(raw: WireClient, broker: Broker) -> None:
+    """The same connection, and another client's, serve valid requests after the refusals."""
     resp = await send_frame(raw, signed(RequestCode.GET_MIN_MAX, {"topic": "orders",
                                                                    "queue_id": 0},
                                         credentials=creds("root")))
     assert not resp.error, resp.message
+    other = await connect(broker, "orders-cons")
+    try:
+        await other.request(RequestCode.GET_MIN_MAX, {"topic": "orders", "queue_id": 0})
+    finally:
+        await other.close()
 
 
 def test_every_code_has_fields_here() -> None:
@@ -96,7 +101,8 @@ def test_every_code_has_fields_here() -> None:
 
 
 @pytest.mark.parametrize("code", CODES, ids=lambda c: RequestCode(c).name)
-async def test_unsigned_wrong_replayed_and_stale_are_refused(raw: WireClient, code: int) -> None:
+async def test_unsigned_wrong_replayed_and_stale_are_refused(raw: WireClient, auth_broker: Broker,
+                                                              code: int) -> None:
     fields = FIELDS[code]
     resp = await send_frame(raw, signed(code, fields))
     err = error_of(resp)
@@ -118,10 +124,10 @@ async def test_unsigned_wrong_replayed_and_stale_are_refused(raw: WireClient, co
     err = error_of(await send_frame(raw, once))
     assert isinstance(err, AuthenticationError) and "replayed" in str(err)
 
-    await still_serving(raw)
+    await still_serving(raw, auth_broker)
 
 
-async def test_unknown_identity_and_tampered_body(raw: WireClient) -> None:
+async def test_unknown_identity_and_tampered_body(raw: WireClient, auth_broker: Broker) -> None:
     err = error_of(await send_frame(raw, signed(RequestCode.GET_MIN_MAX, FIELDS[14],
                                                 credentials=creds("mallory"))))
     assert isinstance(err, AuthenticationError) and "unknown or disabled" in str(err)
@@ -130,7 +136,7 @@ async def test_unknown_identity_and_tampered_body(raw: WireClient) -> None:
     frame.body = encode_messages([message(b"pay 99")])
     err = error_of(await send_frame(raw, frame))
     assert isinstance(err, AuthenticationError) and "bad signature" in str(err)
-    await still_serving(raw)
+    await still_serving(raw, auth_broker)
 
 
 async def test_publish_on_one_topic_only(auth_broker: Broker) -> None:

@@ -8,6 +8,7 @@ straight in etcd, not here.
 
     GET    /v1/users                 the identities (never their keys)
     POST   /v1/users                 {access_key, signing_key (64 hex), description?, admin?}
+    GET    /v1/users/{access_key}    one identity (never its key)
     DELETE /v1/users/{access_key}    remove an identity and its rules
     GET    /v1/acl                   every identity's rules
     GET    /v1/acl/{access_key}      one identity's rules
@@ -75,6 +76,15 @@ async def add_user(request: web.Request) -> web.Response:
     return json_response(user.public(), status=201)
 
 
+async def get_user(request: web.Request) -> web.Response:
+    access_key = validate_access_key(request.match_info["access_key"])
+    user = next((u for u in await _registry(request).list_users()
+                 if u.access_key == access_key), None)
+    if user is None:
+        raise MalformedRequestError(f"no identity {access_key!r}")
+    return json_response(user.public())
+
+
 async def remove_user(request: web.Request) -> web.Response:
     access_key = validate_access_key(request.match_info["access_key"])
     if not await _registry(request).remove_user(access_key):
@@ -131,6 +141,7 @@ async def revoke_acl(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/users", list_users)
     app.router.add_post("/v1/users", add_user)
+    app.router.add_get("/v1/users/{access_key}", get_user)
     app.router.add_delete("/v1/users/{access_key}", remove_user)
     app.router.add_get("/v1/acl", list_acl)
     app.router.add_get("/v1/acl/{access_key}", get_acl)
@@ -175,6 +186,8 @@ def openapi_paths() -> dict[str, Any]:
                      "responses": {"201": _resp("added"), "409": _resp("exists"), **_ERR}}},
         "/v1/users/{access_key}": {
             "parameters": _AK_PARAM,
+            "get": {"summary": "One identity (never its key)", "operationId": "get_user",
+                    "responses": {"200": _resp("the identity"), **_ERR}},
             "delete": {"summary": "Remove an identity and its rules",
                        "operationId": "remove_user",
                        "responses": {"200": _resp("removed"), **_ERR}}},
