@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections import deque
 from typing import cast
 
@@ -36,6 +37,7 @@ from ferry.wire import (
     error_response,
 )
 
+from ferry_broker.auth import BrokerAuth
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
 
 log = logging.getLogger(__name__)
@@ -48,18 +50,22 @@ _ONEWAY = int(Flag.ONEWAY)
 class BrokerServer:
     """Listens on the wire port and tracks connections and in-flight requests."""
 
-    def __init__(self, ctx: BrokerContext, handlers: dict[int, Handler]) -> None:
+    def __init__(self, ctx: BrokerContext, handlers: dict[int, Handler],
+                 auth: BrokerAuth | None = None) -> None:
         self.ctx = ctx
         self.handlers = handlers
+        #: Verifies and authorizes each request before it runs; None: auth is off.
+        self.auth = auth
         self.connections: set[BrokerProtocol] = set()
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on host:port; with `tls` every connection speaks TLS first."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_protocol, host, port,
-                                                reuse_address=True, backlog=1024)
-        log.info("wire server listening on %s:%d", host, port)
+                                                reuse_address=True, backlog=1024, ssl=tls)
+        log.info("wire server listening on %s:%d%s", host, port, " (TLS)" if tls else "")
 
     @property
     def port(self) -> int:
@@ -177,6 +183,18 @@ class BrokerProtocol(asyncio.Protocol):
             log.warning("connection %d sent a response frame (code %d); ignored",
                         self.conn_id, frame.code)
             return
+        auth = self.server.auth
+        if auth is not None:
+            # Before any work, even before the code is looked up: an unauthenticated
+            # peer learns nothing and costs no task.
+            try:
+                auth.check(frame)
+            except FerryError as exc:
+                log.info("request refused: %s", exc, extra={
+                    "conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
+                    "request_id": frame.request_id, "error": exc.code})
+                self._reply(frame, error_response(frame, exc))
+                return
         handler = self.server.handlers.get(frame.code)
         if handler is None:
             self._reply(frame, error_response(

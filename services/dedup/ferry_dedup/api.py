@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
 from ferry.errors import (
     BusyError,
     FerryError,
@@ -109,7 +110,10 @@ async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: st
     return doc
 
 
-def build_app(backend: Backend) -> web.Application:
+def build_app(backend: Backend,
+              auth: HttpAuth | None = None) -> web.Application:
+    """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
+    document needs a signed request and its permission (permissions.py)."""
     document = openapi_document(backend.version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -174,7 +178,8 @@ def build_app(backend: Backend) -> web.Application:
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)

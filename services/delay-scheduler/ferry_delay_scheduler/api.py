@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
 from ferry.errors import (
     AlreadyDeliveredError,
     BusyError,
@@ -49,7 +50,10 @@ errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
 
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
-              role: Callable[[], str], canceller: Canceller, version: str) -> web.Application:
+              role: Callable[[], str], canceller: Canceller, version: str,
+              auth: HttpAuth | None = None) -> web.Application:
+    """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
+    document needs a signed request and its permission (permissions.py)."""
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -71,7 +75,8 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

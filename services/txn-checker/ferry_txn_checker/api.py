@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
 from ferry.errors import (
     BusyError,
     FerryError,
@@ -57,7 +58,10 @@ def _limit(request: web.Request) -> int:
 
 
 def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
-              version: str) -> web.Application:
+              version: str,
+              auth: HttpAuth | None = None) -> web.Application:
+    """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
+    document needs a signed request and its permission (permissions.py)."""
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -94,7 +98,8 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

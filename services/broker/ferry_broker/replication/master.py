@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -34,6 +35,9 @@ from .waiters import AckWaiters
 from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
+
+#: Judges a slave's AUTH frame: (HELLO payload, AUTH payload); raises FerryError to refuse.
+Authenticate = Callable[[bytes, bytes], None]
 
 #: A connection must send its HELLO within this (a silent one holds a slot otherwise).
 HELLO_TIMEOUT_MS = 5_000
@@ -90,8 +94,11 @@ class ReplicationServer:
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
                  offsets_snapshot: Callable[[], bytes], lag_bytes_max: int,
-                 listener: InSyncListener | None = None) -> None:
+                 listener: InSyncListener | None = None,
+                 authenticate: Authenticate | None = None) -> None:
         self.store = store
+        #: With auth on: checks a slave's AUTH frame against its HELLO (raises FerryError).
+        self._authenticate = authenticate
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
@@ -112,10 +119,10 @@ class ReplicationServer:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on host:port (port 0: a free one, see `port`)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on host:port (port 0: a free one, see `port`); TLS with `tls`."""
         self._server = await asyncio.start_server(self._on_connection, host, port,
-                                                  reuse_address=True)
+                                                  reuse_address=True, ssl=tls)
         log.info("replication server listening on %s:%d", host, self.port)
 
     @property
@@ -257,7 +264,8 @@ class ReplicationServer:
             raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
         hello = p.decode_hello(payload)
         epoch = self._epoch()
-        reason = self._refusal(hello, epoch)
+        reason = await self._auth_refusal(reader, payload)
+        reason = reason or self._refusal(hello, epoch)
         end = self.store.commit_log_max_offset
         entries = self.epochs.entries
         # min(): a slave's entries cannot move the point past its own end
@@ -281,6 +289,19 @@ class ReplicationServer:
         log.info("replication: slave %d at %s linked; its log agrees up to %d (its end %d, "
                  "ours %d)", hello.broker_id, peer, start, hello.end_offset, end)
         return link
+
+    async def _auth_refusal(self, reader: asyncio.StreamReader, hello: bytes) -> str | None:
+        """With auth on: why the slave's AUTH frame (next after HELLO) is refused, or None."""
+        if self._authenticate is None:
+            return None
+        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
+        if ftype is not p.FrameType.AUTH:
+            return f"authentication required: auth is on and the slave sent {ftype.name}, not AUTH"
+        try:
+            self._authenticate(hello, payload)
+        except FerryError as exc:
+            return str(exc)
+        return None
 
     def _refusal(self, hello: p.Hello, epoch: int) -> str | None:
         """Why this HELLO is refused, or None to accept it."""
@@ -312,6 +333,8 @@ class ReplicationServer:
         while True:
             ftype, payload = await p.read_frame(reader)
             link.heard_at = loop.time()
+            if ftype is p.FrameType.AUTH:
+                continue  # a slave with credentials, to a master with auth off
             if ftype is not p.FrameType.ACK:
                 raise p.ReplicationProtocolError(f"a slave sent {ftype.name}")
             offset = p.decode_offset("ACK", payload)
