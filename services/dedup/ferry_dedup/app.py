@@ -16,6 +16,8 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.credentials import service_credentials
+from ferry.auth.http import HttpAuth, ServiceAuth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
@@ -32,6 +34,7 @@ from ferry_dedup.api import build_app
 from ferry_dedup.claims import Claims
 from ferry_dedup.config import DedupConfig, ReconcileTarget
 from ferry_dedup.ledger_store import LedgerStore
+from ferry_dedup.permissions import ROUTES
 from ferry_dedup.reconcile import Reconciler, ReconcileRequest, now_ms
 from ferry_dedup.reports import ReportStore
 from ferry_dedup.stored import StoredReader
@@ -52,7 +55,12 @@ class DedupApp:
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,
                              done_ttl_ms=config.claim_done_ttl_ms)
         self.ledger = LedgerStore(config.ledger, config.ledger_table, config.db_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
+        # Outgoing calls carry the service's own identity (FERRY_DEDUP_ACCESS_KEY...).
+        self.namesrv = NamesrvClient(config.namesrv,
+                                     credentials=service_credentials("dedup"))
+        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
+        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
+                     else None)
         self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms)
         self.reader = StoredReader(self.pool, RouteCache(self.namesrv, refresh_interval_ms=0),
                                    pull_max_count=config.pull_max_count,
@@ -86,7 +94,8 @@ class DedupApp:
         latest, _ = self.store.list(1)
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
-        self._runner = web.AppRunner(build_app(self), access_log=None)
+        self._runner = web.AppRunner(build_app(self, auth=await self._start_auth()),
+                                     access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
         await site.start()
@@ -187,6 +196,13 @@ class DedupApp:
             log.warning("scheduled reconciliation of %s:%s failed: %s", target.topic,
                         target.group, exc)
 
+    async def _start_auth(self) -> HttpAuth | None:
+        """With auth on: load the identities from etcd (before the API answers anyone)."""
+        if self.auth is None:
+            return None
+        await self.auth.start()
+        return self.auth.http
+
     # -- stop ---------------------------------------------------------------------------
     async def stop(self) -> None:
         """Stop every part; a failing step is logged and the next ones still run."""
@@ -197,6 +213,8 @@ class DedupApp:
         await stop_step("stop the schedule", lambda: cancel_tasks(self._tasks))
         if self._runner is not None:
             await stop_step("stop the HTTP API", self._runner.cleanup)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close Redis", self.claims.close)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)

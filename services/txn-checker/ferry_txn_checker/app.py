@@ -14,6 +14,8 @@ import time
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.credentials import service_credentials
+from ferry.auth.http import HttpAuth, ServiceAuth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -33,6 +35,7 @@ from ferry_txn_checker import checkpoint
 from ferry_txn_checker.api import build_app
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
+from ferry_txn_checker.permissions import ROUTES
 from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
 from ferry_txn_checker.state import Book
 
@@ -50,7 +53,12 @@ class CheckerApp:
         self.config = config
         self.node_id = config.node_id
         self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
+        # Outgoing calls carry the service's own identity (FERRY_TXN_CHECKER_ACCESS_KEY...).
+        self.namesrv = NamesrvClient(config.namesrv,
+                                     credentials=service_credentials("txn-checker"))
+        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
+        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
+                     else None)
         self.book = Book(default_immunity_ms=config.check_immunity_ms,
                          max_open=config.max_open, max_discarded=config.max_discarded,
                          max_recent=config.max_recent)
@@ -78,7 +86,8 @@ class CheckerApp:
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
         app = build_app(self.book, self.stats_document, lambda: self.ready,
-                        package_version("ferry-txn-checker"))
+                        package_version("ferry-txn-checker"),
+                        auth=await self._start_auth())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
@@ -154,6 +163,13 @@ class CheckerApp:
                           for name, s in book.brokers.items()}
         return doc
 
+    async def _start_auth(self) -> HttpAuth | None:
+        """With auth on: load the identities from etcd (before the API answers anyone)."""
+        if self.auth is None:
+            return None
+        await self.auth.start()
+        return self.auth.http
+
     # -- stop ------------------------------------------------------------------------
 
     async def stop(self) -> None:
@@ -169,6 +185,8 @@ class CheckerApp:
             await stop_step("save the checkpoint", self.save_checkpoint)
         if self._runner is not None:
             await stop_step("stop the HTTP API", self._runner.cleanup)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)

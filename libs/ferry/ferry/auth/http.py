@@ -20,7 +20,6 @@ hash; docs/security.md, "HTTP APIs"). Clients sign through `client_session`
 """
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from ferry.auth.credentials import ACCESS_KEY_PATTERN, Credentials
+from ferry.auth.credentials import auth_enabled as auth_enabled  # the switch, re-exported
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.signing import (
     NONCE_BYTES,
@@ -51,11 +51,6 @@ HEADER_NONCE = "X-Ferry-Nonce"
 HEADER_SIGNATURE = "X-Ferry-Signature"
 AUTH_HEADERS = (HEADER_ACCESS_KEY, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
 
-#: The one switch: `FERRY_AUTH=on` turns authentication on in every service.
-AUTH_ENV = "FERRY_AUTH"
-_ON_WORDS = ("1", "true", "yes", "on")
-_OFF_WORDS = ("", "0", "false", "no", "off")
-
 #: Paths every service answers without a signature (probes, the API description).
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
 #: A timestamp header longer than this is not a millisecond time (bounds int parsing).
@@ -69,16 +64,6 @@ ACCESS_KEY = web.RequestKey("ferry_access_key", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Whether an access key may do an action on a resource (`Acl.allows`).
 AclCheck = Callable[[str, str, str], bool]
-
-
-def auth_enabled(env: Mapping[str, str] | None = None) -> bool:
-    """Whether `FERRY_AUTH` turns authentication on (off when unset); ValueError if garbled."""
-    raw = (os.environ if env is None else env).get(AUTH_ENV, "").strip().lower()
-    if raw in _ON_WORDS:
-        return True
-    if raw in _OFF_WORDS:
-        return False
-    raise ValueError(f"{AUTH_ENV} must be on or off, not {raw!r}")
 
 
 # -- the client side ----------------------------------------------------------------------------
@@ -304,6 +289,44 @@ class HttpAuth:
         """Refusals so far and the replay guard's counters (for /v1/stats `auth`)."""
         return {"refused_unauthenticated": self.unauthenticated, "refused_denied": self.denied,
                 **self.guard.stats()}
+
+
+class ServiceAuth:
+    """A service's HTTP auth backed by the identities in etcd: `start()`, `http.middleware`,
+    `stop()`.
+
+    For services that do not talk to etcd otherwise (namesrv passes its own
+    EtcdRegistry). `start()` raises when etcd does not answer: a service with
+    auth on cannot tell anyone apart without it, so it must not come up.
+    """
+
+    def __init__(self, etcd: str, prefix: str, table: RouteTable) -> None:
+        # Imported here: the client side of this module must not pull in etcd.
+        from ferry.auth.registry import AuthRegistry
+        from ferry.routing.registry import EtcdRegistry
+
+        self.etcd = EtcdRegistry(etcd, prefix=prefix)
+        self.registry = AuthRegistry(self.etcd)
+        self.http = registry_auth(self.registry, table)
+
+    async def start(self) -> None:
+        await self.etcd.start()
+        await self.registry.start()
+
+    async def stop(self) -> None:
+        await self.registry.stop()
+        await self.etcd.stop()
+
+
+def registry_auth(registry: Any, table: RouteTable) -> HttpAuth:
+    """An HttpAuth asking `registry` (a `ferry.auth.registry.AuthRegistry`) for keys and rules.
+
+    The ACL is looked up on each request: the registry replaces it on a reload.
+    """
+    def allows(access_key: str, action: str, resource: str) -> bool:
+        return bool(registry.acl.allows(access_key, action, resource))
+
+    return HttpAuth(registry.signing_key, allows, table)
 
 
 def access_key_of(request: web.Request) -> str | None:
