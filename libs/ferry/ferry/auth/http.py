@@ -85,14 +85,14 @@ def signed_headers(credentials: Credentials, method: str, raw_path: str,
 
 
 def signed_url_headers(credentials: Credentials | None, method: str, url: str,
-                       body: bytes = b"") -> dict[str, str]:
+                       body: bytes = b"", *, ts_ms: int | None = None) -> dict[str, str]:
     """The signing headers of a request to `url` as a blocking client (urllib) sends it;
     {} without credentials."""
     if credentials is None:
         return {}
     parts = urlsplit(url)
     return signed_headers(credentials, method, parts.path or "/",
-                          parse_qsl(parts.query, keep_blank_values=True), body)
+                          parse_qsl(parts.query, keep_blank_values=True), body, ts_ms=ts_ms)
 
 
 def signing_middleware(credentials: Credentials) -> aiohttp.ClientMiddlewareType:
