@@ -15,6 +15,8 @@ from typing import Any
 
 import aiohttp
 from ferry import Admin
+from ferry.auth.credentials import Credentials, service_credentials
+from ferry.auth.http import client_session
 from ferry.client.namesrv import NamesrvClient, parse_namesrv
 
 from ferry_console.config import ConsoleConfig
@@ -40,19 +42,28 @@ class BrokerView:
 
 
 class Sources:
-    """The clients the pages share: Admin (wire), namesrv (HTTP) and one HTTP session."""
+    """The clients a page uses: Admin (wire), namesrv (HTTP) and one HTTP session.
 
-    def __init__(self, config: ConsoleConfig) -> None:
+    Every request is signed with `credentials`: a logged-in user's for their
+    sources (sessions.py); by default the console's own identity
+    (FERRY_CONSOLE_ACCESS_KEY / _SECRET_KEY, else FERRY_ACCESS_KEY / ...; none:
+    unsigned), which the shared sources use (auth off, and the rate sampler).
+    """
+
+    def __init__(self, config: ConsoleConfig, credentials: Credentials | None = None) -> None:
         self.config = config
-        self.admin = Admin(namesrv=config.namesrv, request_timeout_ms=config.request_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
+        self.credentials = credentials if credentials is not None else service_credentials(
+            "console")
+        self.admin = Admin(namesrv=config.namesrv, request_timeout_ms=config.request_timeout_ms,
+                           credentials=self.credentials)
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         await self.admin.start()
         await self.namesrv.start()
         timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_ms / 1000)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._session = client_session(self.credentials, timeout=timeout)
 
     async def stop(self) -> None:
         if self._session is not None:
@@ -68,6 +79,7 @@ class Sources:
             try:
                 async with self._session.get(base + path) as resp:
                     if resp.status != 200:
+                        log.debug("GET %s%s answered %s", base, path, resp.status)
                         continue
                     doc = await resp.json(content_type=None)
                     if isinstance(doc, dict):
