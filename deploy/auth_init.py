@@ -29,21 +29,25 @@ from ferry.auth.registry import AuthRegistry
 from ferry.routing.registry import EtcdRegistry
 
 ADMIN = "admin"
-#: Each service's identity and its rules: what it does, and nothing more (docs/security.md).
+#: Each service's identity and its rules: what it does, and nothing more (docs/security.md,
+#: "Service identities"; the HTTP needs in "HTTP APIs"). Every service writes its spans
+#: to %TRACE% through namesrv (FERRY_<SERVICE>_NAMESRV tracing): pub on it.
+_TRACE = Rule("allow", "topic:%TRACE%", ("pub",))
 SERVICES: dict[str, tuple[Rule, ...]] = {
-    # writes its spans to %TRACE%; brokers of a group replicate from each other
-    "svc-broker": (Rule("allow", "topic:%TRACE%", ("pub",)),
-                   Rule("allow", "admin", ("replicate",))),
-    # pulls %SCHEDULE%, re-sends due messages (DELIVER_DUE), reads routes of every topic
-    "svc-delay-scheduler": (Rule("allow", "admin", ("delay", "read")),
-                            Rule("allow", "topic:%*", ("sub", "pub")),
-                            Rule("allow", "group:%*", ("consume",))),
-    # scans %HALF% / %OP%, asks producers, commits or rolls back
-    "svc-txn-checker": (Rule("allow", "admin", ("txn", "read")),
-                        Rule("allow", "topic:%*", ("sub", "pub")),
-                        Rule("allow", "group:%*", ("consume",))),
+    # a slave replicates from its master
+    "svc-broker": (Rule("allow", "admin", ("replicate",)), _TRACE),
+    # pulls %SCHEDULE% as its group, re-sends due messages (DELIVER_DUE); asks namesrv
+    # for the route of every topic it delivers to (admin read)
+    "svc-delay-scheduler": (Rule("allow", "topic:%SCHEDULE%", ("sub",)),
+                            Rule("allow", "group:ferry-delay-scheduler", ("consume",)),
+                            Rule("allow", "admin", ("delay", "read")), _TRACE),
+    # scans %HALF% / %OP% as its group, asks producers, commits or rolls back
+    "svc-txn-checker": (Rule("allow", "topic:%HALF%", ("sub",)),
+                        Rule("allow", "topic:%OP%", ("sub",)),
+                        Rule("allow", "group:ferry-txn-checker", ("consume",)),
+                        Rule("allow", "admin", ("txn",)), _TRACE),
     # reconciliation reads the topics it is asked about
-    "svc-dedup": (Rule("allow", "admin", ("read",)), Rule("allow", "topic:*", ("sub",))),
+    "svc-dedup": (Rule("allow", "admin", ("read",)), _TRACE),
     # the console's own identity only samples topic rates; users log in with their own
     "svc-console": (Rule("allow", "admin", ("read",)),),
 }
