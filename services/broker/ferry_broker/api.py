@@ -94,7 +94,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
-            "replication": ctx.roles.status()}
+            "replication": ctx.roles.status(),
+            "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

@@ -55,13 +55,15 @@ class DedupApp:
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,
                              done_ttl_ms=config.claim_done_ttl_ms)
         self.ledger = LedgerStore(config.ledger, config.ledger_table, config.db_timeout_ms)
-        # Outgoing calls carry the service's own identity (FERRY_DEDUP_ACCESS_KEY...).
-        self.namesrv = NamesrvClient(config.namesrv,
-                                     credentials=service_credentials("dedup"))
+        # Its own identity on the wire and HTTP (FERRY_DEDUP_ACCESS_KEY /
+        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
+        self.credentials = service_credentials("dedup")
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
+        self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms,
+                                   credentials=self.credentials)
         # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
         self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
                      else None)
-        self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms)
         self.reader = StoredReader(self.pool, RouteCache(self.namesrv, refresh_interval_ms=0),
                                    pull_max_count=config.pull_max_count,
                                    max_messages=config.max_scan_messages)

@@ -62,10 +62,12 @@ class SchedulerApp:
         self.config = config
         self.node_id = config.node_id
         self.stats = Stats()
-        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms)
-        # Outgoing calls carry the service's own identity (FERRY_DELAY_SCHEDULER_ACCESS_KEY...).
-        self.namesrv = NamesrvClient(config.namesrv,
-                                     credentials=service_credentials("delay-scheduler"))
+        # Its own identity on the wire and HTTP (FERRY_DELAY_SCHEDULER_ACCESS_KEY /
+        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
+        self.credentials = service_credentials("delay-scheduler")
+        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms,
+                                   credentials=self.credentials)
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
         self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
                      else None)

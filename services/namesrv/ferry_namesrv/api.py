@@ -28,7 +28,7 @@ from ferry.errors import (
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
-from ferry_namesrv.handlers import brokers, groups, health, routes, topics
+from ferry_namesrv.handlers import brokers, groups, health, routes, topics, users
 from ferry_namesrv.handlers.common import MAX_BODY_BYTES, json_response
 from ferry_namesrv.openapi import openapi_document
 
@@ -127,6 +127,7 @@ def build_app(context: NamesrvContext, version: str,
     app.router.add_get("/v1/groups/{group}", groups.get_group)
     app.router.add_put("/v1/groups/{group}", groups.put_group)
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
+    users.add_routes(app)   # /v1/users, /v1/acl (identities and permissions)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/openapi.json", openapi)

@@ -16,6 +16,8 @@ from ferry.routing.models import (
     TOPIC_TYPES,
 )
 
+from ferry_namesrv.handlers import users
+
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,127}$"}
 _TOPIC_NAME = {"type": "string", "pattern": "^([A-Za-z0-9_-]{1,127}|%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127})$"}
 
@@ -173,6 +175,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     }
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))
+    paths.update(users.openapi_paths())
     return {
         "openapi": "3.0.3",
         "info": {"title": "Ferry namesrv", "version": version,

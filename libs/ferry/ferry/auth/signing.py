@@ -32,6 +32,8 @@ NONCE_BYTES = 16
 SIGNATURE_BYTES = 32
 #: First line of the wire string to sign; a new scheme would change the version.
 WIRE_SCHEME = b"FERRY1-WIRE"
+#: First line of the replication link's string to sign (a slave's AUTH frame).
+REPL_SCHEME = b"FERRY1-REPL"
 #: First line of the HTTP string to sign.
 HTTP_SCHEME = b"FERRY1-HTTP"
 #: The header key that carries a wire signature.
@@ -124,24 +126,45 @@ def parse_wire_auth(auth: object) -> SignedParts:
 
 def verify_wire(auth: object, code: int, fields: dict[str, Any], body: bytes | memoryview,
                 keys: KeyLookup, guard: ReplayGuard) -> str:
-    """Check a wire request's signature; return its access key or raise AuthenticationError.
-
-    Order matters: the cheap checks (shape, known key, timestamp window) come
-    before the HMAC, and the nonce is remembered only once the signature is
-    good, so unsigned junk can neither cost hashing nor fill the replay guard.
-    """
+    """Check a wire request's signature; return its access key or raise AuthenticationError."""
     parts = parse_wire_auth(auth)
+    return verify_parts(parts, lambda: string_to_sign_wire(
+        parts.access_key, parts.ts_ms, parts.nonce, code, fields, body), keys, guard)
+
+
+def verify_parts(parts: SignedParts, data: Callable[[], bytes], keys: KeyLookup,
+                 guard: ReplayGuard) -> str:
+    """Check a signature whose parts are parsed: known key, fresh, right MAC, nonce unseen.
+
+    Order matters: the cheap checks (known key, timestamp window) come before
+    the string to sign is built and hashed, and the nonce is remembered only
+    once the signature is good, so unsigned junk can neither cost hashing nor
+    fill the replay guard. Returns the access key.
+    """
     key = keys(parts.access_key)
     if key is None:
         raise AuthenticationError(f"unknown or disabled access key {parts.access_key!r}")
     guard.check_time(parts.ts_ms)
-    data = string_to_sign_wire(parts.access_key, parts.ts_ms, parts.nonce, code, fields, body)
-    if not mac_matches(key, data, parts.signature):
+    if not mac_matches(key, data(), parts.signature):
         raise AuthenticationError(
             f"bad signature for access key {parts.access_key!r} (wrong secret, "
             "or the request was changed on the way)")
     guard.remember(parts.access_key, parts.ts_ms, parts.nonce)
     return parts.access_key
+
+
+def string_to_sign_repl(access_key: str, ts_ms: int, nonce: bytes,
+                        hello_payload: bytes | memoryview) -> bytes:
+    """What a slave's AUTH frame signs: its HELLO (docs/security.md, "Replication link")."""
+    return b"\n".join((REPL_SCHEME, access_key.encode("ascii"), str(ts_ms).encode("ascii"),
+                       nonce.hex().encode("ascii"), _sha256_hex(hello_payload)))
+
+
+def sign_repl(credentials: Credentials, hello_payload: bytes | memoryview) -> SignedParts:
+    """A slave's signature over its HELLO payload (fresh timestamp and nonce)."""
+    ts_ms, nonce = now_ms(), new_nonce()
+    data = string_to_sign_repl(credentials.access_key, ts_ms, nonce, hello_payload)
+    return SignedParts(credentials.access_key, ts_ms, nonce, mac(credentials.signing_key, data))
 
 
 def canonical_query(pairs: Iterable[tuple[str, str]]) -> bytes:

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import signed_url_headers
+from ferry.auth.signing import sign_wire
 from ferry.client.namesrv import parse_namesrv
 from ferry.codec.msg_id import new_msg_id
 from ferry.names import TRACE_TOPIC
@@ -102,7 +103,8 @@ def _get_brokers(urls: list[str], credentials: Credentials | None) -> dict[str, 
 class _BrokerLink:
     """One blocking connection to a broker, used from the exporter's (processor's) thread."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials  # signs each request (a broker with auth on needs it)
         host, _, port = addr.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=SEND_TIMEOUT_S)
         self.decoder = FrameDecoder()
@@ -110,6 +112,8 @@ class _BrokerLink:
 
     def call(self, code: int, fields: dict[str, Any], body: bytes) -> Frame:
         req = request(code, self.next_id, fields, body)
+        if self.credentials is not None:
+            req.auth = sign_wire(self.credentials, code, fields, body)
         self.next_id += 1
         self.sock.sendall(encode_frame(req))
         while True:
@@ -176,7 +180,7 @@ class TraceTopicExporter(SpanExporter):
             try:
                 link = self._links.get(addr)
                 if link is None:
-                    link = self._links[addr] = _BrokerLink(addr)
+                    link = self._links[addr] = _BrokerLink(addr, self.credentials)
                 link.call(RequestCode.SEND, {"topic": TRACE_TOPIC, "queue_id": 0, "flags": 0,
                                              "trace_export": True}, body)
                 return
