@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections import deque
 from typing import cast
 
@@ -59,11 +60,12 @@ class BrokerServer:
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on host:port; with `tls` every connection speaks TLS first."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_protocol, host, port,
-                                                reuse_address=True, backlog=1024)
-        log.info("wire server listening on %s:%d", host, port)
+                                                reuse_address=True, backlog=1024, ssl=tls)
+        log.info("wire server listening on %s:%d%s", host, port, " (TLS)" if tls else "")
 
     @property
     def port(self) -> int:
