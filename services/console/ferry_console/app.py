@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from aiohttp import web
+from ferry.auth.http import server_ssl
 from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
 
 from ferry_console.api import build_app
@@ -50,7 +51,9 @@ class ConsoleApp:
         app = build_app(self.console, lambda: self.ready, package_version("ferry-console"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_CONSOLE_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("console"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:

@@ -15,7 +15,7 @@ import signal
 from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth, registry_auth
+from ferry.auth.http import HttpAuth, registry_auth, server_ssl
 from ferry.auth.registry import AuthRegistry
 from ferry.routing import EtcdRegistry, EtcdUnavailable, RouteCache
 
@@ -58,8 +58,9 @@ class NamesrvApp:
         app = build_app(self.context, _version(), self.http_auth)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_NAMESRV_TLS_*): HTTPS only.
         site = web.TCPSite(self._runner, self.config.host, self.config.port,
-                           reuse_address=True)
+                           reuse_address=True, ssl_context=server_ssl("namesrv"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth
+from ferry.auth.http import HttpAuth, ServiceAuth, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -92,7 +92,9 @@ class CheckerApp:
                         auth=await self._start_auth())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_TXN_CHECKER_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("txn-checker"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:

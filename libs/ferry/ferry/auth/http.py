@@ -20,7 +20,9 @@ hash; docs/security.md, "HTTP APIs"). Clients sign through `client_session`
 """
 from __future__ import annotations
 
+import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,12 @@ from ferry.auth.signing import (
     new_nonce,
     now_ms,
     string_to_sign_http,
+)
+from ferry.auth.tls import (
+    ENV_TLS_CERT,
+    ENV_TLS_KEY,
+    client_context_from_env,
+    server_context,
 )
 from ferry.errors import AccessDeniedError, AuthenticationError
 
@@ -113,9 +121,23 @@ def signing_middleware(credentials: Credentials) -> aiohttp.ClientMiddlewareType
 
 
 def client_session(credentials: Credentials | None, **kwargs: Any) -> aiohttp.ClientSession:
-    """An aiohttp session that signs its requests when `credentials` are given."""
+    """An aiohttp session that signs its requests when `credentials` are given, and trusts
+    the CA of FERRY_TLS_CA for https:// addresses when it is set."""
     middlewares = (signing_middleware(credentials),) if credentials is not None else ()
+    tls = client_context_from_env()
+    if tls is not None and "connector" not in kwargs:
+        kwargs["connector"] = aiohttp.TCPConnector(ssl=tls)
     return aiohttp.ClientSession(middlewares=middlewares, **kwargs)
+
+
+def server_ssl(service: str, env: Mapping[str, str] | None = None) -> ssl.SSLContext | None:
+    """The TLS context an HTTP API serves with: FERRY_<SERVICE>_TLS_CERT / _KEY, else the
+    mesh-wide FERRY_TLS_CERT / FERRY_TLS_KEY; None (plain HTTP) when no certificate is set."""
+    env = os.environ if env is None else env
+    own = "FERRY_" + service.upper().replace("-", "_") + "_"
+    cert = env.get(own + "TLS_CERT", "").strip() or env.get(ENV_TLS_CERT, "").strip()
+    key = env.get(own + "TLS_KEY", "").strip() or env.get(ENV_TLS_KEY, "").strip()
+    return server_context(cert, key)
 
 
 # -- the server side ----------------------------------------------------------------------------
