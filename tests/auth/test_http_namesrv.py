@@ -2,6 +2,9 @@
 permissions hold per route, and a valid client is served all along."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from uuid import uuid4
@@ -9,6 +12,7 @@ from uuid import uuid4
 import aiohttp
 import pytest
 from ferry import Admin
+from ferry.auth.credentials import Credentials
 from ferry.auth.http import client_session, uncovered_routes
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import AccessDeniedError, AuthenticationError
@@ -29,6 +33,8 @@ from tests.auth.http_support import (
 from tests.support.procs import Etcd, Proc, start_namesrv
 
 pytestmark = pytest.mark.integration
+
+FERRY = str(Path(sys.executable).with_name("ferry"))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +69,7 @@ async def test_every_route_refuses_unsigned_wrong_replayed_and_stale(
                             if r.method != "HEAD" and r.resource is not None)
     assert ("GET", "/v1/routes/orders") in routes and ("DELETE", "/v1/topics/orders") in routes
     sent = await assert_refusals(plain, secured, routes)
-    print(f"namesrv: {len(routes)} routes, {sent} requests refused as expected")
+    print(f"namesrv: {len(routes)} routes, {sent} bad or unpermitted requests answered")
     # ... and the probes and the API document stay open, a valid client is served
     for path in ("/healthz", "/readyz", "/openapi.json"):
         async with plain.get(secured + path) as resp:
@@ -128,3 +134,22 @@ async def test_an_unsigned_client_gets_a_clear_error(secured: str, tmp_path: Pat
             await client.call("GET", "/v1/topics")
     finally:
         await client.close()
+
+
+def _ferry(secured: str, creds: Credentials | None, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FERRY_ACCESS_KEY", "FERRY_SECRET_KEY")}
+    env["FERRY_NAMESRV"] = secured.removeprefix("http://")
+    if creds is not None:
+        env["FERRY_ACCESS_KEY"], env["FERRY_SECRET_KEY"] = creds.access_key, creds.secret_key
+    return subprocess.run([FERRY, *args], capture_output=True, text=True, timeout=60, env=env,
+                          check=False)
+
+
+def test_the_cli_signs_with_the_callers_identity(secured: str) -> None:
+    done = _ferry(secured, READER, "topic", "list")
+    assert done.returncode == 0, done.stderr
+    done = _ferry(secured, None, "topic", "list")
+    assert done.returncode != 0 and "not signed" in done.stderr + done.stdout
+    done = _ferry(secured, PUBLISHER, "group", "list")
+    assert done.returncode != 0 and "read on admin" in done.stderr + done.stdout
