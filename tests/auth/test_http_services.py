@@ -118,6 +118,9 @@ async def test_every_route_refuses_unsigned_wrong_replayed_and_stale(
             assert resp.status == 200, (service, path)
     status, doc = await _status(READER, "GET", base + "/v1/stats")
     assert status == 200 and isinstance(doc, dict), (service, doc)
+    counted = doc["auth"]
+    assert counted["enabled"] and counted["refused_unauthenticated"] >= 4 * len(routes), counted
+    assert counted["refused_replay"] >= len(routes)
 
 
 async def test_permissions_per_route(services: Services) -> None:

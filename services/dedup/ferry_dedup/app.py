@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, server_ssl
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
@@ -166,7 +166,8 @@ class DedupApp:
                                              "from_ms", "to_ms", "finished_ms", "complete",
                                              "counts")},
                 "ledger": self.ledger.dialect,
-                "scheduled": [dataclasses.asdict(t) for t in self.config.targets]}
+                "scheduled": [dataclasses.asdict(t) for t in self.config.targets],
+                "auth": auth_stats(self.auth.http if self.auth is not None else None)}
 
     async def health(self) -> tuple[bool, Json]:
         doc: Json = {}

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, server_ssl
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
@@ -240,6 +240,7 @@ class SchedulerApp:
                         "loaded": wheel.loaded, "in_flight": wheel.inflight,
                         "torn_entries": wheel.torn_entries,
                         "closed_below_ms": wheel.closed_below * wheel.bucket_ms})
+        doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
 
     async def _start_auth(self) -> HttpAuth | None:

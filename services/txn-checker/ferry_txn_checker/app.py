@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, server_ssl
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -165,6 +165,7 @@ class CheckerApp:
                                  "open": len(s.open), "early_ops": len(s.early_ops),
                                  "half_low": s.half_low, "op_synced_ms": s.op_synced_ms}
                           for name, s in book.brokers.items()}
+        doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
 
     async def _start_auth(self) -> HttpAuth | None:

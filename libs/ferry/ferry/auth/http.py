@@ -351,6 +351,11 @@ def registry_auth(registry: Any, table: RouteTable) -> HttpAuth:
     return HttpAuth(registry.signing_key, allows, table)
 
 
+def auth_stats(auth: HttpAuth | None) -> dict[str, Any]:
+    """The `auth` part of a service's /v1/stats: off, or its refusals and replay guard."""
+    return {"enabled": False} if auth is None else {"enabled": True, **auth.stats()}
+
+
 def access_key_of(request: web.Request) -> str | None:
     """The access key a request was authenticated as (None with auth off)."""
     return request.get(ACCESS_KEY)
