@@ -21,6 +21,7 @@ import pytest
 from ferry import Admin
 from ferry.auth.credentials import Credentials
 from ferry_console.api import openapi_document
+from ferry_console.login import safe_next
 from selenium.webdriver.common.by import By
 
 from tests.auth.http_support import ADMIN, CONSOLE, PUBLISHER, READER, auth_env, seed
@@ -150,16 +151,27 @@ def test_the_cookie_is_httponly_samesite_strict_and_expires(secured: SecuredCons
     assert "httponly" in flags and flags["samesite"].lower() == "samesite=strict"
     assert flags["path"] == "Path=/console" and flags["max-age"] == "Max-Age=28800"
     # a console whose sessions last one second: the same cookie is refused after it
+    # (and holds one session at most: a second login ends the first)
     proc, url = start_secured_console(secured.mesh, "console-short",
-                                      FERRY_CONSOLE_SESSION_TTL_MS="1000")
+                                      FERRY_CONSOLE_SESSION_TTL_MS="1000",
+                                      FERRY_CONSOLE_MAX_SESSIONS="1")
     try:
+        first, _ = _login_cookie(url, READER)
         value, _ = _login_cookie(url, READER)
+        assert _fetch(url + "/console/topics", cookie=first)[0] == 303
         assert _fetch(url + "/console/topics", cookie=value)[0] == 200
         time.sleep(1.2)
         status, headers, _ = _fetch(url + "/console/topics", cookie=value)
         assert status == 303 and "/console/login" in headers["Location"]
     finally:
         proc.stop()
+
+
+def test_after_login_only_console_paths_are_followed() -> None:
+    assert safe_next("/console/groups/g?x=1") == "/console/groups/g?x=1"
+    for bad in ("https://evil.example/console", "//evil.example/console", "/elsewhere",
+                "/console\\..\\x", "", None, "/console" + "x" * 600):
+        assert safe_next(bad) == "/console", bad
 
 
 def test_login_in_the_browser_then_logout(secured: SecuredConsole, driver: Any,
