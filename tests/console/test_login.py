@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ferry import Admin
+from ferry import Admin, Consumer, ConsumerRecord, Producer
 from ferry.auth.credentials import Credentials
 from ferry_console.api import openapi_document
 from ferry_console.login import safe_next
@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 
 from tests.auth.http_support import ADMIN, CONSOLE, PUBLISHER, READER, auth_env, seed
 from tests.client.conftest import Mesh
+from tests.client.util import FAST
 from tests.console.conftest import READY_TIMEOUT_S, shoot
 from tests.console.test_pages import _click, _open
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
@@ -67,8 +68,9 @@ def secured(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     procs: list[Proc] = []
     try:
         mesh.start_namesrv()
+        mesh.broker_env = {"FERRY_AUTH": "on"}   # the brokers check the users' rights too
         mesh.start_broker("broker-a")
-        asyncio.run(_topics(mesh.namesrv))
+        asyncio.run(_seed(mesh.namesrv))
         console, url = start_secured_console(mesh, "console")
         procs.append(console)
         yield SecuredConsole(mesh, url)
@@ -78,9 +80,29 @@ def secured(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         mesh.stop()
 
 
-async def _topics(namesrv: str) -> None:
+async def _seed(namesrv: str) -> None:
+    """Topics orders and payments; one message of payments failed into its group's DLQ."""
     async with Admin(namesrv=namesrv, credentials=ADMIN) as admin:
         await admin.create_topic("orders", queues=2)
+        await admin.create_topic("payments", queues=1)
+    async with Producer(namesrv=namesrv, credentials=ADMIN) as producer:
+        await producer.send_and_wait("payments", b"charge 1", key="pay-1")
+
+    async def failing(rec: ConsumerRecord) -> None:
+        raise RuntimeError("card declined")
+
+    async with Consumer("payments", group="payments", namesrv=namesrv, credentials=ADMIN,
+                        auto_offset_reset="earliest", max_reconsume_times=0,
+                        **FAST) as consumer, Admin(namesrv=namesrv, credentials=ADMIN) as admin:
+        task = asyncio.ensure_future(consumer.run(failing))
+        try:
+            deadline = time.monotonic() + 30
+            while not await admin.dead_letters("payments").messages():
+                assert time.monotonic() < deadline, "the message never reached the DLQ"
+                await asyncio.sleep(0.2)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -208,4 +230,26 @@ def test_pages_act_with_the_users_rights(secured: SecuredConsole, driver: Any,
     message = driver.find_element(By.ID, "error-message").text
     assert "AccessDeniedError" in message and "read on admin" in message, message
     shoot(driver, shots, "login-denied")
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+
+
+def test_actions_run_with_the_users_rights_at_the_broker(secured: SecuredConsole, driver: Any,
+                                                         shots: Path) -> None:
+    """A reader sees the DLQ (admin read) but may not resend it: the broker refuses the
+    console's request made as the reader. The admin may."""
+    driver.delete_all_cookies()
+    _open(driver, secured.url + "/console/groups/payments/dlq")
+    _log_in(driver, READER)
+    assert driver.current_url.endswith("/console/groups/payments/dlq"), driver.current_url
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#dlq tbody tr[data-msg-id]")) == 1
+    _click(driver, driver.find_element(By.ID, "resend-all"))
+    message = driver.find_element(By.ID, "error-message").text
+    assert "AccessDeniedError" in message, message
+    shoot(driver, shots, "login-resend-denied")
+    _open(driver, secured.url + "/console/groups/payments/dlq")
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+    _open(driver, secured.url + "/console/groups/payments/dlq")
+    _log_in(driver, ADMIN)
+    _click(driver, driver.find_element(By.ID, "resend-all"))
+    assert driver.find_element(By.ID, "resent").text.startswith("Resent 1 message")
     _click(driver, driver.find_element(By.ID, "logout-button"))
