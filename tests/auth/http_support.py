@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from ferry.auth.acl import Rule, admin_rules
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import OPEN_PATHS, signed_url_headers
+from ferry.auth.http import OPEN_PATHS, RouteTable, signed_url_headers
 from ferry.auth.registry import AuthRegistry
 from ferry.auth.signing import now_ms
 from ferry.routing.registry import EtcdRegistry
@@ -120,3 +121,16 @@ async def assert_refusals(session: aiohttp.ClientSession, base: str,
         _refused(status, doc, "stale timestamp", what + " with a stale timestamp")
         sent += 5
     return sent
+
+
+def uncovered_routes(app: web.Application, table: RouteTable,
+                     open_paths: frozenset[str] = OPEN_PATHS) -> list[str]:
+    """Routes of `app` with no rule in `table` (a test holds every service's list empty)."""
+    missing = []
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource is not None else ""
+        if route.method == "HEAD" or path in open_paths:
+            continue
+        if (route.method, path) not in table:
+            missing.append(f"{route.method} {path}")
+    return missing

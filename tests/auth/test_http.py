@@ -26,11 +26,11 @@ from ferry.auth.http import (
     access_key_of,
     client_session,
     signed_url_headers,
-    uncovered_routes,
 )
 from ferry.auth.signing import now_ms
 from ferry.http_errors import error_middleware, json_response
 
+from tests.auth.http_support import uncovered_routes
 from tests.support.procs import free_port
 
 ALICE = Credentials("alice", "alice-secret-0123456789")

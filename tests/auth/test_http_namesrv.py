@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from ferry import Admin
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import client_session, uncovered_routes
+from ferry.auth.http import client_session
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import AccessDeniedError, AuthenticationError
 from ferry_namesrv.api import build_app
@@ -29,6 +29,7 @@ from tests.auth.http_support import (
     auth_env,
     guarded_routes,
     seed,
+    uncovered_routes,
 )
 from tests.support.procs import Etcd, Proc, start_namesrv
 
@@ -74,6 +75,11 @@ async def test_every_route_refuses_unsigned_wrong_replayed_and_stale(
     for path in ("/healthz", "/readyz", "/openapi.json"):
         async with plain.get(secured + path) as resp:
             assert resp.status == 200, path
+    async with plain.get(secured + "/openapi.json") as resp:
+        doc = await resp.json()
+    assert "ferrySignature" in doc["components"]["securitySchemes"]
+    assert {"401", "403"} <= set(doc["paths"]["/v1/topics"]["post"]["responses"])
+    assert "401" not in doc["paths"]["/healthz"]["get"]["responses"]
     async with Admin(namesrv=secured.removeprefix("http://"), credentials=ADMIN) as admin:
         assert isinstance(await admin.list_topics(), list)
 

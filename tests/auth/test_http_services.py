@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import RouteTable, client_session, uncovered_routes
+from ferry.auth.http import RouteTable, client_session
 from ferry_dedup.api import build_app as dedup_app
 from ferry_dedup.permissions import ROUTES as DEDUP_ROUTES
 from ferry_delay_scheduler.api import build_app as scheduler_app
@@ -34,6 +34,7 @@ from tests.auth.http_support import (
     auth_env,
     guarded_routes,
     seed,
+    uncovered_routes,
 )
 from tests.client.conftest import Mesh
 from tests.dedup.conftest import start_dedup

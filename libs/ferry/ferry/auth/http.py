@@ -351,6 +351,39 @@ def registry_auth(registry: Any, table: RouteTable) -> HttpAuth:
     return HttpAuth(registry.signing_key, allows, table)
 
 
+_AUTH_ERROR = {"description": "", "content": {"application/json": {"schema": {
+    "type": "object", "required": ["error"], "properties": {"error": {"type": "object"}}}}}}
+
+
+def document_auth(document: dict[str, Any],
+                  open_paths: frozenset[str] = OPEN_PATHS) -> dict[str, Any]:
+    """`document` (an OpenAPI 3 document) with the signature headers as its security scheme
+    and the 401 / 403 answers on every operation but the open paths (auth on)."""
+    doc = {**document, "components": {**document.get("components", {})}}
+    doc["components"]["securitySchemes"] = {"ferrySignature": {
+        "type": "apiKey", "in": "header", "name": HEADER_SIGNATURE,
+        "description": f"with {HEADER_ACCESS_KEY}, {HEADER_TIMESTAMP} and {HEADER_NONCE}: "
+                       "HMAC-SHA256 of the request (docs/security.md, HTTP APIs)"}}
+    paths: dict[str, Any] = {}
+    for path, item in document.get("paths", {}).items():
+        if path in open_paths:
+            paths[path] = item
+            continue
+        paths[path] = {key: _secured(op) if isinstance(op, dict) and "responses" in op else op
+                       for key, op in item.items()}
+    doc["paths"] = paths
+    return doc
+
+
+def _secured(operation: dict[str, Any]) -> dict[str, Any]:
+    responses = dict(operation["responses"])
+    responses.setdefault("401", {**_AUTH_ERROR, "description": "not authenticated "
+                                 "(AuthenticationError)"})
+    responses.setdefault("403", {**_AUTH_ERROR, "description": "not permitted "
+                                 "(AccessDeniedError)"})
+    return {**operation, "responses": responses, "security": [{"ferrySignature": []}]}
+
+
 def auth_stats(auth: HttpAuth | None) -> dict[str, Any]:
     """The `auth` part of a service's /v1/stats: off, or its refusals and replay guard."""
     return {"enabled": False} if auth is None else {"enabled": True, **auth.stats()}
@@ -359,16 +392,3 @@ def auth_stats(auth: HttpAuth | None) -> dict[str, Any]:
 def access_key_of(request: web.Request) -> str | None:
     """The access key a request was authenticated as (None with auth off)."""
     return request.get(ACCESS_KEY)
-
-
-def uncovered_routes(app: web.Application, table: RouteTable,
-                     open_paths: frozenset[str] = OPEN_PATHS) -> list[str]:
-    """Routes of `app` with no rule in `table` (a test holds every service's list empty)."""
-    missing = []
-    for route in app.router.routes():
-        path = route.resource.canonical if route.resource is not None else ""
-        if route.method == "HEAD" or path in open_paths:
-            continue
-        if (route.method, path) not in table:
-            missing.append(f"{route.method} {path}")
-    return missing
