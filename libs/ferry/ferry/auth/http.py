@@ -25,7 +25,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
@@ -52,6 +52,9 @@ from ferry.auth.tls import (
     server_context,
 )
 from ferry.errors import AccessDeniedError, AuthenticationError
+
+if TYPE_CHECKING:   # the client side of this module must not pull in etcd
+    from ferry.auth.registry import AuthRegistry
 
 HEADER_ACCESS_KEY = "X-Ferry-Access-Key"
 HEADER_TIMESTAMP = "X-Ferry-Timestamp"
@@ -340,15 +343,12 @@ class ServiceAuth:
         await self.etcd.stop()
 
 
-def registry_auth(registry: Any, table: RouteTable) -> HttpAuth:
+def registry_auth(registry: AuthRegistry, table: RouteTable) -> HttpAuth:
     """An HttpAuth asking `registry` (a `ferry.auth.registry.AuthRegistry`) for keys and rules.
 
-    The ACL is looked up on each request: the registry replaces it on a reload.
+    `registry.allows` asks the current rules (a reload replaces the registry's ACL).
     """
-    def allows(access_key: str, action: str, resource: str) -> bool:
-        return bool(registry.acl.allows(access_key, action, resource))
-
-    return HttpAuth(registry.signing_key, allows, table)
+    return HttpAuth(registry.signing_key, registry.allows, table)
 
 
 _AUTH_ERROR = {"description": "", "content": {"application/json": {"schema": {
