@@ -30,6 +30,7 @@ from tests.client.util import FAST
 from tests.console.conftest import READY_TIMEOUT_S, shoot
 from tests.console.test_pages import _click, _open
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
+from tests.txn_checker.conftest import start_txn_checker
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,11 @@ def secured(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         mesh.broker_env = {"FERRY_AUTH": "on"}   # the brokers check the users' rights too
         mesh.start_broker("broker-a")
         asyncio.run(_seed(mesh.namesrv))
-        console, url = start_secured_console(mesh, "console")
+        checker = start_txn_checker(mesh, env={**mesh.namesrv_env,
+                                               "FERRY_TXN_CHECKER_ETCD_PREFIX": mesh.prefix})
+        procs.append(checker.proc)
+        console, url = start_secured_console(
+            mesh, "console", FERRY_CONSOLE_TXN_CHECKER=f"127.0.0.1:{checker.http_port}")
         procs.append(console)
         yield SecuredConsole(mesh, url)
     finally:
@@ -216,6 +221,8 @@ def test_login_in_the_browser_then_logout(secured: SecuredConsole, driver: Any,
     assert driver.execute_script("return document.cookie") == "", "scripts cannot read it"
     _open(driver, secured.url + "/console/cluster")
     assert "broker-a" in driver.find_element(By.TAG_NAME, "main").text
+    _open(driver, secured.url + "/console/services")
+    assert driver.find_element(By.CSS_SELECTOR, "main .state").text == "up"   # the checker
     _click(driver, driver.find_element(By.ID, "logout-button"))
     assert "/console/login" in driver.current_url and driver.get_cookie(COOKIE) is None
     _open(driver, secured.url + "/console/cluster")
@@ -230,6 +237,9 @@ def test_pages_act_with_the_users_rights(secured: SecuredConsole, driver: Any,
     message = driver.find_element(By.ID, "error-message").text
     assert "AccessDeniedError" in message and "read on admin" in message, message
     shoot(driver, shots, "login-denied")
+    # a service that refuses the user is shown as such, not as down
+    _open(driver, secured.url + "/console/services")
+    assert driver.find_element(By.CSS_SELECTOR, "main .state").text == "not permitted (HTTP 403)"
     _click(driver, driver.find_element(By.ID, "logout-button"))
 
 

@@ -73,20 +73,28 @@ class Sources:
 
     async def get_json(self, addrs: str, path: str) -> dict[str, Any] | None:
         """GET `path` on the first of `addrs` (h:p[,h:p]) that answers 200 with a JSON object."""
+        return (await self.read_json(addrs, path))[0]
+
+    async def read_json(self, addrs: str, path: str) -> tuple[dict[str, Any] | None, str]:
+        """`get_json` and, when nothing answered, why: "unreachable", or "not permitted"
+        when a service refused this user (401/403 with auth on)."""
         if not addrs or self._session is None:
-            return None
+            return None, "unreachable"
+        why = "unreachable"
         for base in parse_namesrv(addrs):
             try:
                 async with self._session.get(base + path) as resp:
                     if resp.status != 200:
                         log.debug("GET %s%s answered %s", base, path, resp.status)
+                        if resp.status in (401, 403):
+                            why = f"not permitted (HTTP {resp.status})"
                         continue
                     doc = await resp.json(content_type=None)
                     if isinstance(doc, dict):
-                        return doc
+                        return doc, ""
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 log.debug("GET %s%s failed: %s", base, path, exc)
-        return None
+        return None, why
 
     async def brokers(self) -> list[BrokerView]:
         """Every registered broker member with its stats, by group name then id."""
