@@ -1,8 +1,8 @@
 """Signed HTTP: the request headers, client-side signing, and the one server middleware.
 
-Every Ferry HTTP API (namesrv, delay-scheduler, txn-checker, dedup) checks
-requests with `HttpAuth(...).middleware` when `FERRY_AUTH=on`: the signature and the
-replay guard first (401 `AuthenticationError`), then the route's permission
+Every Ferry HTTP API (namesrv, the brokers, delay-scheduler, txn-checker,
+dedup) checks requests with `HttpAuth(...).middleware` when `FERRY_AUTH=on`
+(the console has its login instead): the signature and the replay guard first (401 `AuthenticationError`), then the route's permission
 from the service's table (403 `AccessDeniedError`). `/healthz`, `/readyz` and
 `/openapi.json` stay open: probes and tools must reach them without a key.
 
@@ -16,7 +16,8 @@ A signed request carries four headers:
 over `signing.string_to_sign_http` (method, raw path, canonical query, body
 hash; docs/security.md, "HTTP APIs"). Clients sign through `client_session`
 (an aiohttp session whose middleware signs each request as it leaves) or
-`signed_headers` (urllib and other blocking callers).
+`signed_url_headers` (urllib and other blocking callers). Optional TLS:
+`server_ssl` for the servers, FERRY_TLS_CA for the clients (ferry.auth.tls).
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from ferry.auth.credentials import ACCESS_KEY_PATTERN, Credentials
-from ferry.auth.credentials import auth_enabled as auth_enabled  # the switch, re-exported
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.signing import (
     NONCE_BYTES,
