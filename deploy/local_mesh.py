@@ -12,6 +12,11 @@ replication port and HTTP port. The election in etcd makes one of each pair
 master; the banner says which. The HA topology, for users with Docker, is
 deploy/docker-compose.yml.
 
+Authentication is OFF in this mesh, always (FERRY_AUTH=off for every process,
+whatever the caller's environment says): it is for one developer's machine, and
+`up` says so first thing and in its banner. deploy/docker-compose.yml runs with
+auth on (docs/security.md).
+
 Tracing: every process gets `FERRY_TRACE_DIR=var/traces` (JSON-lines spans,
 one file per process; a value already in the environment wins), and the
 brokers write their spans to the `%TRACE%` topic through namesrv too.
@@ -194,10 +199,19 @@ def ha_roles(timeout_s: float = 15.0) -> dict[str, str]:
     return roles
 
 
+#: Said when `up` starts and in its banner: anyone who reaches these ports may do anything.
+AUTH_OFF_NOTICE = ("Authentication is OFF in this local mesh (FERRY_AUTH=off): anyone who can "
+                   "reach its ports can do anything.\nFor a mesh with identities, signatures "
+                   "and permissions, run deploy/docker-compose.yml (FERRY_AUTH=on; "
+                   "docs/security.md).")
+
+
 def process_env(comp: Component) -> dict[str, str]:
     """The environment `comp` runs with: tracing to var/traces (unless the caller's own
-    environment says otherwise), the caller's environment, then the component's own."""
-    return {"FERRY_TRACE_DIR": str(TRACE_DIR), **os.environ, **comp.env}
+    environment says otherwise), the caller's environment, then the component's own;
+    auth always off (a FERRY_AUTH=on in the caller's shell would lock the mesh: it has
+    no identities)."""
+    return {"FERRY_TRACE_DIR": str(TRACE_DIR), **os.environ, **comp.env, "FERRY_AUTH": "off"}
 
 
 def _port_open(port: int) -> bool:
@@ -253,6 +267,7 @@ def up(ha: bool = False) -> int:
             print(f"port {comp.port} for {comp.name} is taken by another process; stop it first")
             return 1
     PIDFILE.write_text(str(os.getpid()))
+    print(AUTH_OFF_NOTICE)
     started: list[tuple[Component, subprocess.Popen[bytes]]] = []
     stopping = False
 
@@ -303,6 +318,7 @@ def banner() -> str:
         f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}   "
         f"dedup: HTTP 127.0.0.1:{DEDUP_PORT} (ledger var/dedup/ledger.db)\n"
         f"Console: http://127.0.0.1:{CONSOLE_PORT}/console\n"
+        + AUTH_OFF_NOTICE + "\n"
         "Data and logs: ./var/   Traces: ./var/traces/ (JSON lines; `export "
         "FERRY_TRACE_DIR=var/traces` for your clients too)\n"
         "Stop: Ctrl-C here, or `make down` from another shell.\n\n"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import signed_url_headers
 
 from tests.support.procs import (
     Etcd,
@@ -58,6 +60,9 @@ class Mesh:
     namesrv_port: int = 0
     brokers: dict[str, BrokerProc] = field(default_factory=dict)
     broker_env: dict[str, str] = field(default_factory=dict)   # extra FERRY_BROKER_* settings
+    namesrv_env: dict[str, str] = field(default_factory=dict)  # extra namesrv settings (FERRY_AUTH)
+    #: What the test process signs its own namesrv calls with (a mesh with auth on).
+    credentials: Credentials | None = None
 
     @property
     def namesrv(self) -> str:
@@ -65,7 +70,8 @@ class Mesh:
 
     def start_namesrv(self) -> None:
         self.namesrv_proc, self.namesrv_port = start_namesrv(
-            self.etcd.endpoint, self.prefix, self.workdir / "namesrv", timeout_s=READY_TIMEOUT_S)
+            self.etcd.endpoint, self.prefix, self.workdir / "namesrv", self.namesrv_env,
+            timeout_s=READY_TIMEOUT_S)
 
     def start_broker(self, name: str, *, port: int | None = None) -> BrokerProc:
         """Start (or restart, on its old port and data) broker `name`; waits until routed."""
@@ -92,8 +98,10 @@ class Mesh:
         return broker
 
     def listed_brokers(self) -> set[str]:
+        url = f"http://{self.namesrv}/v1/brokers"
+        req = urllib.request.Request(url, headers=signed_url_headers(self.credentials, "GET", url))
         try:
-            with urllib.request.urlopen(f"http://{self.namesrv}/v1/brokers", timeout=2) as resp:
+            with urllib.request.urlopen(req, timeout=2) as resp:
                 data = json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError):
             return set()

@@ -22,7 +22,7 @@ def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
                         "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup",
-                        "jaeger", "console"}
+                        "jaeger", "console", "auth-init"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -62,3 +62,17 @@ def test_every_ferry_service_exports_spans_to_jaeger() -> None:
     assert resolved.count("FERRY_BROKER_NAMESRV: namesrv:9876") == 4
     assert "jaegertracing/all-in-one" in resolved
     assert "COLLECTOR_OTLP_ENABLED" in resolved
+
+
+def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> None:
+    """FERRY_AUTH=on in the 9 Ferry processes (namesrv, 4 brokers, scheduler, checker, dedup,
+    console); all but namesrv start through with-identity.sh with their own access key,
+    whose secret auth-init wrote to the auth-secrets volume; etcd is not published."""
+    resolved = compose("config")
+    assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 9
+    assert resolved.count("- svc-broker") == 4
+    for key in ("svc-delay-scheduler", "svc-txn-checker", "svc-dedup", "svc-console"):
+        assert resolved.count(f"- {key}\n") == 1, key
+    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 8
+    assert "/opt/ferry/deploy/auth_init.py" in resolved
+    assert "2379:2379" not in resolved

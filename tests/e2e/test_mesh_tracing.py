@@ -41,3 +41,16 @@ def test_a_trace_dir_in_the_callers_environment_wins(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("FERRY_TRACE_DIR", str(tmp_path / "mine"))
     comp = mesh.components()[0]
     assert mesh.process_env(comp)["FERRY_TRACE_DIR"] == str(tmp_path / "mine")
+
+
+def test_the_local_mesh_runs_and_says_auth_is_off(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """`make up` has no identities: auth stays off even when the caller's shell sets it on,
+    and the banner says so (docs/security.md)."""
+    mesh = load_mesh(monkeypatch, tmp_path / "var")
+    monkeypatch.setenv("FERRY_AUTH", "on")
+    for comp in mesh.components(True):
+        assert mesh.process_env(comp)["FERRY_AUTH"] == "off"
+    for banner in (mesh.banner(), mesh.ha_banner({})):
+        assert "Authentication is OFF in this local mesh" in banner
+        assert "deploy/docker-compose.yml" in banner

@@ -6,6 +6,7 @@
 - `GET /openapi.json`: the list of these paths.
 
 A POST from another site's page is refused with a 403 page (`csrf.py`).
+With auth on, every page and action needs a login (`login.py`).
 A page that fails shows an HTML error page with the status of its error
 (400 bad input, 404 not found, 503 a source unreachable); a bug is a 500 page
 and a logged traceback. The process keeps serving either way.
@@ -30,6 +31,7 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 
+from ferry_console import login
 from ferry_console.csrf import same_origin_only
 from ferry_console.pages import cluster, groups, messages, services, topics
 from ferry_console.pages.common import CONSOLE, Console, render
@@ -76,6 +78,13 @@ def openapi_document(version: str) -> dict[str, Any]:
              "/console/messages", "/console/messages/{msg_id}", "/console/services"]
     paths: dict[str, Any] = {p: {"get": {"summary": "HTML page", "responses": {
         "200": {"description": "text/html"}}}} for p in pages}
+    paths["/console/login"] = {
+        "get": {"summary": "Login page (auth on)", "responses": {"200": {"description": "text/html"}}},
+        "post": {"summary": "Log in (form: access_key, secret, next)",
+                 "responses": {"303": {"description": "logged in: to `next`"},
+                               "401": {"description": "wrong access key or secret"}}}}
+    paths["/console/logout"] = {"post": {"summary": "Log out",
+                                         "responses": {"303": {"description": "to the login"}}}}
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
         "summary": "Resend dead letters (form: id=... repeated, or all=1)",
         "responses": {"303": {"description": "back to the DLQ page"}}}}
@@ -99,11 +108,12 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str) -> w
     async def openapi(_: web.Request) -> web.Response:
         return http_errors.json_response(document)
 
-    # html_errors outermost: the origin check's own 403 is a page already.
-    app = web.Application(middlewares=[html_errors, same_origin_only],
+    # html_errors outermost: the origin check's own 403 is a page already. The origin
+    # check before the login: a cross-site login form is refused too.
+    app = web.Application(middlewares=[html_errors, same_origin_only, login.login_required],
                           client_max_size=MAX_BODY_BYTES)
     app[CONSOLE] = console
-    for family in (cluster, topics, groups, messages, services):
+    for family in (login, cluster, topics, groups, messages, services):
         family.register(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

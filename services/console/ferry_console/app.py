@@ -11,12 +11,14 @@ import asyncio
 import logging
 
 from aiohttp import web
+from ferry.auth.http import server_ssl
 from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
 
 from ferry_console.api import build_app
 from ferry_console.config import ConsoleConfig
 from ferry_console.pages.common import Console, environment
 from ferry_console.rates import RateSampler
+from ferry_console.sessions import SessionStore
 from ferry_console.sources import Sources
 
 log = logging.getLogger("ferry_console")
@@ -29,7 +31,10 @@ class ConsoleApp:
         self.config = config
         self.sources = Sources(config)
         self.rates = RateSampler(self.sources, config.rate_interval_ms)
-        self.console = Console(config, self.sources, self.rates, environment())
+        # FERRY_AUTH=on: a login per user; pages act through that user's own clients.
+        sessions = (SessionStore(lambda creds: Sources(config, creds), config.session_ttl_ms,
+                                 config.max_sessions) if config.auth else None)
+        self.console = Console(config, self.sources, self.rates, environment(), sessions)
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._ready = False
@@ -46,7 +51,9 @@ class ConsoleApp:
         app = build_app(self.console, lambda: self.ready, package_version("ferry-console"))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_CONSOLE_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("console"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
@@ -54,6 +61,7 @@ class ConsoleApp:
         self._sampler = asyncio.create_task(self.rates.run(), name="rates")
         self._ready = True
         log.info("console ready", extra={"http_port": self.port, "namesrv": cfg.namesrv,
+                                         "auth": cfg.auth,
                                          "url": f"http://{cfg.host}:{self.port}/console"})
 
     async def stop(self) -> None:
@@ -65,6 +73,8 @@ class ConsoleApp:
         await stop_step("stop the rate sampler", lambda: cancel_and_wait(self._sampler))
         if self._runner is not None:
             await stop_step("stop the HTTP server", self._runner.cleanup)
+        if self.console.sessions is not None:
+            await stop_step("end the sessions", self.console.sessions.close)
         await stop_step("close the clients", self.sources.stop)
         log.info("console stopped")
 

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 
 ENV_PREFIX = "FERRY_CONSOLE_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
 MAX_PREVIEW_BYTES = 64 * 1024
+MAX_SESSIONS = 100_000  # each holds a user's clients in memory
 # Fields that may be 0 (a port chosen by the OS).
 _MAY_BE_ZERO = frozenset({"http_port"})
 
@@ -40,6 +42,11 @@ class ConsoleConfig:
     preview_bytes: int = 4096          # of a message body on its page
     list_rows: int = 100               # messages per search or DLQ page
     rate_interval_ms: int = 10_000     # topic rates: max offsets sampled this often
+    # FERRY_AUTH=on (the one switch every service reads): every page and action needs a
+    # login, and acts with the logged-in user's own rights (sessions.py).
+    auth: bool = False
+    session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
+    max_sessions: int = 1000              # the oldest session ends past this many
 
     def __post_init__(self) -> None:
         if self.log_level.upper() not in LOG_LEVELS:
@@ -54,6 +61,8 @@ class ConsoleConfig:
             raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
         if self.preview_bytes > MAX_PREVIEW_BYTES:
             raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
+        if self.max_sessions > MAX_SESSIONS:
+            raise ValueError(f"max_sessions cannot exceed {MAX_SESSIONS}")
         if self.list_rows > MAX_LIST_ROWS:
             raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")
 
@@ -61,4 +70,5 @@ class ConsoleConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> ConsoleConfig:
         """Build from FERRY_CONSOLE_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env, overrides)
+        return settings.from_env(cls, ENV_PREFIX, env,
+                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -15,7 +15,8 @@ from typing import Any
 
 import aiohttp
 from ferry import Admin
-from ferry.auth.credentials import service_credentials
+from ferry.auth.credentials import Credentials, service_credentials
+from ferry.auth.http import client_session
 from ferry.client.namesrv import NamesrvClient, parse_namesrv
 
 from ferry_console.config import ConsoleConfig
@@ -41,22 +42,28 @@ class BrokerView:
 
 
 class Sources:
-    """The clients the pages share: Admin (wire), namesrv (HTTP) and one HTTP session."""
+    """The clients a page uses: Admin (wire), namesrv (HTTP) and one HTTP session.
 
-    def __init__(self, config: ConsoleConfig) -> None:
+    Every request is signed with `credentials`: a logged-in user's for their
+    sources (sessions.py); by default the console's own identity
+    (FERRY_CONSOLE_ACCESS_KEY / _SECRET_KEY, else FERRY_ACCESS_KEY / ...; none:
+    unsigned), which the shared sources use (auth off, and the rate sampler).
+    """
+
+    def __init__(self, config: ConsoleConfig, credentials: Credentials | None = None) -> None:
         self.config = config
-        # The console's own identity (FERRY_CONSOLE_ACCESS_KEY / _SECRET_KEY, else
-        # FERRY_ACCESS_KEY / FERRY_SECRET_KEY) for its reads of brokers and namesrv.
+        self.credentials = credentials if credentials is not None else service_credentials(
+            "console")
         self.admin = Admin(namesrv=config.namesrv, request_timeout_ms=config.request_timeout_ms,
-                           credentials=service_credentials("console"))
-        self.namesrv = NamesrvClient(config.namesrv)
+                           credentials=self.credentials)
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         await self.admin.start()
         await self.namesrv.start()
         timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_ms / 1000)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._session = client_session(self.credentials, timeout=timeout)
 
     async def stop(self) -> None:
         if self._session is not None:
@@ -66,19 +73,28 @@ class Sources:
 
     async def get_json(self, addrs: str, path: str) -> dict[str, Any] | None:
         """GET `path` on the first of `addrs` (h:p[,h:p]) that answers 200 with a JSON object."""
+        return (await self.read_json(addrs, path))[0]
+
+    async def read_json(self, addrs: str, path: str) -> tuple[dict[str, Any] | None, str]:
+        """`get_json` and, when nothing answered, why: "unreachable", or "not permitted"
+        when a service refused this user (401/403 with auth on)."""
         if not addrs or self._session is None:
-            return None
+            return None, "unreachable"
+        why = "unreachable"
         for base in parse_namesrv(addrs):
             try:
                 async with self._session.get(base + path) as resp:
                     if resp.status != 200:
+                        log.debug("GET %s%s answered %s", base, path, resp.status)
+                        if resp.status in (401, 403):
+                            why = f"not permitted (HTTP {resp.status})"
                         continue
                     doc = await resp.json(content_type=None)
                     if isinstance(doc, dict):
-                        return doc
+                        return doc, ""
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 log.debug("GET %s%s failed: %s", base, path, exc)
-        return None
+        return None, why
 
     async def brokers(self) -> list[BrokerView]:
         """Every registered broker member with its stats, by group name then id."""

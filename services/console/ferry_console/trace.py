@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ferry.auth.credentials import Credentials
+
 log = logging.getLogger("ferry_console")
 
 NS_PER_MS = 1_000_000
@@ -105,13 +107,15 @@ def _reader() -> Callable[..., Any] | None:
     return spans_of_message  # type: ignore[no-any-return]
 
 
-async def spans_of(namesrv: str, msg_id: str) -> list[dict[str, Any]] | None:
-    """The spans of `msg_id` from the trace topic; None when this ferry cannot read traces."""
+async def spans_of(namesrv: str, msg_id: str, credentials: Credentials | None = None
+                   ) -> list[dict[str, Any]] | None:
+    """The spans of `msg_id` from the trace topic, read with `credentials` (the user's);
+    None when this ferry cannot read traces."""
     reader = _reader()
     if reader is None:
         return None
     if inspect.iscoroutinefunction(reader):
-        result = await reader(namesrv, msg_id)
+        result = await reader(namesrv, msg_id, credentials)
     else:   # a blocking reader runs off the event loop
-        result = await asyncio.to_thread(reader, namesrv, msg_id)
+        result = await asyncio.to_thread(reader, namesrv, msg_id, credentials)
     return list(result)

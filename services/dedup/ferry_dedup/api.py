@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth
+from ferry.auth.http import HttpAuth, document_auth
 from ferry.errors import (
     BusyError,
     FerryError,
@@ -115,6 +115,8 @@ def build_app(backend: Backend,
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
     document = openapi_document(backend.version)
+    if auth is not None:
+        document = document_auth(document)   # 401/403 and the signature headers
 
     async def healthz(_: web.Request) -> web.Response:
         return json_response({"status": "ok"})

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
@@ -33,6 +34,7 @@ from ferry_dedup.api import build_app
 from ferry_dedup.claims import Claims
 from ferry_dedup.config import DedupConfig, ReconcileTarget
 from ferry_dedup.ledger_store import LedgerStore
+from ferry_dedup.permissions import ROUTES
 from ferry_dedup.reconcile import Reconciler, ReconcileRequest, now_ms
 from ferry_dedup.reports import ReportStore
 from ferry_dedup.stored import StoredReader
@@ -59,6 +61,9 @@ class DedupApp:
         self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms,
                                    credentials=self.credentials)
+        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
+        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
+                     else None)
         self.reader = StoredReader(self.pool, RouteCache(self.namesrv, refresh_interval_ms=0),
                                    pull_max_count=config.pull_max_count,
                                    max_messages=config.max_scan_messages)
@@ -91,9 +96,12 @@ class DedupApp:
         latest, _ = self.store.list(1)
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
-        self._runner = web.AppRunner(build_app(self), access_log=None)
+        self._runner = web.AppRunner(build_app(self, auth=await self._start_auth()),
+                                     access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DEDUP_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("dedup"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
@@ -158,7 +166,8 @@ class DedupApp:
                                              "from_ms", "to_ms", "finished_ms", "complete",
                                              "counts")},
                 "ledger": self.ledger.dialect,
-                "scheduled": [dataclasses.asdict(t) for t in self.config.targets]}
+                "scheduled": [dataclasses.asdict(t) for t in self.config.targets],
+                "auth": auth_stats(self.auth.http if self.auth is not None else None)}
 
     async def health(self) -> tuple[bool, Json]:
         doc: Json = {}
@@ -192,6 +201,13 @@ class DedupApp:
             log.warning("scheduled reconciliation of %s:%s failed: %s", target.topic,
                         target.group, exc)
 
+    async def _start_auth(self) -> HttpAuth | None:
+        """With auth on: load the identities from etcd (before the API answers anyone)."""
+        if self.auth is None:
+            return None
+        await self.auth.start()
+        return self.auth.http
+
     # -- stop ---------------------------------------------------------------------------
     async def stop(self) -> None:
         """Stop every part; a failing step is logged and the next ones still run."""
@@ -202,6 +218,8 @@ class DedupApp:
         await stop_step("stop the schedule", lambda: cancel_tasks(self._tasks))
         if self._runner is not None:
             await stop_step("stop the HTTP API", self._runner.cleanup)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close Redis", self.claims.close)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)

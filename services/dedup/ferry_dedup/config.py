@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 from ferry.idempotence import validate_scene
 from ferry.names import validate_group, validate_topic
 
@@ -91,8 +92,18 @@ class DedupConfig:
     pull_max_count: int = 1024
     request_timeout_ms: int = 10_000
     db_timeout_ms: int = 5_000           # connecting to / locking the ledger database
+    # Where identities live when auth is on (FERRY_AUTH=on); unused otherwise.
+    etcd: str = ""
+    etcd_prefix: str = "/ferry/"
+    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
+    # /readyz and /openapi.json needs a signed request with its permission; the
+    # identities come from etcd.
+    auth: bool = False
 
     def __post_init__(self) -> None:
+        if self.auth and not self.etcd:
+            raise ValueError("FERRY_AUTH=on needs FERRY_DEDUP_ETCD: identities and "
+                             "their rules live in etcd")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         for f in dataclasses.fields(self):
@@ -135,4 +146,5 @@ class DedupConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> DedupConfig:
         """Build from FERRY_DEDUP_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env, overrides)
+        return settings.from_env(cls, ENV_PREFIX, env,
+                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth
+from ferry.auth.http import HttpAuth, document_auth
 from ferry.errors import (
     AlreadyDeliveredError,
     BusyError,
@@ -55,6 +55,8 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
     document = openapi_document(version)
+    if auth is not None:
+        document = document_auth(document)   # 401/403 and the signature headers
 
     async def healthz(_: web.Request) -> web.Response:
         return json_response({"status": "ok"})

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
@@ -39,6 +40,7 @@ from ferry_delay_scheduler.deliver import Deliverer
 from ferry_delay_scheduler.ingest import Ingestor
 from ferry_delay_scheduler.leader import LeaderElection
 from ferry_delay_scheduler.local_log import LocalLog, parse_origin, record_due
+from ferry_delay_scheduler.permissions import ROUTES
 from ferry_delay_scheduler.progress import Progress, load_progress, save_progress, source_key
 from ferry_delay_scheduler.stats import Stats
 from ferry_delay_scheduler.wheel import TimingWheel, now_ms
@@ -66,6 +68,9 @@ class SchedulerApp:
         self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms,
                                    credentials=self.credentials)
         self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
+        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
+        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
+                     else None)
         self.election: LeaderElection | None = None  # made once the HTTP port is bound
         self.local: LocalLog | None = None
         self.wheel: TimingWheel | None = None
@@ -127,10 +132,12 @@ class SchedulerApp:
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
-                        package_version("ferry-delay-scheduler"))
+                        package_version("ferry-delay-scheduler"), auth=await self._start_auth())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DELAY_SCHEDULER_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("delay-scheduler"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
@@ -233,7 +240,15 @@ class SchedulerApp:
                         "loaded": wheel.loaded, "in_flight": wheel.inflight,
                         "torn_entries": wheel.torn_entries,
                         "closed_below_ms": wheel.closed_below * wheel.bucket_ms})
+        doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
+
+    async def _start_auth(self) -> HttpAuth | None:
+        """With auth on: load the identities from etcd (before the API answers anyone)."""
+        if self.auth is None:
+            return None
+        await self.auth.start()
+        return self.auth.http
 
     # -- stop ------------------------------------------------------------------------
 
@@ -252,6 +267,8 @@ class SchedulerApp:
             await stop_step("save progress", self.save_progress)
         if self._runner is not None:
             await stop_step("stop the HTTP API", self._runner.cleanup)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         if self.local is not None:
             await stop_step("close the local log", as_step(self.local.close))
         await stop_step("close broker connections", self.pool.close)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -67,8 +68,15 @@ class SchedulerConfig:
     # A cancel that finds nothing waits this long for the pull loop to catch up.
     cancel_wait_ms: int = 2000
     shutdown_timeout_ms: int = 10_000
+    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
+    # /readyz and /openapi.json needs a signed request with its permission; the
+    # identities come from etcd.
+    auth: bool = False
 
     def __post_init__(self) -> None:
+        if self.auth and not self.etcd:
+            raise ValueError("FERRY_AUTH=on needs FERRY_DELAY_SCHEDULER_ETCD: identities and "
+                             "their rules live in etcd")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         for f in dataclasses.fields(self):
@@ -107,4 +115,5 @@ class SchedulerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
         """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env, overrides)
+        return settings.from_env(cls, ENV_PREFIX, env,
+                                 {"auth": auth_enabled(env), **(overrides or {})})

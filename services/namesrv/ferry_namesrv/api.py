@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from ferry import http_errors
-from ferry.auth.http import HttpAuth, access_key_of
+from ferry.auth.http import HttpAuth, access_key_of, document_auth
 from ferry.errors import (
     AlreadyExistsError,
     BusyError,
@@ -102,6 +102,8 @@ def build_app(context: NamesrvContext, version: str,
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[CONTEXT] = context
     document = openapi_document(version)
+    if auth is not None:
+        document = document_auth(document)   # 401/403 and the signature headers
 
     async def openapi(request: web.Request) -> web.Response:
         return json_response(document)

@@ -15,11 +15,14 @@ import signal
 from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth, registry_auth, server_ssl
+from ferry.auth.registry import AuthRegistry
 from ferry.routing import EtcdRegistry, EtcdUnavailable, RouteCache
 
 from ferry_namesrv.api import build_app
 from ferry_namesrv.config import NamesrvConfig
 from ferry_namesrv.context import NamesrvContext
+from ferry_namesrv.permissions import ROUTES
 
 log = logging.getLogger("ferry_namesrv")
 
@@ -43,23 +46,29 @@ class NamesrvApp:
         self.registry = EtcdRegistry(config.etcd, prefix=config.etcd_prefix)
         self.cache = RouteCache(self.registry)
         self.context = NamesrvContext(config, self.registry, self.cache)
+        # FERRY_AUTH=on: identities and rules from etcd, checked on every route (permissions.py).
+        self.auth: AuthRegistry | None = AuthRegistry(self.registry) if config.auth else None
+        self.http_auth: HttpAuth | None = (registry_auth(self.auth, ROUTES)
+                                           if self.auth is not None else None)
         self._runner: web.AppRunner | None = None
         self._loader: asyncio.Task[None] | None = None
         self.port: int = config.port
 
     async def start(self) -> None:
-        app = build_app(self.context, _version())
+        app = build_app(self.context, _version(), self.http_auth)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_NAMESRV_TLS_*): HTTPS only.
         site = web.TCPSite(self._runner, self.config.host, self.config.port,
-                           reuse_address=True)
+                           reuse_address=True, ssl_context=server_ssl("namesrv"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
             self.port = server.sockets[0].getsockname()[1]
         log.info("listening", extra={"host": self.config.host, "port": self.port,
                                      "etcd": self.config.etcd, "prefix": self.config.etcd_prefix,
-                                     "auto_create_topics": self.config.auto_create_topics})
+                                     "auto_create_topics": self.config.auto_create_topics,
+                                     "auth": self.config.auth})
         self._loader = asyncio.create_task(self._load(), name="namesrv-load")
 
     async def _load(self) -> None:
@@ -68,6 +77,9 @@ class NamesrvApp:
         while True:
             try:
                 await self.registry.start()
+                if self.auth is not None:
+                    # Before the cache: /readyz (the cache loaded) then means identities are too.
+                    await self.auth.start()
                 await self.cache.start()
                 log.info("ready", extra={"revision": self.cache.revision,
                                          "brokers": len(self.cache.brokers),
@@ -88,6 +100,8 @@ class NamesrvApp:
                 await self._loader
             self._loader = None
         await self.cache.stop()
+        if self.auth is not None:
+            await self.auth.stop()
         await self.registry.stop()
         log.info("stopped")
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
 
 ENV_PREFIX = "FERRY_NAMESRV_"
@@ -34,6 +35,9 @@ class NamesrvConfig:
     # Where `GET /console` sends a browser: the console is a service of its own
     # (ferry-console); namesrv only points at it.
     console_url: str = "http://127.0.0.1:10927/console"
+    # FERRY_AUTH=on (the one switch every service reads, not a FERRY_NAMESRV_ variable):
+    # every route but /healthz, /readyz and /openapi.json needs a signed, permitted request.
+    auth: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -54,8 +58,13 @@ class NamesrvConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NamesrvConfig:
-        """Read every FERRY_NAMESRV_<FIELD> that is set; the rest keep their defaults."""
-        return settings.from_env(cls, ENV_PREFIX, env, error=ConfigError)
+        """Read every FERRY_NAMESRV_<FIELD> that is set, and FERRY_AUTH; the rest keep their
+        defaults."""
+        try:
+            auth = auth_enabled(env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return settings.from_env(cls, ENV_PREFIX, env, {"auth": auth}, error=ConfigError)
 
     def with_overrides(self, **overrides: Any) -> NamesrvConfig:
         """A copy with the given fields replaced (None means "not given")."""

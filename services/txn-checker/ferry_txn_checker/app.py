@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
+from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -34,6 +35,7 @@ from ferry_txn_checker import checkpoint
 from ferry_txn_checker.api import build_app
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
+from ferry_txn_checker.permissions import ROUTES
 from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
 from ferry_txn_checker.state import Book
 
@@ -56,6 +58,9 @@ class CheckerApp:
         self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms,
                                    credentials=self.credentials)
         self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
+        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
+        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
+                     else None)
         self.book = Book(default_immunity_ms=config.check_immunity_ms,
                          max_open=config.max_open, max_discarded=config.max_discarded,
                          max_recent=config.max_recent)
@@ -83,10 +88,13 @@ class CheckerApp:
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
         app = build_app(self.book, self.stats_document, lambda: self.ready,
-                        package_version("ferry-txn-checker"))
+                        package_version("ferry-txn-checker"),
+                        auth=await self._start_auth())
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
+        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_TXN_CHECKER_TLS_*): HTTPS only.
+        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
+                           ssl_context=server_ssl("txn-checker"))
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
@@ -157,7 +165,15 @@ class CheckerApp:
                                  "open": len(s.open), "early_ops": len(s.early_ops),
                                  "half_low": s.half_low, "op_synced_ms": s.op_synced_ms}
                           for name, s in book.brokers.items()}
+        doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
+
+    async def _start_auth(self) -> HttpAuth | None:
+        """With auth on: load the identities from etcd (before the API answers anyone)."""
+        if self.auth is None:
+            return None
+        await self.auth.start()
+        return self.auth.http
 
     # -- stop ------------------------------------------------------------------------
 
@@ -174,6 +190,8 @@ class CheckerApp:
             await stop_step("save the checkpoint", self.save_checkpoint)
         if self._runner is not None:
             await stop_step("stop the HTTP API", self._runner.cleanup)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)

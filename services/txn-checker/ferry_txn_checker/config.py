@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -35,6 +36,7 @@ class CheckerConfig:
     # Reserved for leader election between instances (not built: one instance runs;
     # a second one is safe, since END_TRANSACTION is idempotent, but checks twice).
     etcd: str = "127.0.0.1:2379"
+    etcd_prefix: str = "/ferry/"  # where identities live when auth is on
     instance_id: str = ""  # empty = host name + a random suffix
     log_level: str = "INFO"
     # The check schedule: a half with no op is first checked `check_immunity_ms` after
@@ -59,8 +61,15 @@ class CheckerConfig:
     pull_max_wait_ms: int = 1000
     checkpoint_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
+    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
+    # /readyz and /openapi.json needs a signed request with its permission; the
+    # identities come from etcd.
+    auth: bool = False
 
     def __post_init__(self) -> None:
+        if self.auth and not self.etcd:
+            raise ValueError("FERRY_AUTH=on needs FERRY_TXN_CHECKER_ETCD: identities and "
+                             "their rules live in etcd")
         if self.log_level.upper() not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         for f in dataclasses.fields(self):
@@ -88,4 +97,5 @@ class CheckerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> CheckerConfig:
         """Build from FERRY_TXN_CHECKER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env, overrides)
+        return settings.from_env(cls, ENV_PREFIX, env,
+                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -1,8 +1,8 @@
 """Signed HTTP: the request headers, client-side signing, and the one server middleware.
 
-Every Ferry HTTP API (namesrv, delay-scheduler, txn-checker, dedup) checks
-requests with `HttpAuth(...).middleware` when `FERRY_AUTH=on`: the signature and the
-replay guard first (401 `AuthenticationError`), then the route's permission
+Every Ferry HTTP API (namesrv, the brokers, delay-scheduler, txn-checker,
+dedup) checks requests with `HttpAuth(...).middleware` when `FERRY_AUTH=on`
+(the console has its login instead): the signature and the replay guard first (401 `AuthenticationError`), then the route's permission
 from the service's table (403 `AccessDeniedError`). `/healthz`, `/readyz` and
 `/openapi.json` stay open: probes and tools must reach them without a key.
 
@@ -16,15 +16,17 @@ A signed request carries four headers:
 over `signing.string_to_sign_http` (method, raw path, canonical query, body
 hash; docs/security.md, "HTTP APIs"). Clients sign through `client_session`
 (an aiohttp session whose middleware signs each request as it leaves) or
-`signed_headers` (urllib and other blocking callers).
+`signed_url_headers` (urllib and other blocking callers). Optional TLS:
+`server_ssl` for the servers, FERRY_TLS_CA for the clients (ferry.auth.tls).
 """
 from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import aiohttp
@@ -43,18 +45,22 @@ from ferry.auth.signing import (
     now_ms,
     string_to_sign_http,
 )
+from ferry.auth.tls import (
+    ENV_TLS_CERT,
+    ENV_TLS_KEY,
+    client_context_from_env,
+    server_context,
+)
 from ferry.errors import AccessDeniedError, AuthenticationError
+
+if TYPE_CHECKING:   # the client side of this module must not pull in etcd
+    from ferry.auth.registry import AuthRegistry
 
 HEADER_ACCESS_KEY = "X-Ferry-Access-Key"
 HEADER_TIMESTAMP = "X-Ferry-Timestamp"
 HEADER_NONCE = "X-Ferry-Nonce"
 HEADER_SIGNATURE = "X-Ferry-Signature"
 AUTH_HEADERS = (HEADER_ACCESS_KEY, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
-
-#: The one switch: `FERRY_AUTH=on` turns authentication on in every service.
-AUTH_ENV = "FERRY_AUTH"
-_ON_WORDS = ("1", "true", "yes", "on")
-_OFF_WORDS = ("", "0", "false", "no", "off")
 
 #: Paths every service answers without a signature (probes, the API description).
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
@@ -69,16 +75,6 @@ ACCESS_KEY = web.RequestKey("ferry_access_key", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Whether an access key may do an action on a resource (`Acl.allows`).
 AclCheck = Callable[[str, str, str], bool]
-
-
-def auth_enabled(env: Mapping[str, str] | None = None) -> bool:
-    """Whether `FERRY_AUTH` turns authentication on (off when unset); ValueError if garbled."""
-    raw = (os.environ if env is None else env).get(AUTH_ENV, "").strip().lower()
-    if raw in _ON_WORDS:
-        return True
-    if raw in _OFF_WORDS:
-        return False
-    raise ValueError(f"{AUTH_ENV} must be on or off, not {raw!r}")
 
 
 # -- the client side ----------------------------------------------------------------------------
@@ -100,14 +96,14 @@ def signed_headers(credentials: Credentials, method: str, raw_path: str,
 
 
 def signed_url_headers(credentials: Credentials | None, method: str, url: str,
-                       body: bytes = b"") -> dict[str, str]:
+                       body: bytes = b"", *, ts_ms: int | None = None) -> dict[str, str]:
     """The signing headers of a request to `url` as a blocking client (urllib) sends it;
     {} without credentials."""
     if credentials is None:
         return {}
     parts = urlsplit(url)
     return signed_headers(credentials, method, parts.path or "/",
-                          parse_qsl(parts.query, keep_blank_values=True), body)
+                          parse_qsl(parts.query, keep_blank_values=True), body, ts_ms=ts_ms)
 
 
 def signing_middleware(credentials: Credentials) -> aiohttp.ClientMiddlewareType:
@@ -128,9 +124,23 @@ def signing_middleware(credentials: Credentials) -> aiohttp.ClientMiddlewareType
 
 
 def client_session(credentials: Credentials | None, **kwargs: Any) -> aiohttp.ClientSession:
-    """An aiohttp session that signs its requests when `credentials` are given."""
+    """An aiohttp session that signs its requests when `credentials` are given, and trusts
+    the CA of FERRY_TLS_CA for https:// addresses when it is set."""
     middlewares = (signing_middleware(credentials),) if credentials is not None else ()
+    tls = client_context_from_env()
+    if tls is not None and "connector" not in kwargs:
+        kwargs["connector"] = aiohttp.TCPConnector(ssl=tls)
     return aiohttp.ClientSession(middlewares=middlewares, **kwargs)
+
+
+def server_ssl(service: str, env: Mapping[str, str] | None = None) -> ssl.SSLContext | None:
+    """The TLS context an HTTP API serves with: FERRY_<SERVICE>_TLS_CERT / _KEY, else the
+    mesh-wide FERRY_TLS_CERT / FERRY_TLS_KEY; None (plain HTTP) when no certificate is set."""
+    env = os.environ if env is None else env
+    own = "FERRY_" + service.upper().replace("-", "_") + "_"
+    cert = env.get(own + "TLS_CERT", "").strip() or env.get(ENV_TLS_CERT, "").strip()
+    key = env.get(own + "TLS_KEY", "").strip() or env.get(ENV_TLS_KEY, "").strip()
+    return server_context(cert, key)
 
 
 # -- the server side ----------------------------------------------------------------------------
@@ -306,19 +316,79 @@ class HttpAuth:
                 **self.guard.stats()}
 
 
+class ServiceAuth:
+    """A service's HTTP auth backed by the identities in etcd: `start()`, `http.middleware`,
+    `stop()`.
+
+    For services that do not talk to etcd otherwise (namesrv passes its own
+    EtcdRegistry). `start()` raises when etcd does not answer: a service with
+    auth on cannot tell anyone apart without it, so it must not come up.
+    """
+
+    def __init__(self, etcd: str, prefix: str, table: RouteTable) -> None:
+        # Imported here: the client side of this module must not pull in etcd.
+        from ferry.auth.registry import AuthRegistry
+        from ferry.routing.registry import EtcdRegistry
+
+        self.etcd = EtcdRegistry(etcd, prefix=prefix)
+        self.registry = AuthRegistry(self.etcd)
+        self.http = registry_auth(self.registry, table)
+
+    async def start(self) -> None:
+        await self.etcd.start()
+        await self.registry.start()
+
+    async def stop(self) -> None:
+        await self.registry.stop()
+        await self.etcd.stop()
+
+
+def registry_auth(registry: AuthRegistry, table: RouteTable) -> HttpAuth:
+    """An HttpAuth asking `registry` (a `ferry.auth.registry.AuthRegistry`) for keys and rules.
+
+    `registry.allows` asks the current rules (a reload replaces the registry's ACL).
+    """
+    return HttpAuth(registry.signing_key, registry.allows, table)
+
+
+_AUTH_ERROR = {"description": "", "content": {"application/json": {"schema": {
+    "type": "object", "required": ["error"], "properties": {"error": {"type": "object"}}}}}}
+
+
+def document_auth(document: dict[str, Any],
+                  open_paths: frozenset[str] = OPEN_PATHS) -> dict[str, Any]:
+    """`document` (an OpenAPI 3 document) with the signature headers as its security scheme
+    and the 401 / 403 answers on every operation but the open paths (auth on)."""
+    doc = {**document, "components": {**document.get("components", {})}}
+    doc["components"]["securitySchemes"] = {"ferrySignature": {
+        "type": "apiKey", "in": "header", "name": HEADER_SIGNATURE,
+        "description": f"with {HEADER_ACCESS_KEY}, {HEADER_TIMESTAMP} and {HEADER_NONCE}: "
+                       "HMAC-SHA256 of the request (docs/security.md, HTTP APIs)"}}
+    paths: dict[str, Any] = {}
+    for path, item in document.get("paths", {}).items():
+        if path in open_paths:
+            paths[path] = item
+            continue
+        paths[path] = {key: _secured(op) if isinstance(op, dict) and "responses" in op else op
+                       for key, op in item.items()}
+    doc["paths"] = paths
+    return doc
+
+
+def _secured(operation: dict[str, Any]) -> dict[str, Any]:
+    responses = dict(operation["responses"])
+    responses.setdefault("401", {**_AUTH_ERROR, "description": "not authenticated "
+                                 "(AuthenticationError)"})
+    responses.setdefault("403", {**_AUTH_ERROR, "description": "not permitted "
+                                 "(AccessDeniedError)"})
+    return {**operation, "responses": responses, "security": [{"ferrySignature": []}]}
+
+
+def auth_stats(auth: HttpAuth | None) -> dict[str, Any]:
+    """The `auth` part of a service's /v1/stats: off, or its refusals and replay guard."""
+    return {"enabled": False} if auth is None else {"enabled": True, **auth.stats()}
+
+
 def access_key_of(request: web.Request) -> str | None:
     """The access key a request was authenticated as (None with auth off)."""
     return request.get(ACCESS_KEY)
-
-
-def uncovered_routes(app: web.Application, table: RouteTable,
-                     open_paths: frozenset[str] = OPEN_PATHS) -> list[str]:
-    """Routes of `app` with no rule in `table` (a test holds every service's list empty)."""
-    missing = []
-    for route in app.router.routes():
-        path = route.resource.canonical if route.resource is not None else ""
-        if route.method == "HEAD" or path in open_paths:
-            continue
-        if (route.method, path) not in table:
-            missing.append(f"{route.method} {path}")
-    return missing

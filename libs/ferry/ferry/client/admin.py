@@ -49,7 +49,7 @@ class Admin:
         """`credentials` sign every request (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY,
         unsigned when those are unset)."""
         self.credentials = credentials if credentials is not None else Credentials.from_env()
-        self._namesrv = NamesrvClient(namesrv or default_namesrv())
+        self._namesrv = NamesrvClient(namesrv or default_namesrv(), credentials=self.credentials)
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=0)
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
                                     credentials=self.credentials)

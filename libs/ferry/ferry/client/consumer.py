@@ -123,14 +123,14 @@ class Consumer(Positions):
         self.rebalance_interval_ms = rebalance_interval_ms
         self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{secrets.token_hex(4)}"
         self._namesrv_addr = namesrv or default_namesrv()
-        self._namesrv = NamesrvClient(self._namesrv_addr)
+        # Every request is signed with these (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY).
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self._namesrv = NamesrvClient(self._namesrv_addr, credentials=self.credentials)
         self._tracing = tracing()
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=route_refresh_interval_ms)
         # Long polls wait up to request_timeout_ms (passed per PULL); every other request
         # (heartbeats, offsets, members) gives up sooner so a hung broker cannot stall
         # the rebalance loop for long.
-        # Every request is signed with these (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY).
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._pool = ConnectionPool(request_timeout_ms=min(10_000, request_timeout_ms),
                                     credentials=self.credentials)
         self._fetch_config = FetchConfig(

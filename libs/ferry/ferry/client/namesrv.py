@@ -15,6 +15,7 @@ the old master's lease ended and no slave has won the election yet) and its
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import aiohttp
 
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import client_session
+from ferry.auth.tls import ENV_TLS_CA
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -150,13 +152,15 @@ class TopicRoute:
 
 
 def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
-    """'h:p,h:p' (or a list) -> base URLs; 'http://' is added where missing."""
+    """'h:p,h:p' (or a list) -> base URLs; 'http://' is added where missing, 'https://'
+    when FERRY_TLS_CA is set (the mesh's HTTP APIs serve TLS then; docs/security.md)."""
     items = addrs.split(",") if isinstance(addrs, str) else list(addrs)
+    scheme = "https" if os.environ.get(ENV_TLS_CA, "").strip() else "http"
     urls = []
     for item in (i.strip() for i in items):
         if not item:
             continue
-        urls.append(item.rstrip("/") if "://" in item else f"http://{item}")
+        urls.append(item.rstrip("/") if "://" in item else f"{scheme}://{item}")
     if not urls:
         raise ValueError(f"no namesrv address in {addrs!r}")
     return urls

@@ -102,7 +102,8 @@ class Producer(SendRetries):
         if max_delay_ms < 1:
             raise ValueError("max_delay_ms must be at least 1")
         self.max_delay_ms = max_delay_ms
-        self._scheduler = DelaySchedulerClient(delay_scheduler)
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self._scheduler = DelaySchedulerClient(delay_scheduler, credentials=self.credentials)
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.retries = retries
@@ -111,10 +112,9 @@ class Producer(SendRetries):
         self.max_block_ms = max_block_ms
         self.retry_backoff_ms = retry_backoff_ms
         self._namesrv_addr = namesrv or default_namesrv()
-        self._namesrv = NamesrvClient(self._namesrv_addr)
+        self._namesrv = NamesrvClient(self._namesrv_addr, credentials=self.credentials)
         self._routes = RouteCache(self._namesrv, create_topics=True,
                                   refresh_interval_ms=route_refresh_interval_ms)
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
                                     credentials=self.credentials)
         self._budget = ByteBudget(buffer_memory_bytes)

@@ -11,6 +11,7 @@ import asyncio
 import json
 from typing import Any
 
+from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec.record import iter_records
@@ -63,10 +64,15 @@ async def _query_all(pool: ConnectionPool, brokers: list[str], key: str
     return [doc for docs in found for doc in docs]
 
 
-async def spans_of_message(namesrv: str, msg_id: str) -> list[dict[str, Any]]:
-    """Every span of every trace the message `msg_id` is part of, sorted by start_ns."""
-    names = NamesrvClient(namesrv)
-    pool = ConnectionPool(credentials=names.credentials)   # FERRY_ACCESS_KEY's, if set
+async def spans_of_message(namesrv: str, msg_id: str,
+                           credentials: Credentials | None = None) -> list[dict[str, Any]]:
+    """Every span of every trace the message `msg_id` is part of, sorted by start_ns.
+
+    Requests are signed with `credentials` (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY).
+    """
+    credentials = credentials if credentials is not None else Credentials.from_env()
+    names = NamesrvClient(namesrv, credentials=credentials)
+    pool = ConnectionPool(credentials=credentials)
     try:
         data = await names.call("GET", "/v1/brokers")
         brokers = sorted({b["addr"] for b in data.get("brokers", [])})

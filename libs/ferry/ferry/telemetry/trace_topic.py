@@ -94,7 +94,8 @@ def _get_brokers(urls: list[str], credentials: Credentials | None) -> dict[str, 
         target = url + "/v1/brokers"
         req = urllib.request.Request(target, headers=signed_url_headers(credentials, "GET", target))
         try:
-            with urllib.request.urlopen(req, timeout=SEND_TIMEOUT_S) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=SEND_TIMEOUT_S,  # noqa: S310
+                                        context=client_context_from_env()) as resp:
                 return json.loads(resp.read())  # type: ignore[no-any-return]
         except OSError as exc:
             last = exc

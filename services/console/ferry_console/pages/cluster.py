@@ -5,7 +5,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ferry_console.pages.common import console, render
+from ferry_console.pages.common import console, render, sources
 from ferry_console.sources import BrokerView
 
 
@@ -34,9 +34,9 @@ def broker_row(b: BrokerView) -> dict[str, Any]:
 
 async def cluster(request: web.Request) -> web.Response:
     c = console(request)
-    brokers = await c.sources.brokers()
-    topics = await c.sources.topics()
-    groups = await c.sources.groups()
+    brokers = await sources(request).brokers()
+    topics = await sources(request).topics()
+    groups = await sources(request).groups()
     return render(request, "cluster.html", title="Cluster", namesrv=c.config.namesrv,
                   brokers=[broker_row(b) for b in brokers], topic_count=len(topics),
                   group_count=len(groups))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from aiohttp import web
@@ -12,29 +12,45 @@ from ferry_console.config import ConsoleConfig
 from ferry_console.rates import RateSampler
 from ferry_console.sources import Sources
 
+if TYPE_CHECKING:
+    from ferry_console.sessions import Session, SessionStore
+
 
 @dataclass
 class Console:
-    """The parts a page needs: config, sources, rates and the template environment."""
+    """The parts a page needs: config, the shared sources, rates, the template environment,
+    and the sessions (None with auth off: no login)."""
 
     config: ConsoleConfig
     sources: Sources
     rates: RateSampler
     templates: jinja2.Environment
+    sessions: SessionStore | None = None
 
 
 CONSOLE = web.AppKey("console", Console)
+#: The logged-in user's session on a request (auth on; set by login.login_required).
+SESSION: web.RequestKey[Session] = web.RequestKey("console_session")
 
 
 def console(request: web.Request) -> Console:
     return request.app[CONSOLE]
 
 
+def sources(request: web.Request) -> Sources:
+    """The clients this request acts through: the logged-in user's (auth on), else the
+    console's shared ones."""
+    session = request.get(SESSION)
+    return session.sources if session is not None else console(request).sources
+
+
 def render(request: web.Request, template: str, status: int = 200,
            **values: Any) -> web.Response:
     """The page `template` rendered with `values` (autoescaped HTML)."""
     page = console(request).templates.get_template(template)
-    html = page.render(path=request.path, **values)
+    session = request.get(SESSION)
+    html = page.render(path=request.path, user=session.access_key if session else None,
+                       **values)
     return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 
 

@@ -16,7 +16,7 @@ from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import MalformedRequestError
 from ferry.names import validate_group
 
-from ferry_console.pages.common import console, render
+from ferry_console.pages.common import console, render, sources
 from ferry_console.sources import BrokerView
 
 MAX_RESEND_IDS = 1000
@@ -67,9 +67,8 @@ def subscriptions(member_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def groups(request: web.Request) -> web.Response:
-    c = console(request)
-    configs = {str(g.get("name")): g for g in await c.sources.groups()}
-    brokers = await c.sources.brokers()
+    configs = {str(g.get("name")): g for g in await sources(request).groups()}
+    brokers = await sources(request).brokers()
     names = set(configs)
     for b in brokers:
         names.update(((b.stats or {}).get("groups") or {}).keys())
@@ -85,13 +84,12 @@ async def groups(request: web.Request) -> web.Response:
 
 
 async def group(request: web.Request) -> web.Response:
-    c = console(request)
     name = validate_group(request.match_info["group"])
-    brokers = await c.sources.brokers()
+    brokers = await sources(request).brokers()
     lags = lag_rows(brokers, name)
     member_rows = members(brokers, name)
     return render(request, "group.html", title=f"Group {name}", group=name,
-                  config=await c.sources.group_config(name), lags=lags,
+                  config=await sources(request).group_config(name), lags=lags,
                   total_lag=sum(int(r["lag"]) for r in lags), members=member_rows,
                   subscriptions=subscriptions(member_rows))
 
@@ -99,7 +97,7 @@ async def group(request: web.Request) -> web.Response:
 async def dlq(request: web.Request) -> web.Response:
     c = console(request)
     name = validate_group(request.match_info["group"])
-    records = await c.sources.admin.dead_letters(name).messages(limit=c.config.list_rows)
+    records = await sources(request).admin.dead_letters(name).messages(limit=c.config.list_rows)
     rows = [{"msg_id": r.msg_id, "origin": r.properties.get(ORIGIN_TOPIC, ""),
              "broker": r.broker, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
              "store_ts_ms": r.store_ts_ms, "reconsume_times": r.reconsume_times,
@@ -110,7 +108,6 @@ async def dlq(request: web.Request) -> web.Response:
 
 
 async def dlq_resend(request: web.Request) -> web.Response:
-    c = console(request)
     name = validate_group(request.match_info["group"])
     form = await request.post()
     every = form.get("all") == "1"
@@ -119,7 +116,7 @@ async def dlq_resend(request: web.Request) -> web.Response:
         raise MalformedRequestError("choose the messages to resend, or resend all")
     if len(ids) > MAX_RESEND_IDS:
         raise MalformedRequestError(f"at most {MAX_RESEND_IDS} ids at once")
-    sent = await c.sources.admin.dead_letters(name).resend(None if every else ids)
+    sent = await sources(request).admin.dead_letters(name).resend(None if every else ids)
     raise web.HTTPSeeOther(f"/console/groups/{quote(name)}/dlq?resent={len(sent)}")
 
 

@@ -21,7 +21,7 @@ from ferry.client.query import QueryResult, check_msg_id
 from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import FerryError, MalformedRequestError, MessageNotFoundError
 
-from ferry_console.pages.common import console, render
+from ferry_console.pages.common import console, render, sources
 from ferry_console.trace import spans_of, timeline
 
 SEARCH_KINDS = ("id", "key", "time")
@@ -53,7 +53,7 @@ async def search(request: web.Request) -> web.Response:
     error = ""
     if kind:
         try:
-            found = await _search(c.sources.admin, kind, form, c.config.list_rows)
+            found = await _search(sources(request).admin, kind, form, c.config.list_rows)
         except FerryError as exc:
             error = f"{type(exc).__name__}: {exc}"
     return render(request, "messages.html", title="Messages", form=form, kinds=SEARCH_KINDS,
@@ -97,14 +97,14 @@ def _preview(body: bytes, limit: int) -> tuple[str, str]:
 async def message(request: web.Request) -> web.Response:
     c = console(request)
     msg_id = check_msg_id(request.match_info["msg_id"])
-    copies = list(await c.sources.admin.query_message(msg_id))
+    copies = list(await sources(request).admin.query_message(msg_id))
     if not copies:
         raise MessageNotFoundError(f"no broker stores a message with id {msg_id}")
     main = _main_copy(copies)
     text, how = _preview(main.body, c.config.preview_bytes)
     trace_error = ""
     try:
-        spans = await spans_of(c.config.namesrv, msg_id)
+        spans = await spans_of(c.config.namesrv, msg_id, sources(request).credentials)
     except FerryError as exc:
         spans, trace_error = [], f"{type(exc).__name__}: {exc}"
     hops = timeline(spans or [])

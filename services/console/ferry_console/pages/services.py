@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ferry_console.pages.common import console, render
+from ferry_console.pages.common import console, render, sources
 
 MAX_ROWS = 200
 MAX_VALUE_CHARS = 160
@@ -40,10 +40,11 @@ async def services(request: web.Request) -> web.Response:
     wanted = [("Delay scheduler", c.config.delay_scheduler),
               ("Transaction checker", c.config.txn_checker),
               ("Dedup", c.config.dedup)]
-    docs = await asyncio.gather(*(c.sources.get_json(addr, "/v1/stats") for _, addr in wanted))
+    answers = await asyncio.gather(*(sources(request).read_json(addr, "/v1/stats")
+                                     for _, addr in wanted))
     cards = [{"name": name, "addr": addr, "configured": bool(addr), "up": doc is not None,
-              "rows": flatten(doc) if doc is not None else []}
-             for (name, addr), doc in zip(wanted, docs, strict=True)]
+              "why": why, "rows": flatten(doc) if doc is not None else []}
+             for (name, addr), (doc, why) in zip(wanted, answers, strict=True)]
     return render(request, "services.html", title="Services", services=cards)
 
 

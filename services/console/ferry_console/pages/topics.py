@@ -6,14 +6,14 @@ from typing import Any
 from aiohttp import web
 from ferry.names import validate_topic
 
-from ferry_console.pages.common import console, render
+from ferry_console.pages.common import console, render, sources
 from ferry_console.rates import topic_totals
 
 
 async def topics(request: web.Request) -> web.Response:
     c = console(request)
-    configs = await c.sources.topics()
-    brokers = await c.sources.brokers()
+    configs = await sources(request).topics()
+    brokers = await sources(request).brokers()
     totals = topic_totals(brokers)
     queues: dict[str, int] = {}
     for b in brokers:
@@ -35,7 +35,7 @@ async def topics(request: web.Request) -> web.Response:
 async def topic(request: web.Request) -> web.Response:
     c = console(request)
     name = validate_topic(request.match_info["topic"], allow_internal=True)
-    described = await c.sources.admin.describe_topic(name)
+    described = await sources(request).admin.describe_topic(name)
     queues: list[dict[str, Any]] = described["queues"]
     for q in queues:
         if "max_offset" in q:

@@ -1,0 +1,102 @@
+"""First start of the compose mesh with auth on: the admin and one identity per service.
+
+Run once by the `auth-init` service of deploy/docker-compose.yml, before the
+Ferry services (each waits for its secret file, see with-identity.sh). While
+etcd holds no identity it creates, directly in etcd (as `ferry user add
+--bootstrap` does):
+
+- `admin` with every right; its secret is FERRY_ADMIN_SECRET when set, else
+  generated;
+- one identity per service with exactly the rights it needs (SERVICES below),
+  with generated secrets;
+
+and writes each secret to `<secrets dir>/<access key>` (mode 0600, a volume
+only the Ferry containers mount). On a later start it only checks that the
+secret files are there. Secrets are never printed; read the admin's with
+`docker compose exec namesrv cat /run/ferry-auth/admin`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from ferry.auth.acl import Rule, admin_rules
+from ferry.auth.credentials import Credentials, generate_secret
+from ferry.auth.registry import AuthRegistry
+from ferry.routing.registry import EtcdRegistry
+
+ADMIN = "admin"
+#: Each service's identity and its rules: what it does, and nothing more (docs/security.md,
+#: "Service identities"; the HTTP needs in "HTTP APIs"). Every service writes its spans
+#: to %TRACE% through namesrv (FERRY_<SERVICE>_NAMESRV tracing): pub on it.
+_TRACE = Rule("allow", "topic:%TRACE%", ("pub",))
+SERVICES: dict[str, tuple[Rule, ...]] = {
+    # a slave replicates from its master
+    "svc-broker": (Rule("allow", "admin", ("replicate",)), _TRACE),
+    # pulls %SCHEDULE% as its group, re-sends due messages (DELIVER_DUE); asks namesrv
+    # for the route of every topic it delivers to (admin read)
+    "svc-delay-scheduler": (Rule("allow", "topic:%SCHEDULE%", ("sub",)),
+                            Rule("allow", "group:ferry-delay-scheduler", ("consume",)),
+                            Rule("allow", "admin", ("delay", "read")), _TRACE),
+    # scans %HALF% / %OP% as its group, asks producers, commits or rolls back
+    "svc-txn-checker": (Rule("allow", "topic:%HALF%", ("sub",)),
+                        Rule("allow", "topic:%OP%", ("sub",)),
+                        Rule("allow", "group:ferry-txn-checker", ("consume",)),
+                        Rule("allow", "admin", ("txn",)), _TRACE),
+    # reconciliation reads the topics it is asked about
+    "svc-dedup": (Rule("allow", "admin", ("read",)), _TRACE),
+    # the console's own identity only samples topic rates; users log in with their own
+    "svc-console": (Rule("allow", "admin", ("read",)),),
+}
+
+
+async def init(etcd: str, prefix: str, secrets_dir: Path) -> int:
+    registry = EtcdRegistry(etcd, prefix=prefix)
+    await registry.start()
+    try:
+        auth = AuthRegistry(registry)
+        existing = {u.access_key for u in await auth.list_users()}
+        if existing:
+            missing = [k for k in (ADMIN, *SERVICES) if not (secrets_dir / k).is_file()]
+            if missing:
+                print(f"auth-init: identities exist in etcd but the secrets of {missing} are "
+                      f"not in {secrets_dir}; remove those users (`ferry user remove`) or "
+                      "restore the volume", file=sys.stderr)
+                return 1
+            print("auth-init: identities exist; nothing to do")
+            return 0
+        secrets_dir.mkdir(parents=True, exist_ok=True)
+        admin = Credentials(ADMIN, os.environ.get("FERRY_ADMIN_SECRET") or generate_secret())
+        _write(secrets_dir, admin)
+        await auth.bootstrap_admin(ADMIN, admin.signing_key, admin_rules())
+        for access_key, rules in SERVICES.items():
+            creds = Credentials(access_key, generate_secret())
+            _write(secrets_dir, creds)
+            await auth.add_user(access_key, creds.signing_key, "compose service identity", rules)
+        print(f"auth-init: created {ADMIN} and {', '.join(SERVICES)}; secrets in {secrets_dir}")
+        return 0
+    finally:
+        await registry.stop()
+
+
+def _write(secrets_dir: Path, creds: Credentials) -> None:
+    path = secrets_dir / creds.access_key
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(creds.secret_key)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--etcd", default="etcd:2379")
+    p.add_argument("--etcd-prefix", default="/ferry/")
+    p.add_argument("--secrets-dir", default="/run/ferry-auth", type=Path)
+    args = p.parse_args(argv)
+    return asyncio.run(init(args.etcd, args.etcd_prefix, args.secrets_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The console login: a page with access key and secret, a session cookie, and the guard.
+
+With auth on (FERRY_AUTH=on) every page and action needs a session:
+
+- `GET /console/login` shows the form; `POST /console/login` checks the
+  access key and secret at namesrv (sessions.py) and sets the cookie, then
+  redirects to the page the user first asked for (a path under /console only:
+  never an open redirect);
+- the cookie is HttpOnly (scripts cannot read it), SameSite=Strict (no other
+  site's page makes the browser send it), Secure when the console is served
+  over HTTPS, limited to /console, and ends with the session (`session_ttl_ms`);
+- `POST /console/logout` ends the session and clears the cookie;
+- without a valid session, a GET is redirected to the login page and any
+  other request is refused with a 401 page; nothing is done.
+
+With auth off there is no login: the pages use the console's shared sources.
+/healthz, /readyz and /openapi.json stay open either way.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+from ferry.auth.credentials import Credentials
+from ferry.errors import AuthenticationError, MalformedRequestError
+
+from ferry_console.pages.common import SESSION, console, render
+
+log = logging.getLogger("ferry_console")
+
+COOKIE_NAME = "ferry_console_session"
+COOKIE_PATH = "/console"
+LOGIN_PATH = "/console/login"
+LOGOUT_PATH = "/console/logout"
+#: Paths answered without a session.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", LOGIN_PATH})
+#: The longest `next` path a login keeps (a bookmark, not a payload).
+MAX_NEXT_CHARS = 512
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def safe_next(raw: str | None) -> str:
+    """Where to go after login: a path under /console of this console, else /console."""
+    if not raw or len(raw) > MAX_NEXT_CHARS:
+        return "/console"
+    parts = urlsplit(raw)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/console") \
+            or raw.startswith("//") or "\\" in raw:
+        return "/console"
+    return raw
+
+
+@web.middleware
+async def login_required(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With auth on, let in only requests with a live session (and mark them with it)."""
+    c = console(request)
+    if c.sessions is None or request.path in OPEN_PATHS:
+        return await handler(request)
+    session = c.sessions.lookup(request.cookies.get(COOKIE_NAME))
+    if session is None:
+        if request.method in ("GET", "HEAD") and request.path.startswith("/console"):
+            raise web.HTTPSeeOther(f"{LOGIN_PATH}?next={quote(request.path_qs, safe='')}")
+        log.info("request without a login refused", extra={"path": request.path})
+        return render(request, "error.html", status=401, title="Error 401", status_code=401,
+                      message="Log in first: this action needs a login (the session may "
+                              "have ended).")
+    request[SESSION] = session
+    return await handler(request)
+
+
+async def login_page(request: web.Request) -> web.Response:
+    if console(request).sessions is None:
+        raise web.HTTPSeeOther("/console")   # auth off: nothing to log in to
+    return render(request, "login.html", title="Log in", error="",
+                  next=safe_next(request.query.get("next")), access_key="")
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    sessions = console(request).sessions
+    if sessions is None:
+        raise web.HTTPSeeOther("/console")
+    form = await request.post()
+    access_key = str(form.get("access_key", "")).strip()
+    target = safe_next(str(form.get("next", "")))
+    try:
+        session = await sessions.login(Credentials(access_key, str(form.get("secret", ""))))
+    except (AuthenticationError, MalformedRequestError) as exc:
+        log.info("login refused", extra={"access_key": access_key[:64], "error": str(exc)})
+        return render(request, "login.html", status=401, title="Log in",
+                      error=f"Login failed: {exc}", next=target, access_key=access_key[:64])
+    response = web.HTTPSeeOther(target)
+    response.set_cookie(COOKIE_NAME, sessions.cookie_value(session), path=COOKIE_PATH,
+                        max_age=sessions.ttl_ms // 1000, httponly=True, samesite="Strict",
+                        secure=request.secure)
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    sessions = console(request).sessions
+    session = request.get(SESSION)
+    if sessions is not None and session is not None:
+        await sessions.logout(session.sid)
+    response = web.HTTPSeeOther(LOGIN_PATH if sessions is not None else "/console")
+    response.del_cookie(COOKIE_NAME, path=COOKIE_PATH)
+    raise response
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_get(LOGIN_PATH, login_page)
+    router.add_post(LOGIN_PATH, login)
+    router.add_post(LOGOUT_PATH, logout)
