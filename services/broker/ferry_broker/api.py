@@ -94,7 +94,9 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
-            "replication": ctx.roles.status()}
+            "replication": ctx.roles.status(),
+            "histories": {**ctx.histories.as_dict(),
+                          "boundaries": [[h, s] for h, s in store.histories.boundaries()]}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:
