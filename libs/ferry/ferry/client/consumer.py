@@ -460,14 +460,23 @@ class Consumer(Positions):
         self._committed.pop(tq, None)
 
     async def _acquire(self, tq: TopicQueue) -> None:
-        offset = await self._offsets.load(tq)
+        offset, hist = await self._offsets.load_with_hist(tq)
         if offset is None:
             offset = await self._reset_offset(tq)
+        # The committed offset's history goes with the first PULL: a log replaced since
+        # the commit sends the fetcher back (issue 16).
         fetcher = QueueFetcher(tq=tq, pool=self._pool, routes=self._routes,
-                               config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset)
+                               config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset,
+                               hist=hist, on_rewind=self._on_rewind)
         self._fetchers[tq] = fetcher
         self._consumed[tq] = offset
         fetcher.start()
+
+    def _on_rewind(self, tq: TopicQueue, offset: int) -> None:
+        """A fetcher went back to `offset` (the queue's history changed): the position
+        committed next must not lie past it."""
+        if self._consumed.get(tq, offset) > offset:
+            self._consumed[tq] = offset
 
     async def _reset_offset(self, tq: TopicQueue) -> int:
         """Where `tq` starts when the group has no committed offset on it."""
@@ -483,6 +492,7 @@ class Consumer(Positions):
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""
         return {"client_id": self.client_id, "group": self.group, "mode": self.mode,
+                "history_rewinds": self._fetch_config.history_events,
                 "queues": {str(tq): {"position": f.delivered, "buffered": f.buffered,
                                      "reading_from": f.choice.last_addr}
                            for tq, f in sorted(self._fetchers.items())}}

@@ -27,7 +27,9 @@ class OffsetStore(Protocol):
     """Loads and stores the next offset to consume per queue."""
 
     async def load(self, tq: TopicQueue) -> int | None: ...
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None: ...
+    async def load_with_hist(self, tq: TopicQueue) -> tuple[int | None, str | None]: ...
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -75,19 +77,29 @@ class RemoteOffsetStore:
         self.commit_addr = commit_addr
 
     async def load(self, tq: TopicQueue) -> int | None:
+        return (await self.load_with_hist(tq))[0]
+
+    async def load_with_hist(self, tq: TopicQueue) -> tuple[int | None, str | None]:
+        """The committed offset (None: never committed) and the history id committed with it."""
         addr = await read_addr(self.routes, tq)
         resp = await self.pool.request(addr, RequestCode.QUERY_OFFSET, {
             "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id})
         offset = int(resp.fields.get("offset", -1))
-        return offset if offset >= 0 else None
+        hist = resp.fields.get("hist")
+        if offset < 0:
+            return None, None
+        return offset, hist if isinstance(hist, str) else None
 
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None:
         for tq, offset in sorted(offsets.items()):
             addr = (self.commit_addr(tq) if self.commit_addr is not None else None) \
                 or await read_addr(self.routes, tq)
-            await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
-                "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id,
-                "offset": offset})
+            fields: dict[str, object] = {"group": self.group, "topic": tq.topic,
+                                         "queue_id": tq.queue_id, "offset": offset}
+            if hists and (hist := hists.get(tq)) is not None:
+                fields["hist"] = hist
+            await self.pool.request(addr, RequestCode.COMMIT_OFFSET, fields)
 
     async def close(self) -> None:
         return None
@@ -108,7 +120,13 @@ class LocalOffsetStore:
     async def load(self, tq: TopicQueue) -> int | None:
         return self._offsets.get(tq)
 
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+    async def load_with_hist(self, tq: TopicQueue) -> tuple[int | None, str | None]:
+        # A local position names no history: its first PULL is checked only against
+        # the queue's end (OFFSET_OVERFLOW_BADLY goes to the newest history's start).
+        return self._offsets.get(tq), None
+
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None:
         self._offsets.update(offsets)
         self._persist()
 
