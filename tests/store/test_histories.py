@@ -1,13 +1,12 @@
 """Queue histories (issue 16): local runs and epochs mapped to queue offsets, and divergence."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
 from ferry.errors import StoreError
 from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig
+from ferry.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ferry.store.epochs import EpochLog
 from ferry.store.histories import HISTORY_FILE, QueueHistory, StoreHistories
 
@@ -62,13 +61,13 @@ def test_lost_directory_is_a_new_unknown_history(tmp_path: Path) -> None:
 
 
 def test_unclean_open_starts_a_new_run_at_the_log_end(tmp_path: Path) -> None:
-    s = _store(tmp_path)
-    _put(s, "t", 5)
-    _put(s, "u", 2)
-    end = s.commit_log_max_offset
-    s._flush.stop()   # simulate a crash: no clean-shutdown mark
-    s._closed = True
-    s._cqs.close(); s._index.close(); s._cl.close(); os.close(s._lock_fd)
+    with _store(tmp_path) as s:
+        _put(s, "t", 5)
+        _put(s, "u", 2)
+        end = s.commit_log_max_offset
+    cp = read_checkpoint(str(tmp_path))   # as after a crash: no clean-shutdown mark
+    assert cp is not None
+    write_checkpoint(str(tmp_path), Checkpoint(cp.commit_offset, cp.dispatch_offset, False))
     with _store(tmp_path) as s2:
         runs = s2.histories.runs
         assert len(runs) == 2 and runs[1][1] == end
@@ -100,6 +99,14 @@ def test_epochs_take_over_after_the_first_epoch(tmp_path: Path) -> None:
         s.truncate_to(cut_at)
         epochs.truncate_from(cut_at)
         assert s.queue_history("t", 0).ids[1:] == ["E7"]
+
+
+def test_created_ms_marks_a_store_that_started_empty(tmp_path: Path) -> None:
+    with _store(tmp_path / "a") as s:
+        created = s.histories.created_ms
+        assert created > 0
+    with _store(tmp_path / "a") as s:
+        assert s.histories.created_ms == created
 
 
 def test_bad_history_file_is_a_store_error(tmp_path: Path) -> None:

@@ -26,14 +26,19 @@ queue, cached per queue): nothing is stored per record, and a PULL costs a
 bisect. The local runs live in ``<root>/histories``, rewritten whole with
 replace_file_durably::
 
-    magic u32 HISTORY_MAGIC | version u32 | count u32 | count x (run_id u64, start_offset i64)
-    | crc u32 (CRC32C of every byte before it)
+    magic u32 HISTORY_MAGIC | version u32 | count u32 | created_ms i64
+    | count x (run_id u64, start_offset i64) | crc u32 (CRC32C of every byte before it)
+
+`created_ms` is when the store started on an empty directory (0: a store from
+before issue 16): the broker's committed-offset table is no older than that, so
+a group older than it that has no offset there lost it (or never read there).
 """
 from __future__ import annotations
 
 import bisect
 import os
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from crc32c import crc32c
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
 HISTORY_FILE = "histories"
 HISTORY_MAGIC = 0x48595246  # b"FRYH"
 HISTORY_VERSION = 1
-HISTORY_HEAD = struct.Struct("<III")
+HISTORY_HEAD = struct.Struct("<IIIq")
 HISTORY_ENTRY = struct.Struct("<Qq")
 _CRC = struct.Struct("<I")
 #: Local runs a history file may hold (one per unclean open or empty start).
@@ -112,7 +117,9 @@ class StoreHistories:
 
     def __init__(self, root_dir: str, write_offset: int, clean: bool) -> None:
         self.path = os.path.join(root_dir, HISTORY_FILE)
-        self._runs = _load(self.path)
+        self._runs, self.created_ms = _load(self.path)
+        if not self._runs and write_offset == 0:
+            self.created_ms = int(time.time() * 1000)   # an empty store: a new history
         self._epochs: EpochLog | None = None
         self._key: object = None
         self._bounds: list[tuple[str, int]] = []
@@ -130,7 +137,7 @@ class StoreHistories:
         runs.append((int.from_bytes(os.urandom(8), "little"), write_offset))
         if len(runs) > MAX_LOCAL_RUNS:
             runs = runs[-MAX_LOCAL_RUNS:]
-        _save(self.path, runs)
+        _save(self.path, runs, self.created_ms)
         self._runs = runs
         self._key = None
 
@@ -181,22 +188,22 @@ def _map_queue(cq: ConsumeQueue, bounds: list[tuple[str, int]]) -> QueueHistory:
     return QueueHistory([h for h, _ in bounds], starts)
 
 
-def _save(path: str, runs: list[Run]) -> None:
-    body = HISTORY_HEAD.pack(HISTORY_MAGIC, HISTORY_VERSION, len(runs)) + b"".join(
+def _save(path: str, runs: list[Run], created_ms: int) -> None:
+    body = HISTORY_HEAD.pack(HISTORY_MAGIC, HISTORY_VERSION, len(runs), created_ms) + b"".join(
         HISTORY_ENTRY.pack(r, s) for r, s in runs)
     replace_file_durably(path, body + _CRC.pack(crc32c(body)))
 
 
-def _load(path: str) -> list[Run]:
-    """The runs of the history file at `path` ([] when there is none)."""
+def _load(path: str) -> tuple[list[Run], int]:
+    """The runs of the history file at `path` and its created_ms (([], 0) when none)."""
     try:
         with open(path, "rb") as f:
             data = f.read(HISTORY_HEAD.size + MAX_LOCAL_RUNS * HISTORY_ENTRY.size + _CRC.size + 1)
     except FileNotFoundError:
-        return []
+        return [], 0
     if len(data) < HISTORY_HEAD.size + _CRC.size:
         raise StoreError(f"history file {path} is truncated ({len(data)} bytes)")
-    magic, version, count = HISTORY_HEAD.unpack_from(data)
+    magic, version, count, created_ms = HISTORY_HEAD.unpack_from(data)
     if magic != HISTORY_MAGIC or version != HISTORY_VERSION:
         raise StoreError(f"history file {path} has a bad magic or version ({magic:#x}, {version})")
     want = HISTORY_HEAD.size + count * HISTORY_ENTRY.size + _CRC.size
@@ -208,4 +215,4 @@ def _load(path: str) -> list[Run]:
             HISTORY_ENTRY.iter_unpack(data[HISTORY_HEAD.size:want - _CRC.size])]
     if any(b[1] <= a[1] for a, b in zip(runs, runs[1:], strict=False)):
         raise StoreError(f"history file {path} holds runs out of order")
-    return runs
+    return runs, int(created_ms)

@@ -28,12 +28,16 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
 
 async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     """QUERY_OFFSET: the committed offset, -1 when the group never committed there; `hist`
-    when committed with one (the consumer's first PULL carries it, issue 16)."""
+    when committed with one (the consumer's first PULL carries it, issue 16); with -1,
+    `since_ms`: when this broker's table began (its store started on an empty directory;
+    0 unknown), so that a group older than that knows its offset here was lost."""
     f = req.fields
     group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
     fields: dict[str, object] = {"offset": ctx.offsets.query(group, topic, queue_id)}
     if (hist := ctx.offsets.query_hist(group, topic, queue_id)) is not None:
         fields["hist"] = hist
+    if fields["offset"] == -1:   # since when this table exists (the store started empty)
+        fields["since_ms"] = ctx.store.histories.created_ms
     return response(req, fields)
 
 
