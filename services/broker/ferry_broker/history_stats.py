@@ -1,7 +1,6 @@
 """Counts of the broker's answers about replaced queue histories (issue 16), for /v1/stats.
 
-A PULL or QUERY_OFFSET whose position is not in the continuation of what the
-broker stores is answered with the offset to go back to (handlers/pull.py);
+A PULL whose position is not in the continuation of what the broker stores is answered with the offset to go back to (handlers/pull.py);
 each such answer is logged once per (group, queue, divergence offset) and
 counted here.
 """
@@ -22,7 +21,6 @@ class HistoryStats:
 
     diverged: int = 0          # PULLs answered HISTORY_DIVERGED
     overflow_rewound: int = 0  # history-less PULLs past the end sent to the newest history's start
-    committed_rewound: int = 0  # QUERY_OFFSETs whose committed offset lay past its history's end
     _seen: dict[tuple[str, str, int, int], None] = field(default_factory=dict)
 
     def event(self, kind: str, group: str, topic: str, queue_id: int, old: int, new: int,
@@ -39,5 +37,4 @@ class HistoryStats:
                     new, reason)
 
     def as_dict(self) -> dict[str, int]:
-        return {"diverged": self.diverged, "overflow_rewound": self.overflow_rewound,
-                "committed_rewound": self.committed_rewound}
+        return {"diverged": self.diverged, "overflow_rewound": self.overflow_rewound}
