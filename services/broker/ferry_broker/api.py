@@ -96,7 +96,7 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
             "replication": ctx.roles.status(),
             "histories": {**ctx.histories.as_dict(),
-                          "boundaries": [[h, s] for h, s in store.histories.boundaries()]}}
+                          "boundaries": [[h, s] for h, s in store.history_boundaries()]}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

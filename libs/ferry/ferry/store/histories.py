@@ -163,16 +163,16 @@ class StoreHistories:
         return self._bounds
 
     def of_queue(self, cq: ConsumeQueue) -> QueueHistory:
-        """The queue's histories; cached, since a boundary's first queue offset never moves:
-        every record appended after a boundary lies at or after it (only truncation, which
-        calls `invalidate`, changes them)."""
+        """The queue's histories (`cq` dispatched up to the log end); cached, since a
+        boundary's first queue offset never moves: a boundary is the log end when it is
+        made, so every record appended later lies at or after it, and a boundary with no
+        record of this queue yet maps to its next offset, which the next record takes.
+        Only a truncation (`invalidate`) or a new boundary changes them."""
         bounds = self.boundaries()
         key = (cq.topic, cq.queue_id)
         qh = self._queues.get(key)
-        if qh is None or len(qh.starts) != len(bounds):
-            qh = _map_queue(cq, bounds)
-            if qh.starts and qh.starts[-1] < cq.max_offset:  # else the newest may still move
-                self._queues[key] = qh
+        if qh is None:
+            qh = self._queues[key] = _map_queue(cq, bounds)
         return qh
 
 

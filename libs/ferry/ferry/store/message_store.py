@@ -248,6 +248,11 @@ class MessageStore:
                 return QueueHistory([h for h, _ in bounds], [0] * len(bounds))
             return self.histories.of_queue(cq)
 
+    def history_boundaries(self) -> list[tuple[str, int]]:
+        """Every history id with the commit-log offset where it begins (for stats)."""
+        with self._lock:
+            return list(self.histories.boundaries())
+
     @os_errors_as_store_errors
     def get_message(self, phy_offset: int) -> StoredMessage | None:
         """The record at a commit-log offset, or None when no valid record starts there."""

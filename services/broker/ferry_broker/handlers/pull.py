@@ -89,10 +89,13 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     ttl_queue = (topic, queue_id) in expiry.queues if expiry.queues else False
 
     history = ctx.store.queue_history(topic, queue_id)
+    looks = 0
 
     def get(at: int) -> GetResult:
-        nonlocal history
-        history = ctx.store.queue_history(topic, queue_id)  # a new term may begin in a long poll
+        nonlocal history, looks
+        if looks:   # a look after a wait: a new term may have begun meanwhile
+            history = ctx.store.queue_history(topic, queue_id)
+        looks += 1
         got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes,
                                      match, MAX_FILTER_SCAN_MS, history.end_of_history_at(at))
         if ttl_queue and got.records:
