@@ -99,6 +99,20 @@ def test_epochs_take_over_after_the_first_epoch(tmp_path: Path) -> None:
         s.truncate_to(cut_at)
         epochs.truncate_from(cut_at)
         assert s.queue_history("t", 0).ids[1:] == ["E7"]
+        assert s.histories.runs[-1][1] == cut_at   # a local run from the cut, below E7's reign
+
+
+def test_truncation_without_epochs_starts_a_new_run(tmp_path: Path) -> None:
+    with _store(tmp_path) as s:
+        _put(s, "t", 3)
+        cut_at = s.commit_log_max_offset
+        _put(s, "t", 4)
+        old = s.queue_history("t", 0).ids[0]
+        s.truncate_to(cut_at)
+        _put(s, "t", 2)
+        qh = s.queue_history("t", 0)
+        assert qh.ids[0] == old and qh.starts == [0, 3]
+        assert qh.divergence(old, 7, 0, 5) == 3   # a reader of the cut tail goes back to 3
 
 
 def test_created_ms_marks_a_store_that_started_empty(tmp_path: Path) -> None:

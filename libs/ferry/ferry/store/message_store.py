@@ -442,7 +442,9 @@ class MessageStore:
                 raise StoreError(f"truncate_to({phy_offset}) failed: {exc}") from exc
             self._appender.next_queue_offset = {(cq.topic, cq.queue_id): cq.max_offset
                                                 for cq in self._cqs}
-            self.histories.invalidate()
+            # What is written from the cut on continues nothing a reader saw past it: a new
+            # local run (epochs, which a follower truncates itself, take precedence).
+            self.histories.start_run(phy_offset)
 
     # -- maintenance ---------------------------------------------------------------------
 
