@@ -43,6 +43,25 @@ def test_offsets_older_snapshot_never_overwrites_newer(tmp_path: Path) -> None:
     assert fresh.query("g", "t", 0) == 2
 
 
+def test_offsets_keep_the_history_committed_with_them(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    mgr = ConsumerOffsetManager(path)
+    mgr.commit("g", "t", 0, 5, "E3")
+    mgr.commit("g", "t", 1, 2)
+    mgr.save()
+    again = ConsumerOffsetManager(path)
+    again.load()
+    assert again.query("g", "t", 0) == 5 and again.query_hist("g", "t", 0) == "E3"
+    assert again.query_hist("g", "t", 1) is None
+    again.commit("g", "t", 0, 5)   # committed again without one: forgotten
+    assert again.query_hist("g", "t", 0) is None
+    slave = ConsumerOffsetManager(tmp_path / "s.json")
+    slave.merge_snapshot(mgr.snapshot_bytes(), lambda t, q: 4)   # clamped: no history
+    assert slave.query("g", "t", 0) == 4 and slave.query_hist("g", "t", 0) is None
+    slave.merge_snapshot(mgr.snapshot_bytes(), lambda t, q: 10)
+    assert slave.query_hist("g", "t", 0) == "E3"
+
+
 def test_offsets_corrupt_file_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "o.json"
     path.write_text("{not json")
@@ -133,7 +152,7 @@ def test_offsets_table_is_bounded_and_snapshots_are_copies(tmp_path: Path) -> No
     mgr.commit("g", "t", 1, 9)  # an existing entry still moves
     version, table = mgr.snapshot()
     mgr.commit("g", "t", 0, 5)
-    assert table[("g", "t", 0)] == 1  # the snapshot does not follow later commits
+    assert table[0][("g", "t", 0)] == 1  # the snapshot does not follow later commits
     mgr.write_snapshot(version, table)
     assert b" " not in (tmp_path / "o.json").read_bytes()  # compact
 

@@ -98,7 +98,7 @@ async def test_failover_on_sigterm_and_the_old_master_rejoins_as_slave(
                          == replication(slave)["end_offset"])
         bc = await back.client()
         try:
-            _, msgs = await bc.pull("orders", 0, 0, max_count=100)
+            msgs = await bc.pull_all("orders", 0, 0, max_count=100)
             assert [m.body for m in msgs] == ([f"before-{i}".encode() for i in range(10)]
                                               + [b"after", b"after-rejoin"])
             with pytest.raises(NotMasterError):

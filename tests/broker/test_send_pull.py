@@ -98,8 +98,21 @@ async def test_tag_filter_skips_other_tags_and_long_polls(client: WireClient) ->
 async def test_offset_out_of_range_reports_next_offset(client: WireClient) -> None:
     await client.send("range", 0, [message(b"x")] * 3)
     fields, msgs = await client.pull("range", 0, 10)
+    # Without a history the broker cannot tell what the consumer saw: it sends it to the
+    # start of the queue's newest history (here: all of it), never past stored records.
     assert msgs == [] and fields["status"] == "OFFSET_OVERFLOW_BADLY"
-    assert fields["max_offset"] == 3 and fields["next_offset"] == 3
+    assert fields["max_offset"] == 3 and fields["next_offset"] == 0
+    # With the history of its last record, it learns the exact offset to go back to.
+    fields, msgs = await client.pull("range", 0, 3)
+    hist = fields["hist"]
+    fields, msgs = await client.pull("range", 0, 10, hist=hist)
+    assert msgs == [] and fields["status"] == "HISTORY_DIVERGED"
+    assert fields["next_offset"] == 3 and fields["hist"] == hist
+    fields, msgs = await client.pull("range", 0, 10, hist="L0123456789abcdef")   # unknown
+    assert fields["status"] == "HISTORY_DIVERGED" and fields["next_offset"] == 0
+    assert "hist" not in fields
+    fields, msgs = await client.pull("range", 0, 1, hist=hist)   # within it: served
+    assert fields["status"] == "FOUND" and len(msgs) == 2 and fields["hist"] == hist
 
 
 async def test_pull_rejects_bad_fields(client: WireClient) -> None:
@@ -108,6 +121,9 @@ async def test_pull_rejects_bad_fields(client: WireClient) -> None:
                                              "offset": "zero"})
     with pytest.raises(MalformedRequestError, match="queue_id"):
         await client.send("t", 8, [message(b"x")])  # topics get 8 queues by default
+    for bad in (5, "", "L" * 33):
+        with pytest.raises(MalformedRequestError, match="hist"):
+            await client.pull("t", 0, 0, hist=bad)  # type: ignore[arg-type]
 
 
 async def test_sync_flush_mode_acknowledges(tmp_path: Path, etcd: Etcd) -> None:

@@ -91,13 +91,26 @@ class WireClient:
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, group: str = "g",
                    max_count: int = 32, max_wait_ms: int = 0, tags: Any = None,
-                   sql: Any = None, timeout_s: float = 20.0
+                   sql: Any = None, timeout_s: float = 20.0, hist: str | None = None
                    ) -> tuple[dict[str, Any], list[StoredMessage]]:
-        resp = await self.call(RequestCode.PULL, {
-            "group": group, "topic": topic, "queue_id": queue_id, "offset": offset,
-            "max_count": max_count, "max_wait_ms": max_wait_ms, "tags": tags, "sql": sql,
-        }, timeout_s=timeout_s)
+        fields = {"group": group, "topic": topic, "queue_id": queue_id, "offset": offset,
+                  "max_count": max_count, "max_wait_ms": max_wait_ms, "tags": tags, "sql": sql}
+        if hist is not None:
+            fields["hist"] = hist
+        resp = await self.call(RequestCode.PULL, fields, timeout_s=timeout_s)
         return resp.fields, list(iter_records(resp.body))
+
+    async def pull_all(self, topic: str, queue_id: int, offset: int = 0,
+                       **kw: Any) -> list[StoredMessage]:
+        """Every record from `offset` to the queue's end, in as many PULLs as it takes (an
+        answer stops where a history ends: after a failover or an unclean restart)."""
+        out: list[StoredMessage] = []
+        while True:
+            fields, msgs = await self.pull(topic, queue_id, offset, **kw)
+            out += msgs
+            if fields["next_offset"] <= offset or fields["next_offset"] >= fields["max_offset"]:
+                return out
+            offset = fields["next_offset"]
 
     async def close(self) -> None:
         self.writer.close()

@@ -188,3 +188,18 @@ async def test_request_log_lines(namesrv: Namesrv, http: aiohttp.ClientSession) 
     log = namesrv.proc.log()
     assert '"path": "/v1/topics/logme-missing"' in log and '"status": 404' in log
     assert '"level": "WARNING"' in log
+
+
+async def test_internal_topics_are_not_written_through_the_api(
+        namesrv: Namesrv, http: aiohttp.ClientSession) -> None:
+    """`%` topics belong to the broker and its services: namesrv refuses to create, change
+    or delete them (issue 16); the owners' own writes to etcd still show up in reads."""
+    for method, path, body in (("PUT", "/v1/topics/%SYS%x", {"queues": 2}),
+                               ("POST", "/v1/topics", {"name": "%RETRY%g", "queues": 1}),
+                               ("DELETE", "/v1/topics/%SCHEDULE%", None)):
+        status, answer = await call(http, method, namesrv.url + path.replace("%", "%25"),
+                                    json=body)
+        assert status == 400 and answer["error"]["type"] == "InvalidNameError", answer
+        assert "internal" in answer["error"]["message"]
+    status, _ = await call(http, "GET", namesrv.url + "/v1/topics/%25SYS%25x")
+    assert status == 404

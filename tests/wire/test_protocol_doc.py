@@ -13,7 +13,7 @@ import ferry.wire as wire
 import msgpack
 import pytest
 from ferry.errors import ERRORS_BY_CODE
-from ferry.wire import Flag, RequestCode, encode_frame, error_response, request
+from ferry.wire import Flag, RequestCode, encode_frame, error_response, request, response
 from ferry.wire.frame import FRAME_PREFIX_FIELDS, HEADER_KEYS
 from ferry.wire.messages import MESSAGE_HEAD_FIELDS
 
@@ -126,3 +126,22 @@ def test_message_flags_table_matches_the_code() -> None:
         rows.append([c.strip() for c in line.strip("|").split("|")])
     assert {_unquote(name): int(bit) for bit, name, _ in rows} == \
         {flag.name: int(flag) for flag in MessageFlag}
+
+
+def _hex_blocks(heading: str) -> list[bytes]:
+    """The ```text blocks of hex bytes after `heading`, up to the next heading."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index(heading):]
+    section = section[:section.index("\n### ", 1)]
+    return [bytes.fromhex(" ".join(b.split()))
+            for b in re.findall(r"```text\n(.*?)```", section, flags=re.S)]
+
+
+def test_history_diverged_example_is_what_the_code_encodes() -> None:
+    req = request(RequestCode.PULL, 7, {"group": "g", "topic": "t", "queue_id": 0,
+                                        "offset": 1500, "hist": "L9f3c0a12b4d5e6f7"})
+    resp = response(req, {"status": "HISTORY_DIVERGED", "next_offset": 1200, "min_offset": 0,
+                          "max_offset": 1350, "hist": "E4"})
+    asked, answered = _hex_blocks("#### HISTORY_DIVERGED, byte by byte")
+    assert asked == encode_frame(req) and len(asked) == 84
+    assert answered == encode_frame(resp) and len(answered) == 98

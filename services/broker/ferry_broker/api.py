@@ -98,7 +98,9 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
             "replication": ctx.roles.status(),
-            "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False}}
+            "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False},
+            "histories": {**ctx.histories.as_dict(),
+                          "boundaries": [[h, s] for h, s in store.history_boundaries()]}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:

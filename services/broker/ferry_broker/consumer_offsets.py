@@ -8,7 +8,12 @@ loses at most one interval of commits, which consumers re-read: delivery is
 at least once, never a gap.
 
 File layout (version 1):
-    {"version": 1, "offsets": {"<group>": {"<topic>": {"<queue_id>": <offset>}}}}
+    {"version": 1, "offsets": {"<group>": {"<topic>": {"<queue_id>": <offset>}}},
+     "histories": {"<group>": {"<topic>": {"<queue_id>": "<history id>"}}}}
+
+`histories` (issue 16; absent when empty) holds the history id of the record
+before each committed offset, as the consumer sent it: a member taking the
+queue over pulls with it, so a log replaced since the commit is detected.
 """
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from ferry.errors import BusyError, StoreError
 
@@ -28,6 +34,9 @@ FILE_VERSION = 1
 # ever new names cannot grow memory and the file without bound.
 MAX_ENTRIES = 1_000_000
 OffsetKey = tuple[str, str, int]
+#: The offsets and the history ids committed with them.
+Table = tuple[dict[OffsetKey, int], dict[OffsetKey, str]]
+V = TypeVar("V")
 
 
 class ConsumerOffsetManager:
@@ -37,6 +46,7 @@ class ConsumerOffsetManager:
         self._path = path
         self._max_entries = max_entries
         self._offsets: dict[OffsetKey, int] = {}
+        self._hists: dict[OffsetKey, str] = {}  # history of the record before the offset
         self._version = 0  # bumped on every change; the file holds `_saved_version`
         self._saved_version = 0
         # Saves run in a worker thread; one at a time, and the newest snapshot wins.
@@ -56,18 +66,28 @@ class ConsumerOffsetManager:
             loaded = _decode(raw.encode())
         except StoreError as exc:
             raise StoreError(f"cannot read consumer offsets from {self._path}: {exc}") from exc
-        self._offsets = loaded
+        self._offsets, self._hists = loaded
         log.info("loaded %d consumer offsets from %s", len(loaded), self._path)
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Remember `offset`; BusyError when it is a new entry and the table is full."""
+    def commit(self, group: str, topic: str, queue_id: int, offset: int,
+               hist: str | None = None) -> None:
+        """Remember `offset` (and the history `hist` of the record before it); BusyError
+        when it is a new entry and the table is full."""
         key = (group, topic, queue_id)
         old = self._offsets.get(key)
         if old is None and len(self._offsets) >= self._max_entries:
             raise BusyError(f"the committed-offset table is full ({self._max_entries} entries)")
-        if old != offset:
+        if old != offset or self._hists.get(key) != hist:
             self._offsets[key] = offset
+            if hist is None:
+                self._hists.pop(key, None)
+            else:
+                self._hists[key] = hist
             self._version += 1
+
+    def query_hist(self, group: str, topic: str, queue_id: int) -> str | None:
+        """The history id committed with the offset, None when none was."""
+        return self._hists.get((group, topic, queue_id))
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed for this queue."""
@@ -80,14 +100,14 @@ class ConsumerOffsetManager:
     def dirty(self) -> bool:
         return self._version != self._saved_version
 
-    def snapshot(self) -> tuple[int, dict[OffsetKey, int]]:
+    def snapshot(self) -> tuple[int, Table]:
         """The table's version and a copy of it, taken on the caller's thread (cheap:
-        one dict copy; serialising is left to `write_snapshot`, off the event loop)."""
-        return self._version, dict(self._offsets)
+        two dict copies; serialising is left to `write_snapshot`, off the event loop)."""
+        return self._version, (dict(self._offsets), dict(self._hists))
 
     def snapshot_bytes(self) -> bytes:
         """The table in the file's format: what a master sends its slaves (issue 9)."""
-        return _encode(self._offsets)
+        return _encode((self._offsets, self._hists))
 
     def merge_snapshot(self, raw: bytes, clamp: Callable[[str, int], int]) -> int:
         """Take a master's table (`snapshot_bytes`); the number of entries changed.
@@ -97,17 +117,24 @@ class ConsumerOffsetManager:
         its own end would skip the messages it writes there once it is master.
         Entries only this table has (commits made here) stay.
         """
-        table = _decode(raw)
+        table, hists = _decode(raw)
         changed = 0
         for (group, topic, qid), offset in table.items():
-            offset = min(offset, clamp(topic, qid))
+            top = clamp(topic, qid)
             key = (group, topic, qid)
+            # A clamped offset's record before it is not the one the history named.
+            hist = hists.get(key) if offset <= top else None
+            offset = min(offset, top)
             old = self._offsets.get(key)
-            if old == offset:
+            if old == offset and self._hists.get(key) == hist:
                 continue
             if old is None and len(self._offsets) >= self._max_entries:
                 continue  # full: the master's table has the same bound, so this is rare
             self._offsets[key] = offset
+            if hist is None:
+                self._hists.pop(key, None)
+            else:
+                self._hists[key] = hist
             changed += 1
         if changed:
             self._version += 1
@@ -123,12 +150,13 @@ class ConsumerOffsetManager:
             top = limit(topic, qid)
             if offset > top:
                 self._offsets[(group, topic, qid)] = top
+                self._hists.pop((group, topic, qid), None)
                 lowered += 1
         if lowered:
             self._version += 1
         return lowered
 
-    def write_snapshot(self, version: int, table: dict[OffsetKey, int]) -> None:
+    def write_snapshot(self, version: int, table: Table) -> None:
         """Serialise and write a snapshot atomically; safe to call from a worker thread."""
         with self._save_lock:
             if version <= self._saved_version:
@@ -154,26 +182,40 @@ class ConsumerOffsetManager:
             self.write_snapshot(*self.snapshot())
 
 
-def _decode(raw: bytes) -> dict[OffsetKey, int]:
+def _decode(raw: bytes) -> Table:
     """A table from the file's format; StoreError when it is not that format."""
     try:
         doc = json.loads(raw)
         if doc.get("version") != FILE_VERSION:
             raise ValueError(f"unknown version {doc.get('version')!r}")
-        return {
+        offsets = {
             (group, topic, int(qid)): int(offset)
             for group, topics in doc["offsets"].items()
             for topic, queues in topics.items()
             for qid, offset in queues.items()
         }
+        hists = {
+            (group, topic, int(qid)): str(hist)
+            for group, topics in doc.get("histories", {}).items()
+            for topic, queues in topics.items()
+            for qid, hist in queues.items()
+        }
+        return offsets, hists
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StoreError(f"not a consumer-offset table: {exc}") from exc
 
 
-def _encode(table: dict[OffsetKey, int]) -> bytes:
+def _nest(table: Mapping[OffsetKey, V]) -> dict[str, dict[str, dict[str, V]]]:
+    nested: dict[str, dict[str, dict[str, V]]] = {}
+    for (group, topic, qid), value in table.items():
+        nested.setdefault(group, {}).setdefault(topic, {})[str(qid)] = value
+    return nested
+
+
+def _encode(table: Table) -> bytes:
     """The file content of a table: compact JSON, keys sorted."""
-    nested: dict[str, dict[str, dict[str, int]]] = {}
-    for (group, topic, qid), offset in table.items():
-        nested.setdefault(group, {}).setdefault(topic, {})[str(qid)] = offset
-    doc = {"version": FILE_VERSION, "offsets": nested}
+    offsets, hists = table
+    doc: dict[str, object] = {"version": FILE_VERSION, "offsets": _nest(offsets)}
+    if hists:
+        doc["histories"] = _nest(hists)
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()

@@ -21,6 +21,7 @@ from ferry_broker.consumers import ConsumerManager
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.filters import FilterCache
 from ferry_broker.health import StoreHealth
+from ferry_broker.history_stats import HistoryStats
 from ferry_broker.hooks.delay import DelayHook
 from ferry_broker.hooks.replication import ReplicationNotifyHook, ReplicationWaitHook
 from ferry_broker.hooks.trace import TraceHook
@@ -70,6 +71,7 @@ class BrokerContext:
     health: StoreHealth = field(default_factory=StoreHealth)
     filters: FilterCache = field(default_factory=FilterCache)  # compiled PULL/HEARTBEAT filters
     auth: BrokerAuth | None = None  # request verification (FERRY_AUTH=on), else None
+    histories: HistoryStats = field(default_factory=HistoryStats)  # replaced-history answers
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)

@@ -161,6 +161,7 @@ class RoleManager:
             raise RuntimeError("replication needs etcd")
         self._registration = registration
         self.epochs = EpochLog(str(cfg.data_path))
+        ctx.store.histories.use_epochs(self.epochs)  # master terms are histories (issue 16)
         self.follower = ReplicaFollower(
             ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
             on_append=self._on_append, on_offsets=self._on_offsets,

@@ -44,7 +44,10 @@ GROUP = "ferry-delay-scheduler"
 ERROR_BACKOFF_S = 1.0
 # How long past the long-poll wait a PULL may take before it counts as lost.
 PULL_SLACK_MS = 5000
-_NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
+# Answers that move the position, perhaps back: HISTORY_DIVERGED (the broker's log is not
+# the continuation of what was read; `hist` names it, issue 16) and OFFSET_OVERFLOW_BADLY
+# (sent to the start of the queue's newest history, never its end) re-read rather than skip.
+_NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "HISTORY_DIVERGED")
 
 
 async def fetch_route(namesrv: NamesrvClient, topic: str) -> TopicRoute | None:
@@ -130,6 +133,7 @@ class Ingestor:
 
     async def _pull_loop(self, broker: str, addr: str, qid: int) -> None:
         offset: int | None = None
+        hist: str | None = None   # history of the record before `offset` (issue 16)
         fields = {"group": GROUP, "topic": SCHEDULE_TOPIC, "queue_id": qid,
                   "max_count": self.cfg.pull_max_count, "max_wait_ms": self.cfg.pull_max_wait_ms,
                   "tags": None, "sql": None}
@@ -137,11 +141,16 @@ class Ingestor:
             try:
                 if offset is None:
                     offset = await self._start_offset(broker, addr, qid)
+                pull = {**fields, "offset": offset, **({"hist": hist} if hist else {})}
                 resp = await self.pool.request(
-                    addr, RequestCode.PULL, {**fields, "offset": offset},
+                    addr, RequestCode.PULL, pull,
                     timeout_ms=self.cfg.pull_max_wait_ms + PULL_SLACK_MS)
                 status = str(resp.fields.get("status", ""))
                 next_offset = int(resp.fields.get("next_offset", offset))
+                got_hist = resp.fields.get("hist")
+                if isinstance(got_hist, str) and (next_offset != offset
+                                                  or status == "HISTORY_DIVERGED"):
+                    hist = got_hist
                 if status == "FOUND":
                     records = list(iter_records(resp.body))
                     await self._take(broker, addr, qid, records, next_offset)

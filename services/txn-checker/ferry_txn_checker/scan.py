@@ -34,7 +34,10 @@ FULL_BACKOFF_S = 1.0  # how often a paused half scan looks again
 FULL_LOG_INTERVAL_S = 60.0
 PULL_SLACK_MS = 5000  # how long past the long-poll wait a PULL may take
 _CAUGHT_UP = ("NO_MESSAGE_IN_QUEUE", "OFFSET_OVERFLOW_ONE", "NO_MATCHED_MESSAGE")
-_NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
+# HISTORY_DIVERGED (the broker's log is not the continuation of what was read, issue 16)
+# and OFFSET_OVERFLOW_BADLY (now the start of the queue's newest history, never its end)
+# may move the position back: halves and ops are read again rather than skipped.
+_NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "HISTORY_DIVERGED")
 
 
 def now_ms() -> int:
@@ -62,6 +65,8 @@ class Scanner:
         self.brokers: dict[str, str] = {}
         self._tasks: KeyedTasks[tuple[str, str, str]] = KeyedTasks()
         self._full_logged_at = 0.0
+        # (broker, topic) -> history id of the record before the scan position (issue 16)
+        self._hists: dict[tuple[str, str], str] = {}
 
     async def run(self) -> None:
         while True:
@@ -120,10 +125,19 @@ class Scanner:
                     continue
                 offset = scan.half_next if half else scan.op_next
                 sent_ms = now_ms()
+                hist = self._hists.get((broker, topic))
                 resp = await self.pool.request(
-                    addr, RequestCode.PULL, {**fields, "offset": offset},
+                    addr, RequestCode.PULL,
+                    {**fields, "offset": offset, **({"hist": hist} if hist else {})},
                     timeout_ms=self.cfg.pull_max_wait_ms + PULL_SLACK_MS)
                 self._take(broker, half, offset, sent_ms, resp.fields, resp.body)
+                # The history of the record before the position now (issue 16); a
+                # position read from the checkpoint names none until the first answer.
+                got, now_at = resp.fields.get("hist"), scan.half_next if half else scan.op_next
+                if isinstance(got, str) and now_at == resp.fields.get("next_offset"):
+                    self._hists[(broker, topic)] = got
+                elif now_at != offset:
+                    self._hists.pop((broker, topic), None)
             except asyncio.CancelledError:
                 raise
             except (FerryError, CorruptRecordError, OSError) as exc:

@@ -465,20 +465,48 @@ class Consumer(Positions):
         self._committed.pop(tq, None)
 
     async def _acquire(self, tq: TopicQueue) -> None:
-        offset = await self._offsets.load(tq)
+        offset, hist, since_ms = await self._offsets.load_with_hist(tq)
         if offset is None:
-            offset = await self._reset_offset(tq)
+            offset = await self._reset_offset(tq, since_ms)
+        # The committed offset's history goes with the first PULL: a log replaced since
+        # the commit sends the fetcher back (issue 16).
         fetcher = QueueFetcher(tq=tq, pool=self._pool, routes=self._routes,
-                               config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset)
+                               config=self._fetch_config, wakeup=self._wakeup, fetch_offset=offset,
+                               hist=hist, on_rewind=self._on_rewind)
         self._fetchers[tq] = fetcher
         self._consumed[tq] = offset
         fetcher.start()
 
-    async def _reset_offset(self, tq: TopicQueue) -> int:
-        """Where `tq` starts when the group has no committed offset on it."""
+    def _on_rewind(self, tq: TopicQueue, offset: int) -> None:
+        """A fetcher went back to `offset` (the queue's history changed): the position
+        committed next must not lie past it."""
+        if self._consumed.get(tq, offset) > offset:
+            self._consumed[tq] = offset
+
+    async def _reset_offset(self, tq: TopicQueue, since_ms: int = 0) -> int:
+        """Where `tq` starts when the group has no committed offset on it.
+
+        A group created (namesrv's `created_ms`) before the broker's offset table
+        began (`since_ms`: its store started empty) lost its offset there with the
+        broker's data, or never read a broker that is newer than it: either way every
+        record there was stored after the group last saw this queue, so "latest"
+        starts at the queue's oldest offset (issue 16), with a WARNING, counted.
+        """
         async def for_time(tq: TopicQueue, ts_ms: int) -> int:
             return (await self.offsets_for_times({tq: ts_ms}))[tq]
-        return await self._settings.start_offset(tq, self._min_max, for_time)
+        if self._settings.auto_offset_reset is None:
+            await self._settings.load()
+        created = self._settings.created_ms
+        lost = bool(created and since_ms > created)
+        offset = await self._settings.start_offset(tq, self._min_max, for_time, lost=lost)
+        if lost:
+            self._fetch_config.history_events += 1
+            log.warning("%s: group %s has no offset at the broker, whose offsets begin at %d, "
+                        "after the group was created (%d): lost with the broker's data, or a "
+                        "broker newer than the group; reset policy %s starts at %d",
+                        tq, self.group, since_ms, created, self._settings.auto_offset_reset,
+                        offset)
+        return offset
 
     def _commit_addr(self, tq: TopicQueue) -> str | None:
         """Where `tq`'s commit goes: as its fetcher says (master, or the slave it reads from)."""
@@ -488,6 +516,7 @@ class Consumer(Positions):
     def describe(self) -> dict[str, Any]:
         """A snapshot for logs and tools: assignment and positions."""
         return {"client_id": self.client_id, "group": self.group, "mode": self.mode,
+                "history_rewinds": self._fetch_config.history_events,
                 "queues": {str(tq): {"position": f.delivered, "buffered": f.buffered,
                                      "reading_from": f.choice.last_addr}
                            for tq, f in sorted(self._fetchers.items())}}

@@ -9,8 +9,19 @@ with no records whose `next_offset` is beyond the fetch offset (NO_MATCHED_MESSA
 OFFSET_OVERFLOW_ONE after skipped records) moves the position past them, so the
 committed offset reaches the queue's end and the lag counts only what this
 consumer will receive. When `prefetch_records` are buffered it stops pulling
-until the consumer takes some. OFFSET_TOO_SMALL / OFFSET_OVERFLOW_BADLY move the
-position to the broker's `next_offset`; errors back off and retry.
+until the consumer takes some. OFFSET_TOO_SMALL moves the position forward to the
+broker's `next_offset` (retention deleted what lay before); errors back off and
+retry.
+
+Histories (issue 16): each PULL carries `hist`, the history id of the record
+before the fetch offset (from the broker's last answer, or the committed
+offset's). HISTORY_DIVERGED (and OFFSET_OVERFLOW_BADLY, whose `next_offset` a
+broker now sets at or before its queue's end) may send the fetcher back: it
+drops the buffered records at or past that offset, moves `delivered` back
+there too, and tells the consumer (`on_rewind`), which lowers the position it
+commits. Records are delivered again rather than skipped; each event is one
+WARNING with the old and new offset and the reason, and is counted in
+`FetchConfig.history_events`.
 
 Each fetcher reads from its broker group's master, or from a slave while the
 group has no master, the master is unreachable, or the master answered with
@@ -26,7 +37,7 @@ import logging
 import struct
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +106,7 @@ class FetchConfig:
     request_timeout_ms: int = 30_000
     prefetch_records: int = 1000
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    history_events: int = 0   # times a fetcher went back because a queue's history changed
     _fields: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def subscribe(self, subscriptions: dict[str, Subscription]) -> None:
@@ -111,6 +123,12 @@ class _Chunk:
     records: list[ConsumerRecord]
     next_offset: int   # the queue position once every record of the chunk is taken
     taken: int = 0     # records[:taken] were handed out already
+
+
+#: History changes a fetcher remembers (to name the history of a committed offset).
+MAX_HISTORY_MARKS = 16
+#: Answers whose `next_offset` may lie before the fetch offset: the fetcher goes back.
+_REWIND_STATUSES = frozenset({"HISTORY_DIVERGED", "OFFSET_OVERFLOW_BADLY"})
 
 
 _unpack_header = HEADER.unpack_from
@@ -177,10 +195,24 @@ class QueueFetcher:
     _task: asyncio.Task[None] | None = None
     _route_suspect: bool = True  # look the route up (awaiting namesrv if stale) before the next pull
     choice: ReadChoice = field(default_factory=ReadChoice)   # master or slave (see `replicas`)
+    hist: str | None = None      # history of the record at fetch_offset - 1 (None: unknown)
+    # Called with (queue, offset) when the fetcher went back: the consumer lowers its position.
+    on_rewind: Callable[[TopicQueue, int], None] | None = None
+    # (first offset, history id) as answers named them, oldest first (see `hist_at`).
+    _marks: list[tuple[int, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.delivered = self.fetch_offset
         self._space.set()
+        if self.hist is not None:
+            self._marks.append((max(0, self.fetch_offset - 1), self.hist))
+
+    def hist_at(self, offset: int) -> str | None:
+        """The history of the record at `offset` as far as this fetcher knows (for commits)."""
+        for start, hist in reversed(self._marks):
+            if start <= offset:
+                return hist
+        return None
 
     @property
     def buffered(self) -> int:
@@ -203,6 +235,7 @@ class QueueFetcher:
         self._buffered = 0
         self._space.set()
         self.fetch_offset = self.delivered = offset
+        self.hist, self._marks = None, []   # a seek names no history: the broker checks none
         self.start()
 
     def take(self, max_records: int) -> list[ConsumerRecord]:
@@ -240,6 +273,44 @@ class QueueFetcher:
             self._space.clear()
         if records:
             self.wakeup.set()
+
+    def _mark(self, hist: str) -> None:
+        """The records from the fetch offset on belong to `hist` (the answer said so)."""
+        if self.hist != hist or not self._marks:
+            self._marks.append((self.fetch_offset, hist))
+            del self._marks[:-MAX_HISTORY_MARKS]
+        self.hist = hist
+
+    def _rewind(self, offset: int, hist: str | None, status: str) -> None:
+        """Go back to `offset`: the broker's log is not the continuation of what this
+        fetcher read past it. Buffered records from there on are dropped (they belong
+        to the replaced history), and what was handed out from there is handed out
+        again: duplicates, never a gap."""
+        old, delivered = self.fetch_offset, self.delivered
+        kept: deque[_Chunk] = deque()
+        dropped = 0
+        for chunk in self._chunks:
+            records = [r for r in chunk.records[chunk.taken:] if r.queue_offset < offset]
+            dropped += len(chunk.records) - chunk.taken - len(records)
+            if records:
+                kept.append(_Chunk(records, min(chunk.next_offset, offset)))
+        self._chunks = kept
+        self._buffered -= dropped
+        if self._buffered < self.config.prefetch_records:
+            self._space.set()
+        self.fetch_offset = offset
+        self.delivered = min(self.delivered, offset)
+        self._marks = [m for m in self._marks if m[0] < offset]
+        self.hist = hist
+        if hist is not None:
+            self._marks.append((max(0, offset - 1), hist))
+        self.config.history_events += 1
+        log.warning("%s: the broker's history of this queue changed (%s): offset %d -> %d; "
+                    "%d buffered records dropped, delivered position %d -> %d (records from "
+                    "%d on are delivered again)", self.tq, status, old, offset, dropped,
+                    delivered, self.delivered, offset)
+        if self.on_rewind is not None:
+            self.on_rewind(self.tq, offset)
 
     async def _run(self) -> None:
         while True:
@@ -287,17 +358,25 @@ class QueueFetcher:
             self.routes.invalidate(self.tq.topic)
             raise TopicNotFoundError(f"broker {self.tq.broker} has no broker serving "
                                      f"{self.tq.topic} (now)")
+        fields = {"group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
+                  "offset": self.fetch_offset, "max_count": c.max_count,
+                  "max_wait_ms": c.max_wait_ms, **c.filter_fields(self.tq.topic)}
+        if self.hist is not None:
+            fields["hist"] = self.hist
         try:
-            resp = await self.pool.request(addr, RequestCode.PULL, {
-                "group": c.group, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
-                "offset": self.fetch_offset, "max_count": c.max_count,
-                "max_wait_ms": c.max_wait_ms, **c.filter_fields(self.tq.topic)},
-                timeout_ms=c.request_timeout_ms)
+            resp = await self.pool.request(addr, RequestCode.PULL, fields,
+                                           timeout_ms=c.request_timeout_ms)
         except _UNREACHABLE:
             self.choice.on_failure(addr, group)
             raise
         status = str(resp.fields.get("status", ""))
         next_offset = int(resp.fields.get("next_offset", self.fetch_offset))
+        hist = resp.fields.get("hist")
+        if status in _REWIND_STATUSES and next_offset < self.fetch_offset:
+            self._rewind(next_offset, hist if isinstance(hist, str) else None, status)
+            return False
+        if isinstance(hist, str) and next_offset > self.fetch_offset:
+            self._mark(hist)
         self.choice.on_answer(addr, group, found=status == "FOUND",
                               suggest_slave=resp.fields.get("suggest_slave") is True)
         if status == "FOUND":
@@ -313,6 +392,8 @@ class QueueFetcher:
             self.fetch_offset = max(self.fetch_offset, next_offset)
             return bool(records)
         if status in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY"):
+            # Forward only: OFFSET_TOO_SMALL (retention deleted what lay before), or a
+            # broker older than issue 16 answering OFFSET_OVERFLOW_BADLY.
             log.warning("%s: offset %d out of range (%s); moving to %d",
                         self.tq, self.fetch_offset, status, next_offset)
             self.fetch_offset = next_offset

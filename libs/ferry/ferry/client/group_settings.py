@@ -36,6 +36,7 @@ class GroupSettings:
         self.auto_offset_reset = auto_offset_reset   # None until read, unless given
         self.reset_given = auto_offset_reset is not None
         self.reset_ts_ms = 0
+        self.created_ms = 0   # when namesrv first stored the group (0: no config, unknown)
         self.nacker = nacker
 
     async def load(self) -> None:
@@ -46,6 +47,8 @@ class GroupSettings:
             config = None
         config = config if isinstance(config, dict) else None
         self.nacker.configure(config)
+        created = (config or {}).get("created_ms")
+        self.created_ms = created if type(created) is int else 0
         if self.reset_given:
             return
         start = (config or {}).get("consume_from", "latest")
@@ -55,8 +58,13 @@ class GroupSettings:
 
     async def start_offset(self, tq: TopicQueue,
                            bounds: Callable[[TopicQueue], Awaitable[tuple[int, int]]],
-                           offset_for_time: Callable[[TopicQueue, int], Awaitable[int]]) -> int:
-        """Where `tq` starts when the group has no committed offset on it."""
+                           offset_for_time: Callable[[TopicQueue, int], Awaitable[int]],
+                           *, lost: bool = False) -> int:
+        """Where `tq` starts when the group has no committed offset on it.
+
+        `lost`: the broker's offset table is younger than the group, so every record
+        of the queue was stored after the group last saw it: "latest" is then the
+        queue's oldest offset, as "earliest" (issue 16)."""
         if self.auto_offset_reset is None:
             await self.load()
         low, high = await bounds(tq)
@@ -64,4 +72,4 @@ class GroupSettings:
             return low
         if self.auto_offset_reset == "timestamp":
             return await offset_for_time(tq, self.reset_ts_ms)
-        return low if self.auto_offset_reset == "earliest" else high
+        return low if self.auto_offset_reset == "earliest" or lost else high

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
@@ -23,11 +23,21 @@ from ferry.errors import TopicNotFoundError
 from ferry.wire import RequestCode
 
 
+class Committed(NamedTuple):
+    """A queue's committed offset as its store has it."""
+
+    offset: int | None   # None: never committed there
+    hist: str | None     # the history of the record before it (issue 16), None: not known
+    since_ms: int = 0    # with offset None: since when the broker's offset table exists (0: unknown)
+
+
 class OffsetStore(Protocol):
     """Loads and stores the next offset to consume per queue."""
 
     async def load(self, tq: TopicQueue) -> int | None: ...
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None: ...
+    async def load_with_hist(self, tq: TopicQueue) -> Committed: ...
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -75,19 +85,31 @@ class RemoteOffsetStore:
         self.commit_addr = commit_addr
 
     async def load(self, tq: TopicQueue) -> int | None:
+        return (await self.load_with_hist(tq))[0]
+
+    async def load_with_hist(self, tq: TopicQueue) -> Committed:
+        """The committed offset, the history id committed with it, and (never committed)
+        since when the broker keeps offsets."""
         addr = await read_addr(self.routes, tq)
         resp = await self.pool.request(addr, RequestCode.QUERY_OFFSET, {
             "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id})
         offset = int(resp.fields.get("offset", -1))
-        return offset if offset >= 0 else None
+        hist = resp.fields.get("hist")
+        if offset < 0:
+            since = resp.fields.get("since_ms")
+            return Committed(None, None, since if type(since) is int else 0)
+        return Committed(offset, hist if isinstance(hist, str) else None)
 
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None:
         for tq, offset in sorted(offsets.items()):
             addr = (self.commit_addr(tq) if self.commit_addr is not None else None) \
                 or await read_addr(self.routes, tq)
-            await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
-                "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id,
-                "offset": offset})
+            fields: dict[str, object] = {"group": self.group, "topic": tq.topic,
+                                         "queue_id": tq.queue_id, "offset": offset}
+            if hists and (hist := hists.get(tq)) is not None:
+                fields["hist"] = hist
+            await self.pool.request(addr, RequestCode.COMMIT_OFFSET, fields)
 
     async def close(self) -> None:
         return None
@@ -108,7 +130,13 @@ class LocalOffsetStore:
     async def load(self, tq: TopicQueue) -> int | None:
         return self._offsets.get(tq)
 
-    async def commit(self, offsets: dict[TopicQueue, int]) -> None:
+    async def load_with_hist(self, tq: TopicQueue) -> Committed:
+        # A local position names no history: its first PULL is checked only against
+        # the queue's end (OFFSET_OVERFLOW_BADLY goes to the newest history's start).
+        return Committed(self._offsets.get(tq), None)
+
+    async def commit(self, offsets: dict[TopicQueue, int],
+                     hists: dict[TopicQueue, str] | None = None) -> None:
         self._offsets.update(offsets)
         self._persist()
 

@@ -56,7 +56,13 @@ class Positions:
         todo = {tq: clamp(tq, self._consumed[tq]) for tq in tqs if tq in self._consumed}
         todo = {tq: o for tq, o in todo.items() if self._committed.get(tq) != o}
         if todo:
-            await self._offsets.commit(todo)
+            # Each offset goes with the history of the record before it (issue 16).
+            hists = {tq: h for tq, o in todo.items() if (f := self._fetchers.get(tq)) is not None
+                     and (h := f.hist_at(o - 1)) is not None}
+            if hists:
+                await self._offsets.commit(todo, hists)
+            else:   # nothing to name: the call an OffsetStore without histories knows too
+                await self._offsets.commit(todo)
             self._committed.update(todo)
 
     async def _commit_quietly(self, only: Iterable[TopicQueue] | None = None) -> None:

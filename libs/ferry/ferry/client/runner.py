@@ -258,7 +258,9 @@ class OrderedRunner(Runner):
             done = await self._consume(tq, fetcher, record)   # cancelled: stays pending
             del self.inflight[tq]
             if done:   # the position first, then the pending mark: a release commits it
-                self.consumed[tq] = max(offset + 1, fetcher.delivered)
+                # `delivered` is past `offset` unless the fetcher went back meanwhile (a
+                # replaced history, issue 16): then the position stays back there.
+                self.consumed[tq] = fetcher.delivered
                 self.pending.discard(tq, offset)
                 continue
             if not self.consumer.started:

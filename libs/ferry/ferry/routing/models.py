@@ -269,7 +269,9 @@ class GroupConfig:
     topic; `retry_backoff_ms` is the wait before each redelivery (attempt n
     waits its n-th value, attempts beyond the list its last); `consume_from`
     says where a group with no committed offset starts (at
-    `consume_timestamp_ms` for "timestamp").
+    `consume_timestamp_ms` for "timestamp"). `created_ms` is when namesrv first
+    stored the group (0: unknown): a broker whose committed-offset table began
+    later lost the group's offsets, or is newer than the group (issue 16).
     """
 
     name: str
@@ -278,9 +280,11 @@ class GroupConfig:
     consume_from: str = "latest"
     consume_timestamp_ms: int = 0
     retry_backoff_ms: tuple[int, ...] = DEFAULT_RETRY_BACKOFF_MS
+    created_ms: int = 0
 
     def __post_init__(self) -> None:
         validate_group(self.name)
+        _int_in(self.created_ms, "created_ms", 0, (1 << 63) - 1)
         _int_in(self.retry_max, "retry_max", 0, MAX_RETRY)
         _require(isinstance(self.retry_backoff_ms, tuple)
                  and 1 <= len(self.retry_backoff_ms) <= MAX_RETRY_BACKOFF_STEPS,
@@ -296,7 +300,7 @@ class GroupConfig:
         return {"name": self.name, "retry_max": self.retry_max,
                 "broadcast_allowed": self.broadcast_allowed, "consume_from": self.consume_from,
                 "consume_timestamp_ms": self.consume_timestamp_ms,
-                "retry_backoff_ms": list(self.retry_backoff_ms)}
+                "retry_backoff_ms": list(self.retry_backoff_ms), "created_ms": self.created_ms}
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
@@ -324,7 +328,7 @@ class GroupConfig:
                    broadcast_allowed=d.get("broadcast_allowed", True),
                    consume_from=d.get("consume_from", "latest"),
                    consume_timestamp_ms=d.get("consume_timestamp_ms", 0),
-                   retry_backoff_ms=tuple(backoff))
+                   retry_backoff_ms=tuple(backoff), created_ms=d.get("created_ms", 0))
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, strict: bool = False) -> GroupConfig:
@@ -332,4 +336,5 @@ class GroupConfig:
 
 
 _GROUP_FIELDS = frozenset({"name", "retry_max", "max_reconsume_times", "broadcast_allowed",
-                           "consume_from", "consume_timestamp_ms", "retry_backoff_ms"})
+                           "consume_from", "consume_timestamp_ms", "retry_backoff_ms",
+                           "created_ms"})

@@ -176,6 +176,12 @@ class ConsumeQueue:
 
     # -- write -------------------------------------------------------------------------
 
+    def first_offset_at_phy(self, lo: int, hi: int, phy_offset: int) -> int:
+        """Smallest queue offset in [lo, hi) whose record lies at or after commit-log offset
+        `phy_offset` (hi if none): where a history boundary falls in this queue."""
+        return self._first_with_phy_at_least(max(lo, self.min_offset), min(hi, self.max_offset),
+                                             phy_offset)
+
     def append(self, queue_offset: int, packed_entries: bytes) -> None:
         """Write the packed `CQ_ENTRY` run starting at `queue_offset`.
 

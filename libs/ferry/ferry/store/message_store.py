@@ -31,6 +31,7 @@ from .consume_queue import ConsumeQueues
 from .dispatch import LiveDispatch
 from .encode_context import Staged
 from .flush import FlushService
+from .histories import QueueHistory, StoreHistories
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
 from .reader import RecordMatch, read_checked, read_entries, read_message
@@ -62,6 +63,8 @@ class MessageStore:
                                       config.mapped_segments_budget)
             self._index = IndexService(root, config.index_max_slots, config.index_max_entries)
             self.recovery: RecoveryReport = recover(root, self._cl, self._cqs, self._index)
+            # After recovery: an unclean open starts a new history (its tail may be cut).
+            self.histories = StoreHistories(root, self._cl.write_offset, self.recovery.clean)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -199,8 +202,8 @@ class MessageStore:
     @os_errors_as_store_errors
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None,
-                     match: RecordMatch | None = None, max_scan_ms: float | None = None
-                     ) -> GetResult:
+                     match: RecordMatch | None = None, max_scan_ms: float | None = None,
+                     stop_offset: int | None = None) -> GetResult:
         """Read up to max_count records (and max_bytes, but at least one) from a queue.
 
         `tag_hashes` filters in the consume queue, before the commit log is read;
@@ -210,6 +213,8 @@ class MessageStore:
         is past them, and the status is NO_MATCHED_MESSAGE when none was left.
         `max_scan_ms` bounds the time a scan with `match` takes (checked every few
         dozen entries): it then stops early, `next_queue_offset` where it got to.
+        `stop_offset` ends the read there (the end of a history: an answer never
+        spans two, see histories.py).
         """
         with self._lock:
             self._check_readable()
@@ -224,10 +229,29 @@ class MessageStore:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
             if queue_offset > hi:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
-            records, nxt = read_entries(self._cl, cq, queue_offset, hi, max_count, max_bytes,
+            stop = hi if stop_offset is None or stop_offset <= queue_offset else min(hi, stop_offset)
+            records, nxt = read_entries(self._cl, cq, queue_offset, stop, max_count, max_bytes,
                                         tag_hashes, match, max_scan_ms)
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
+
+    @os_errors_as_store_errors
+    def queue_history(self, topic: str, queue_id: int) -> QueueHistory:
+        """The queue's histories and their first queue offsets (histories.py); for a queue
+        not stored yet, every history starts at 0."""
+        with self._lock:
+            self._check_readable()
+            self._dispatch()
+            cq = self._cqs.find(topic, queue_id)
+            if cq is None:
+                bounds = self.histories.boundaries()
+                return QueueHistory([h for h, _ in bounds], [0] * len(bounds))
+            return self.histories.of_queue(cq)
+
+    def history_boundaries(self) -> list[tuple[str, int]]:
+        """Every history id with the commit-log offset where it begins (for stats)."""
+        with self._lock:
+            return list(self.histories.boundaries())
 
     @os_errors_as_store_errors
     def get_message(self, phy_offset: int) -> StoredMessage | None:
@@ -418,6 +442,9 @@ class MessageStore:
                 raise StoreError(f"truncate_to({phy_offset}) failed: {exc}") from exc
             self._appender.next_queue_offset = {(cq.topic, cq.queue_id): cq.max_offset
                                                 for cq in self._cqs}
+            # What is written from the cut on continues nothing a reader saw past it: a new
+            # local run (epochs, which a follower truncates itself, take precedence).
+            self.histories.start_run(phy_offset)
 
     # -- maintenance ---------------------------------------------------------------------
 

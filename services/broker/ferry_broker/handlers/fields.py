@@ -6,6 +6,7 @@ from typing import Any
 from ferry.codec.limits import MAX_QUEUE_ID
 from ferry.errors import MalformedRequestError
 from ferry.names import validate_group, validate_topic
+from ferry.store.histories import MAX_HISTORY_ID_CHARS
 
 MAX_OFFSET = 2**63 - 1
 _MISSING = object()
@@ -38,6 +39,17 @@ def str_field(fields: dict[str, Any], name: str, max_len: int = 1024,
         raise MalformedRequestError(f"field {name!r} must be a string, not {value!r}")
     if len(value) > max_len:
         raise MalformedRequestError(f"field {name!r} is longer than {max_len} characters")
+    return value
+
+
+def hist_field(fields: dict[str, Any]) -> str | None:
+    """The optional `hist` field: a queue history id (issue 16), None when absent."""
+    value = fields.get("hist")
+    if value is None:
+        return None
+    if type(value) is not str or not 0 < len(value) <= MAX_HISTORY_ID_CHARS:
+        raise MalformedRequestError(f"field 'hist' must be a history id of 1..."
+                                    f"{MAX_HISTORY_ID_CHARS} characters, not {value!r}")
     return value
 
 

@@ -7,6 +7,7 @@ from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import (
     MAX_OFFSET,
     group_field,
+    hist_field,
     int_field,
     queue_field,
     topic_field,
@@ -21,15 +22,23 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     f = req.fields
     group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
     offset = int_field(f, "offset", 0, MAX_OFFSET)
-    ctx.offsets.commit(group, topic, queue_id, offset)
+    ctx.offsets.commit(group, topic, queue_id, offset, hist_field(f))
     return response(req)
 
 
 async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    """QUERY_OFFSET: the committed offset, -1 when the group never committed there."""
+    """QUERY_OFFSET: the committed offset, -1 when the group never committed there; `hist`
+    when committed with one (the consumer's first PULL carries it, issue 16); with -1,
+    `since_ms`: when this broker's table began (its store started on an empty directory;
+    0 unknown), so that a group older than that knows its offset here was lost."""
     f = req.fields
     group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
-    return response(req, {"offset": ctx.offsets.query(group, topic, queue_id)})
+    fields: dict[str, object] = {"offset": ctx.offsets.query(group, topic, queue_id)}
+    if (hist := ctx.offsets.query_hist(group, topic, queue_id)) is not None:
+        fields["hist"] = hist
+    if fields["offset"] == -1:   # since when this table exists (the store started empty)
+        fields["since_ms"] = ctx.store.histories.created_ms
+    return response(req, fields)
 
 
 async def handle_get_min_max(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:

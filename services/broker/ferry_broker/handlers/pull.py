@@ -22,6 +22,15 @@ adds `suggest_slave: true` (the consumer reads from a slave next time). A
 sync master serves only records below its confirmed offset (what every
 in-sync slave acknowledged; `hooks/replication.confirmed_offset`), as if its
 queues ended there: a record a consumer saw survives any failover.
+
+Histories (issue 16, `ferry.store.histories`): `hist` names the history of the
+record before `offset` that the consumer last received. When the broker's log
+is not the continuation of that history, the answer is HISTORY_DIVERGED with
+`next_offset` where they part, and no records: the consumer goes back there.
+An answer never spans two histories, and says (`hist`) which history the
+record at `next_offset - 1` belongs to. A PULL without `hist` past the queue's
+end (OFFSET_OVERFLOW_BADLY) is sent to the start of the queue's newest history,
+never to its end: the records there were written after whatever it saw.
 """
 from __future__ import annotations
 
@@ -30,12 +39,14 @@ from collections.abc import Callable
 
 from ferry.codec.record import AT_PHY_OFFSET, AT_QUEUE_OFFSET, I64
 from ferry.store import GetResult, GetStatus
+from ferry.store.histories import QueueHistory
 from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import (
     MAX_OFFSET,
     group_field,
+    hist_field,
     int_field,
     queue_field,
     topic_field,
@@ -56,17 +67,20 @@ CONFIRMED_RECHECK_S = 0.2
 # Statuses after which a pull waits for new messages instead of answering at once.
 _WAIT_STATUSES = frozenset({GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
                             GetStatus.NO_MATCHED_MESSAGE})
+#: The answer to a PULL whose `hist` the broker's log does not continue (issue 16).
+HISTORY_DIVERGED = "HISTORY_DIVERGED"
 
 
 async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     f = req.fields
-    group_field(f)
+    group = group_field(f)
     topic = topic_field(f)
     queue_id = queue_field(f)
     offset = int_field(f, "offset", 0, MAX_OFFSET)
     max_count = int_field(f, "max_count", 1, MAX_PULL_COUNT, DEFAULT_MAX_COUNT)
     max_bytes = int_field(f, "max_bytes", 1, MAX_PULL_BYTES, DEFAULT_MAX_BYTES)
     max_wait_ms = min(int_field(f, "max_wait_ms", 0, 2**31, 0), ctx.config.max_pull_wait_ms)
+    hist = hist_field(f)
     compiled = ctx.filters.get(f.get("tags"), f.get("sql"))
     tag_hashes, match = compiled.tag_hashes, compiled.match
     ctx.topics.check_readable(topic)
@@ -74,9 +88,16 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     expiry = ctx.expiry
     ttl_queue = (topic, queue_id) in expiry.queues if expiry.queues else False
 
+    history = ctx.store.queue_history(topic, queue_id)
+    looks = 0
+
     def get(at: int) -> GetResult:
+        nonlocal history, looks
+        if looks:   # a look after a wait: a new term may have begun meanwhile
+            history = ctx.store.queue_history(topic, queue_id)
+        looks += 1
         got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes,
-                                     match, MAX_FILTER_SCAN_MS)
+                                     match, MAX_FILTER_SCAN_MS, history.end_of_history_at(at))
         if ttl_queue and got.records:
             live = expiry.live(topic, got.records)
             if len(live) != len(got.records):
@@ -88,10 +109,22 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
         return got
 
     got = get(offset)
+    where = (group, topic, queue_id)
+    if hist is not None:
+        back = history.divergence(hist, offset, got.min_offset, got.max_offset)
+        if back is not None and back < offset:
+            ctx.histories.event("diverged", *where, offset, back,
+                                f"the queue's history {hist} ends at {back} on this broker"
+                                if hist in history.ids else f"history {hist} is unknown here")
+            return response(req, _fields(HISTORY_DIVERGED, back, got, history))
+    elif got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+        start = min(max(history.newest_start, got.min_offset), got.max_offset)
+        ctx.histories.event("overflow_rewound", *where, offset, start,
+                            "offset past the queue's end and no history given")
+        return response(req, _fields(got.status.name, start, got, history))
     if _caught_up(got) and max_wait_ms > 0 and not ctx.long_poll.closing:
         got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get)
-    fields = {"status": got.status.name, "next_offset": got.next_queue_offset,
-              "min_offset": got.min_offset, "max_offset": got.max_offset}
+    fields = _fields(got.status.name, got.next_queue_offset, got, history)
     if not got.records:
         return response(req, fields)
     if ctx.roles.server is not None and _far_behind(ctx, got.records[-1]):
@@ -99,6 +132,16 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     # One copy out of the commit log's mmap: a view handed to the transport could
     # outlive the mapping (retention unmaps old segments).
     return response(req, fields, b"".join(got.records))
+
+
+def _fields(status: str, next_offset: int, got: GetResult,
+            history: QueueHistory) -> dict[str, object]:
+    """The answer's fields; `hist` is the history of the record at next_offset - 1."""
+    fields: dict[str, object] = {"status": status, "next_offset": next_offset,
+                                 "min_offset": got.min_offset, "max_offset": got.max_offset}
+    if next_offset > 0 and (hist := history.id_at(next_offset - 1)) is not None:
+        fields["hist"] = hist
+    return fields
 
 
 def _far_behind(ctx: BrokerContext, last: memoryview) -> bool:

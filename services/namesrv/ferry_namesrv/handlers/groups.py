@@ -5,6 +5,9 @@ writes and then reads through the same namesrv sees its write.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 from aiohttp import web
 from ferry.errors import GroupNotFoundError
 from ferry.names import validate_group
@@ -23,6 +26,8 @@ async def create_group(request: web.Request) -> web.Response:
     c = ctx(request)
     c.ready_cache()  # a write is confirmed through the cache
     cfg = GroupConfig.from_dict(await read_json(request), strict=True)
+    if not cfg.created_ms:   # brokers compare it with their offset tables (issue 16)
+        cfg = replace(cfg, created_ms=int(time.time() * 1000))
     await visible(c.cache, await c.registry.put_group(cfg, create_only=True))
     return json_response(cfg.to_dict(), status=201)
 
@@ -40,6 +45,10 @@ async def put_group(request: web.Request) -> web.Response:
     c.ready_cache()  # a write is confirmed through the cache
     name = validate_group(request.match_info["group"])
     cfg = GroupConfig.from_dict(await read_json(request), strict=True, name=name)
+    old = c.cache.groups.get(name)
+    if not cfg.created_ms:   # a change keeps the creation time; a first PUT creates it now
+        cfg = replace(cfg, created_ms=old.created_ms if old is not None and old.created_ms
+                      else int(time.time() * 1000))
     await visible(c.cache, await c.registry.put_group(cfg))
     return json_response(cfg.to_dict())
 
