@@ -10,13 +10,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ferry.auth.http import signed_url_headers, uncovered_routes
+from ferry.auth.http import signed_url_headers
 from ferry.auth.signing import now_ms
 from ferry.client.connection import BrokerConnection
 from ferry.errors import AccessDeniedError, AuthenticationError, error_for_code
 from ferry.wire import Frame, RequestCode
 from ferry_broker.permissions import PERMISSIONS
 
+from tests.auth.http_support import uncovered_routes
 from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed, send_frame, signed
 from tests.broker.conftest import Broker, start_broker, unique_prefix
 from tests.broker.wire_client import WireClient, encode_messages, message
