@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ferry import settings
+from ferry.wire.codes import MAX_FRAME_BYTES
 
 ENV_PREFIX = "FERRY_BROKER_"
 FLUSH_MODES = ("async", "sync")
@@ -60,6 +61,11 @@ class BrokerConfig:
     # request of that connection starts until the peer reads.
     max_unwritten_bytes_per_conn: int = 32 << 20
     max_connections: int = 10_000
+    # One client address (a host, or a NAT in front of many) cannot take every connection.
+    max_connections_per_addr: int = 1000
+    # The largest frame taken from a client (at most the protocol's 16 MiB); a larger
+    # one closes the connection after its first 4 bytes, before anything is buffered.
+    max_frame_bytes: int = MAX_FRAME_BYTES
     shutdown_timeout_ms: int = 10_000
     # The furthest a delayed message's delivery time may lie ahead (30 days).
     max_delay_ms: int = 30 * 86_400_000
@@ -103,6 +109,9 @@ class BrokerConfig:
             raise ValueError("disk_high_water_ratio must be within (0, 1]")
         if self.max_message_bytes > 4 << 20:
             raise ValueError("max_message_bytes cannot exceed the protocol's 4 MiB body limit")
+        if not self.max_message_bytes < self.max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ValueError("max_frame_bytes must exceed max_message_bytes (a SEND carries "
+                             f"one) and be at most the protocol's {MAX_FRAME_BYTES}")
         if self.replication not in REPLICATION_MODES:
             raise ValueError(f"replication must be one of {REPLICATION_MODES}, "
                              f"not {self.replication!r}")

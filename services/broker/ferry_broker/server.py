@@ -11,12 +11,17 @@ closes only that connection; an unknown code, or a FerryError from a handler,
 is an error response; any other exception is logged and answered as
 SystemError_. One-way requests get no response, not even an error (it is
 logged). The server also sends one-way requests of its own to a client
-(`push`: a CHECK_TRANSACTION to a transactional producer). Limits: `max_connections`; `max_inflight_per_conn` requests per
-connection (reading pauses beyond it); and `max_unwritten_bytes_per_conn` of
-responses made but not yet written to the socket: past it, and while the peer
-does not read (the transport paused writing), no further request of that
-connection starts, so a client that stops reading pins a bounded amount of
-broker memory.
+(`push`: a CHECK_TRANSACTION to a transactional producer).
+
+Limits (limits.py counts each refusal for /v1/stats): `max_connections` and
+`max_connections_per_addr` (a connection beyond either is closed at once);
+`max_frame_bytes` (the decoder refuses a larger frame from its length prefix,
+before buffering it, and the connection closes); `max_inflight_per_conn`
+requests per connection (reading pauses beyond it); and
+`max_unwritten_bytes_per_conn` of responses made but not yet written to the
+socket: past it, and while the peer does not read (the transport paused
+writing), no further request of that connection starts, so a client that
+stops reading pins a bounded amount of broker memory.
 """
 from __future__ import annotations
 
@@ -37,6 +42,11 @@ from ferry.wire import (
 )
 
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
+from ferry_broker.limits import (
+    FRAMES_MALFORMED,
+    READING_PAUSED_INFLIGHT,
+    READING_PAUSED_UNWRITTEN,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +112,9 @@ class BrokerProtocol(asyncio.Protocol):
         self.server = server
         self.conn_id = conn_id
         # Bodies as views: a SEND body goes to the store without another copy.
-        self.decoder = FrameDecoder(body_views=True)
+        self.decoder = FrameDecoder(server.ctx.config.max_frame_bytes, body_views=True)
+        self._limits = server.ctx.limits
+        self._host: str | None = None  # set once admitted: its connection counts against it
         self.tasks: set[asyncio.Task[None]] = set()
         self.info = ConnInfo(conn_id, "")
         self.transport: asyncio.Transport | None = None
@@ -126,11 +138,15 @@ class BrokerProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.info = ConnInfo(self.conn_id, f"{peer[0]}:{peer[1]}" if peer else "", self.push)
-        if len(self.server.connections) >= self.server.ctx.config.max_connections:
-            log.warning("refusing connection from %s: %d connections open",
-                        self.info.peer, len(self.server.connections))
+        host = str(peer[0]) if peer else ""
+        refused = self._limits.admit(host)
+        if refused is not None:
+            self._limits.refuse(refused, "refusing connection from %s: %d connections open",
+                                self.info.peer, self._limits.open_connections)
+            self._closed = True
             self.transport.abort()
             return
+        self._host = host
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -140,6 +156,9 @@ class BrokerProtocol(asyncio.Protocol):
         self._backlog.clear()
         self._turns.clear()  # their tasks are cancelled just below
         self.server.connections.discard(self)
+        if self._host is not None:
+            self._limits.release(self._host)
+            self._host = None
         # A check must never be pushed to a closed connection.
         self.server.ctx.producers.connection_closed(self.conn_id)
         # Nobody is left to answer: free parked pulls (and their slots) now rather
@@ -152,8 +171,8 @@ class BrokerProtocol(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except MalformedFrameError as exc:
-            log.warning("malformed frame, closing the connection: %s", exc,
-                        extra={"conn": self.conn_id, "peer": self.info.peer})
+            self._limits.refuse(FRAMES_MALFORMED, "malformed frame from %s, closing the "
+                                "connection: %s", self.info.peer, exc)
             self.close()
             return
         for frame in frames:
@@ -324,6 +343,9 @@ class BrokerProtocol(asyncio.Protocol):
         if pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
+            if not self._stopped:
+                self._limits.count(READING_PAUSED_INFLIGHT if self._budget_ok()
+                                   else READING_PAUSED_UNWRITTEN)
         elif not pause and self._reading_paused:
             self.transport.resume_reading()
             self._reading_paused = False

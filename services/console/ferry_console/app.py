@@ -11,10 +11,11 @@ import asyncio
 import logging
 
 from aiohttp import web
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
 
-from ferry_console.api import build_app
-from ferry_console.config import ConsoleConfig
+from ferry_console.api import MAX_BODY_BYTES, build_app
+from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
 from ferry_console.rates import RateSampler
 from ferry_console.sources import Sources
@@ -43,14 +44,12 @@ class ConsoleApp:
     async def start(self) -> None:
         cfg = self.config
         await self.sources.start()
-        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"))
-        self._runner = web.AppRunner(app, access_log=None)
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"), guard)
+        self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True)
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, cfg.host, cfg.http_port)
+        self.port = site.port
         self._sampler = asyncio.create_task(self.rates.run(), name="rates")
         self._ready = True
         log.info("console ready", extra={"http_port": self.port, "namesrv": cfg.namesrv,

@@ -34,6 +34,7 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
@@ -109,7 +110,8 @@ async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: st
     return doc
 
 
-def build_app(backend: Backend) -> web.Application:
+def build_app(backend: Backend, guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(backend.version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -169,12 +171,12 @@ def build_app(backend: Backend) -> web.Application:
         return json_response(report)
 
     async def stats(_: web.Request) -> web.Response:
-        return json_response(backend.stats_document())
+        return json_response({**backend.stats_document(), "limits": guard.as_json()})
 
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)

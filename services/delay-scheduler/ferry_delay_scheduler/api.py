@@ -26,6 +26,7 @@ from ferry.errors import (
     MessageNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
@@ -49,7 +50,9 @@ errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
 
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
-              role: Callable[[], str], canceller: Canceller, version: str) -> web.Application:
+              role: Callable[[], str], canceller: Canceller, version: str,
+              guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -61,7 +64,7 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
         return json_response({"status": "ready", "role": role()})
 
     async def get_stats(_: web.Request) -> web.Response:
-        return json_response(stats())
+        return json_response({**stats(), "limits": guard.as_json()})
 
     async def cancel(request: web.Request) -> web.Response:
         if not is_ready():
@@ -71,7 +74,7 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

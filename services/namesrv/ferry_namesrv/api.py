@@ -24,6 +24,7 @@ from ferry.errors import (
     SystemError_,
     TopicNotFoundError,
 )
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
@@ -93,13 +94,18 @@ def _log_error(request: web.Request, status: int, err: FerryError, started: floa
     log.warning("request failed", extra=fields)
 
 
-def build_app(context: NamesrvContext, version: str) -> web.Application:
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+def build_app(context: NamesrvContext, version: str,
+              guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    app = guard.application([errors_and_logs])
     app[CONTEXT] = context
     document = openapi_document(version)
 
     async def openapi(request: web.Request) -> web.Response:
         return json_response(document)
+
+    async def stats(request: web.Request) -> web.Response:
+        return json_response({"limits": guard.as_json()})
 
     async def console(request: web.Request) -> web.Response:
         # The console is its own service (docs/console.md); this is only a signpost.
@@ -119,6 +125,7 @@ def build_app(context: NamesrvContext, version: str) -> web.Application:
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
+    app.router.add_get("/v1/stats", stats)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/console", console)
     return app

@@ -25,6 +25,7 @@ from ferry.errors import (
     MessageNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
@@ -57,7 +58,8 @@ def _limit(request: web.Request) -> int:
 
 
 def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
-              version: str) -> web.Application:
+              version: str, guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -69,7 +71,7 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
         return json_response({"status": "ready"})
 
     async def get_stats(_: web.Request) -> web.Response:
-        return json_response(stats())
+        return json_response({**stats(), "limits": guard.as_json()})
 
     async def list_transactions(request: web.Request) -> web.Response:
         state = request.query.get("state", "open")
@@ -94,7 +96,7 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = web.Application(middlewares=[errors_and_logs], client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)
