@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
 
 from ferry import settings
 
@@ -97,7 +98,7 @@ class HttpGuard:
         self._per_addr: dict[str, int] = {}
         self._open = 0
         self._logged_at: dict[str, float] = {}
-        _ParseErrorCounter.install(self)
+        _ParseErrorCounter.install()
 
     # -- the application -------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ class _Gate(asyncio.Protocol):
             cast(asyncio.Transport, transport).abort()
             return
         self._host = host
-        self._inner = self._server()
+        self._inner = _counting_handler(self._server, self._guard)
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -240,36 +241,58 @@ class _Gate(asyncio.Protocol):
             inner.connection_lost(exc)
 
 
-class _ParseErrorCounter(logging.Filter):
-    """Counts the requests aiohttp's parser refused (it logs each) and quiets the log.
+class _CountingHandler(RequestHandler):
+    """aiohttp's connection handler, counting the requests its parser refused.
 
-    aiohttp answers an unparsable request, or one over a line or header limit, with
-    400 before any middleware runs, and logs it with a traceback: under a flood that
-    would fill the disk. This filter on its `aiohttp.server` logger counts each one
-    for the guard and lets one through per LOG_EVERY_S.
+    aiohttp answers an unparsable request, or one over a line or header limit,
+    with 400 through `handle_error` before any middleware runs.
+    """
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, guard: HttpGuard, server: Any, **kwargs: Any) -> None:
+        super().__init__(server, **kwargs)
+        self._guard = guard
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if status == 400:
+            self._guard.counts[BAD_REQUESTS] += 1
+        return super().handle_error(request, status, exc, message)
+
+
+def _counting_handler(server: Callable[[], asyncio.Protocol],
+                      guard: HttpGuard) -> asyncio.Protocol:
+    """A `_CountingHandler` made as aiohttp's Server would; its own if that cannot be."""
+    loop, kwargs = getattr(server, "_loop", None), getattr(server, "_kwargs", None)
+    if loop is None or kwargs is None:  # another aiohttp: serve, uncounted
+        return server()
+    return _CountingHandler(guard, server, loop=loop, **kwargs)
+
+
+class _ParseErrorCounter(logging.Filter):
+    """Quiets aiohttp's log of refused requests: one line per LOG_EVERY_S.
+
+    aiohttp logs each request its parser refused with a traceback: under a flood
+    that would fill the disk. Crashes (500s) are still logged in full.
     """
 
     _installed: _ParseErrorCounter | None = None
 
     def __init__(self) -> None:
         super().__init__()
-        self.guards: list[HttpGuard] = []
         self._passed_at = 0.0
 
     @classmethod
-    def install(cls, guard: HttpGuard) -> None:
+    def install(cls) -> None:
         if cls._installed is None:
             cls._installed = cls()
             logging.getLogger("aiohttp.server").addFilter(cls._installed)
-        cls._installed.guards.append(guard)
-        del cls._installed.guards[:-4]  # tests build many guards in one process
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, HttpProcessingError):
-            return True  # a crash (500) is always logged in full
-        if self.guards:
-            self.guards[-1].counts[BAD_REQUESTS] += 1
+            return True
         now = time.monotonic()
         if now - self._passed_at >= LOG_EVERY_S:
             self._passed_at = now

@@ -46,6 +46,7 @@ from ferry_broker.limits import (
     FRAMES_MALFORMED,
     READING_PAUSED_INFLIGHT,
     READING_PAUSED_UNWRITTEN,
+    RESPONSES_IGNORED,
 )
 
 log = logging.getLogger(__name__)
@@ -193,8 +194,8 @@ class BrokerProtocol(asyncio.Protocol):
 
     def _dispatch(self, frame: Frame) -> None:
         if frame.flags & _RESPONSE:
-            log.warning("connection %d sent a response frame (code %d); ignored",
-                        self.conn_id, frame.code)
+            self._limits.refuse(RESPONSES_IGNORED, "connection %d sent a response frame "
+                                "(code %d); ignored", self.conn_id, frame.code)
             return
         handler = self.server.handlers.get(frame.code)
         if handler is None:
