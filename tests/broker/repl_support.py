@@ -17,7 +17,7 @@ from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.store.epochs import EpochLog
 from ferry_broker.replication import ReplicaFollower, ReplicationServer
 from ferry_broker.replication import protocol as p
-from ferry_broker.replication.master import InSyncListener
+from ferry_broker.replication.master import Authenticate, InSyncListener
 
 CLUSTER, NAME = "ReplCluster", "broker-a"
 SEGMENT_BYTES = 4 << 20
@@ -46,13 +46,14 @@ class Master:
     lag_bytes_max: int = 1 << 20
     server: ReplicationServer | None = None
     listener: InSyncListener | None = None   # the in-sync set keeper, if any
+    authenticate: Authenticate | None = None  # checks a slave's AUTH frame (auth on)
 
     async def start(self, port: int = 0) -> None:
         self.server = ReplicationServer(
             self.store, self.epochs, cluster=CLUSTER, name=NAME, broker_id=0,
             epoch=lambda: self.epoch, is_peer=lambda i: i in self.peers,
             offsets_snapshot=lambda: self.offsets, lag_bytes_max=self.lag_bytes_max,
-            listener=self.listener)
+            listener=self.listener, authenticate=self.authenticate)
         await self.server.start("127.0.0.1", port)
 
     @property

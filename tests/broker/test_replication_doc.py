@@ -13,7 +13,8 @@ from ferry_broker.replication import follower, master
 from ferry_broker.replication import protocol as p
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "replication.md"
-_CHARS = {("u32", 4): "I", ("u16", 2): "H", ("u8", 1): "B", ("i64", 8): "q"}
+_CHARS = {("u32", 4): "I", ("u16", 2): "H", ("u8", 1): "B", ("i64", 8): "q",
+          ("bytes", 16): "16s", ("bytes", 32): "32s"}
 
 
 def _table(heading: str) -> list[dict[str, str]]:
@@ -49,6 +50,7 @@ def _fixed(heading: str) -> struct.Struct:
     ("### REFUSE", p.I64.format),
     ("### DATA", p.DATA_HEAD.format),
     ("### ACK and HEARTBEAT", p.I64.format),
+    ("### AUTH", p.AUTH_HEAD.format),
 ])
 def test_fixed_layouts(heading: str, code: str) -> None:
     assert _fixed(heading).format == code

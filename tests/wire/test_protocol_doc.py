@@ -80,6 +80,7 @@ def test_header_keys_table() -> None:
     assert set(minimal) == required
     full = error_response(request(RequestCode.PULL, 1, {"a": 1}), ValueError())
     full.fields = {"a": 1}
+    full.auth = {"k": "alice"}
     assert set(msgpack.unpackb(encode_frame(full)[8:])) == set(HEADER_KEYS)
     flags_cell = next(r["meaning"] for r in rows if r["key"] == "`f`")
     documented = {name: int(value) for name, value in re.findall(r"`(\w+)` \((\d+)\)", flags_cell)}

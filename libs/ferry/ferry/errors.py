@@ -203,6 +203,22 @@ class DuplicateMessage(FerryError):  # noqa: N818 - the name the idempotence API
         self.biz_key = biz_key
 
 
+class AuthenticationError(FerryError):
+    """The request is not authenticated: no credentials, an unknown or disabled access key,
+    a bad signature, a stale timestamp or a replayed nonce (the message says which).
+
+    Not retriable: the same request will be refused again (a replayed one by design).
+    """
+
+    code = 26
+
+
+class AccessDeniedError(FerryError):
+    """The caller is authenticated but not permitted; the message names the action and resource."""
+
+    code = 27
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -17,7 +17,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from ferry.errors import FerryError, MalformedRequestError, SystemError_
+from ferry.errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    FerryError,
+    MalformedRequestError,
+    SystemError_,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (error class, HTTP status) pairs, the first match wins; no match is 500.
@@ -25,9 +31,17 @@ StatusTable = Sequence[tuple[type[FerryError], int]]
 # Fields a service adds to the body of some errors (the leader on a standby's 503).
 ExtraFields = Callable[[FerryError], Mapping[str, Any]]
 
+#: Statuses every service shares, checked before its own table: an unauthenticated
+#: request is 401 and a refused one 403 wherever it arrives (docs/security.md).
+AUTH_STATUSES: StatusTable = ((AuthenticationError, 401), (AccessDeniedError, 403))
+
 
 def status_for(exc: FerryError, statuses: StatusTable) -> int:
-    """The HTTP status of `exc`: the first class in `statuses` it is an instance of, else 500."""
+    """The HTTP status of `exc`: 401/403 for the auth errors, else the first class in
+    `statuses` it is an instance of, else 500."""
+    for cls, status in AUTH_STATUSES:
+        if isinstance(exc, cls):
+            return status
     return next((status for cls, status in statuses if isinstance(exc, cls)), 500)
 
 

@@ -95,7 +95,8 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
-            "replication": ctx.roles.status(), "limits": ctx.limits.as_json()}
+            "replication": ctx.roles.status(), "limits": ctx.limits.as_json(),
+            "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False}}
 
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],

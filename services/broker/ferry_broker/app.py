@@ -24,6 +24,7 @@ from ferry.store import FlushMode, MessageStore, StoreConfig
 from ferry.telemetry import setup_tracing
 
 from ferry_broker.api import ApiServer
+from ferry_broker.auth import BrokerAuth
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
@@ -67,6 +68,8 @@ class BrokerApp:
         self.server: BrokerServer | None = None
         self.registration = Registration(config)
         self.api: ApiServer | None = None
+        #: Request verification (FERRY_AUTH=on); None when auth is off.
+        self.auth: BrokerAuth | None = BrokerAuth(config) if config.auth else None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_task: asyncio.Task[None] | None = None
         self._withdraw_task: asyncio.Task[None] | None = None
@@ -78,7 +81,8 @@ class BrokerApp:
     def ready(self) -> bool:
         """Serving, registered in etcd (when used), store healthy, not stopping."""
         return (self._started and self._registered and not self._stopping
-                and self.ctx is not None and self.ctx.health.healthy)
+                and self.ctx is not None and self.ctx.health.healthy
+                and (self.auth is None or self.auth.loaded))
 
     async def start(self) -> None:
         """Open the store and serve; etcd registration goes on in the background."""
@@ -98,14 +102,16 @@ class BrokerApp:
             config=cfg, store=store, offsets=offsets,
             consumers=ConsumerManager(cfg.consumer_expiry_ms),
             long_poll=LongPollManager(cfg.max_held_pulls_per_conn, cfg.max_held_pulls),
-            topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms),
+            topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms), auth=self.auth,
         )
         self.ctx.health.add_listener(self._on_store_failure)
         if store.commit_log_max_offset > 0:
             # It may have granted queue locks before it stopped, whose holders still
             # take messages for up to half an expiry: grant none meanwhile.
             self.ctx.locks.start_grace(cfg.lock_expiry_ms / 2)
-        self.server = BrokerServer(self.ctx, HANDLERS)
+        if self.auth is not None:
+            await self.auth.start()
+        self.server = BrokerServer(self.ctx, HANDLERS, self.auth)
         await self.server.start(cfg.host, cfg.port)
         if cfg.http_port:
             self.api = ApiServer(self.ctx, lambda: self.ready)
@@ -119,9 +125,9 @@ class BrokerApp:
                            FlushWatchdog(self.ctx.store, self.ctx.health)))]
         self._register_task = loop.create_task(self._register(topics))
         self._started = True
-        log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s, replication %s",
-                 cfg.cluster, cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-", cfg.data_dir,
-                 cfg.flush_mode, cfg.replication)
+        log.info("broker %s/%s/%d serving: wire %s, http %s, data %s, flush %s, replication %s, "
+                 "auth %s", cfg.cluster, cfg.name, cfg.id, cfg.addr, cfg.http_addr or "-",
+                 cfg.data_dir, cfg.flush_mode, cfg.replication, "on" if cfg.auth else "off")
 
     async def _register(self, topics: TopicManager) -> None:
         await self.registration.connect(topics)
@@ -168,6 +174,8 @@ class BrokerApp:
             await stop_step("save consumer offsets", as_step(ctx.offsets.save))
             await stop_step("close the store", as_step(ctx.store.close))
         await stop_step("close the etcd client", self.registration.stop)
+        if self.auth is not None:
+            await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("stop tracing", stop_tracing)
         log.info("broker stopped")
 

@@ -7,12 +7,14 @@ broker enforces is a field here so that operators can see and change it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ferry import settings
+from ferry.auth.credentials import auth_enabled
 from ferry.wire.codes import MAX_FRAME_BYTES
 
 ENV_PREFIX = "FERRY_BROKER_"
@@ -87,6 +89,12 @@ class BrokerConfig:
     # namesrv address(es) the tracing exporter writes the broker's spans through (the
     # `%TRACE%` topic, docs/tracing.md); empty = spans go to the files / OTLP only.
     namesrv: str = ""
+    # Authentication and permissions (docs/security.md): on, every wire request (and
+    # the replication link) must be signed by a known identity and permitted. Set by
+    # the mesh-wide FERRY_AUTH (FERRY_BROKER_AUTH wins when set).
+    auth: bool = False
+    auth_window_ms: int = 60_000      # a signed request's timestamp: at most this far off
+    auth_max_nonces: int = 500_000    # nonces remembered in the window (about 100 B each)
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:
@@ -146,5 +154,11 @@ class BrokerConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
-        """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None) win."""
+        """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None) win.
+
+        The auth switch is mesh-wide: FERRY_AUTH, unless FERRY_BROKER_AUTH is set.
+        """
+        env = os.environ if env is None else env
+        if ENV_PREFIX + "AUTH" not in env and "FERRY_AUTH" in env:
+            env = {**env, ENV_PREFIX + "AUTH": "on" if auth_enabled(env) else "off"}
         return settings.from_env(cls, ENV_PREFIX, env, overrides)

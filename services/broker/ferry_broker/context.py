@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ferry.store import MessageStore
 from ferry.telemetry import tracing
@@ -34,6 +35,9 @@ from ferry_broker.roles import RoleManager
 from ferry_broker.topics import TopicManager
 from ferry_broker.transactions import TxnStats
 from ferry_broker.txn_batch import EndBatcher
+
+if TYPE_CHECKING:  # auth.py imports the handler package, which imports this module
+    from ferry_broker.auth import BrokerAuth
 
 TTL_QUEUES_FILE = Path("config") / "ttl_queues.json"
 
@@ -66,6 +70,7 @@ class BrokerContext:
     durability: DurabilityWaiter
     health: StoreHealth = field(default_factory=StoreHealth)
     filters: FilterCache = field(default_factory=FilterCache)  # compiled PULL/HEARTBEAT filters
+    auth: BrokerAuth | None = None  # request verification (FERRY_AUTH=on), else None
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)

@@ -33,6 +33,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ferry.auth.credentials import service_credentials
 from ferry.errors import NotMasterError
 from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
@@ -161,7 +162,8 @@ class RoleManager:
         self.epochs = EpochLog(str(cfg.data_path))
         self.follower = ReplicaFollower(
             ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
-            on_append=self._on_append, on_offsets=self._on_offsets)
+            on_append=self._on_append, on_offsets=self._on_offsets,
+            credentials=service_credentials("broker"))
         self.election = Election(
             registration.registry, None, f"election/brokers/{cfg.cluster}/{cfg.name}",
             str(cfg.id), {"addr": cfg.addr, "repl_addr": cfg.repl_addr,
@@ -271,7 +273,8 @@ class RoleManager:
                 ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
                 epoch=lambda: self.epoch, is_peer=self._is_peer,
                 offsets_snapshot=ctx.offsets.snapshot_bytes,
-                lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync)
+                lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync,
+                authenticate=ctx.auth.authenticate_slave if ctx.auth is not None else None)
             await server.start(cfg.host, cfg.repl_port)
             self.server = server
         if self.insync is not None and not await self.insync.begin(epoch, self.server):

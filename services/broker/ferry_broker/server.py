@@ -41,6 +41,7 @@ from ferry.wire import (
     error_response,
 )
 
+from ferry_broker.auth import BrokerAuth
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
 from ferry_broker.limits import (
     FRAMES_MALFORMED,
@@ -59,9 +60,12 @@ _ONEWAY = int(Flag.ONEWAY)
 class BrokerServer:
     """Listens on the wire port and tracks connections and in-flight requests."""
 
-    def __init__(self, ctx: BrokerContext, handlers: dict[int, Handler]) -> None:
+    def __init__(self, ctx: BrokerContext, handlers: dict[int, Handler],
+                 auth: BrokerAuth | None = None) -> None:
         self.ctx = ctx
         self.handlers = handlers
+        #: Verifies and authorizes each request before it runs; None: auth is off.
+        self.auth = auth
         self.connections: set[BrokerProtocol] = set()
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
@@ -197,6 +201,18 @@ class BrokerProtocol(asyncio.Protocol):
             self._limits.refuse(RESPONSES_IGNORED, "connection %d sent a response frame "
                                 "(code %d); ignored", self.conn_id, frame.code)
             return
+        auth = self.server.auth
+        if auth is not None:
+            # Before any work, even before the code is looked up: an unauthenticated
+            # peer learns nothing and costs no task.
+            try:
+                auth.check(frame)
+            except FerryError as exc:
+                log.info("request refused: %s", exc, extra={
+                    "conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
+                    "request_id": frame.request_id, "error": exc.code})
+                self._reply(frame, error_response(frame, exc))
+                return
         handler = self.server.handlers.get(frame.code)
         if handler is None:
             self._reply(frame, error_response(

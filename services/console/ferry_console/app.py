@@ -45,7 +45,8 @@ class ConsoleApp:
         cfg = self.config
         await self.sources.start()
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
-        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"), guard)
+        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"),
+                        guard=guard)
         self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         site = await guard.start_site(self._runner, cfg.host, cfg.http_port)

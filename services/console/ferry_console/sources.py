@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 from ferry import Admin
+from ferry.auth.credentials import service_credentials
 from ferry.client.namesrv import NamesrvClient, parse_namesrv
 
 from ferry_console.config import ConsoleConfig
@@ -44,7 +45,10 @@ class Sources:
 
     def __init__(self, config: ConsoleConfig) -> None:
         self.config = config
-        self.admin = Admin(namesrv=config.namesrv, request_timeout_ms=config.request_timeout_ms)
+        # The console's own identity (FERRY_CONSOLE_ACCESS_KEY / _SECRET_KEY, else
+        # FERRY_ACCESS_KEY / FERRY_SECRET_KEY) for its reads of brokers and namesrv.
+        self.admin = Admin(namesrv=config.namesrv, request_timeout_ms=config.request_timeout_ms,
+                           credentials=service_credentials("console"))
         self.namesrv = NamesrvClient(config.namesrv)
         self._session: aiohttp.ClientSession | None = None
 

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
 from ferry.errors import (
     BusyError,
     FerryError,
@@ -110,7 +111,11 @@ async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: st
     return doc
 
 
-def build_app(backend: Backend, guard: HttpGuard | None = None) -> web.Application:
+def build_app(backend: Backend,
+              auth: HttpAuth | None = None,
+              guard: HttpGuard | None = None) -> web.Application:
+    """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
+    document needs a signed request and its permission (permissions.py)."""
     guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(backend.version)
 
@@ -176,7 +181,8 @@ def build_app(backend: Backend, guard: HttpGuard | None = None) -> web.Applicati
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = guard.application([errors_and_logs])
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)

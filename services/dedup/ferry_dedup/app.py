@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.credentials import service_credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
@@ -53,8 +54,12 @@ class DedupApp:
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,
                              done_ttl_ms=config.claim_done_ttl_ms)
         self.ledger = LedgerStore(config.ledger, config.ledger_table, config.db_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
-        self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms)
+        # Its own identity on the wire and HTTP (FERRY_DEDUP_ACCESS_KEY /
+        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
+        self.credentials = service_credentials("dedup")
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
+        self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms,
+                                   credentials=self.credentials)
         self.reader = StoredReader(self.pool, RouteCache(self.namesrv, refresh_interval_ms=0),
                                    pull_max_count=config.pull_max_count,
                                    max_messages=config.max_scan_messages)
@@ -88,7 +93,7 @@ class DedupApp:
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
-        self._runner = guard.runner(build_app(self, guard), access_log=None)
+        self._runner = guard.runner(build_app(self, guard=guard), access_log=None)
         await self._runner.setup()
         site = await guard.start_site(self._runner, cfg.host, cfg.http_port)
         self.port = site.port

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
 from ferry.errors import (
     AlreadyDeliveredError,
     BusyError,
@@ -51,7 +52,10 @@ errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               role: Callable[[], str], canceller: Canceller, version: str,
+              auth: HttpAuth | None = None,
               guard: HttpGuard | None = None) -> web.Application:
+    """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
+    document needs a signed request and its permission (permissions.py)."""
     guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
 
@@ -74,7 +78,8 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    app = guard.application([errors_and_logs])
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

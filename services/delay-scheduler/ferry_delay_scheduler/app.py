@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.credentials import service_credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
@@ -60,8 +61,12 @@ class SchedulerApp:
         self.config = config
         self.node_id = config.node_id
         self.stats = Stats()
-        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
+        # Its own identity on the wire and HTTP (FERRY_DELAY_SCHEDULER_ACCESS_KEY /
+        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
+        self.credentials = service_credentials("delay-scheduler")
+        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms,
+                                   credentials=self.credentials)
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         self.election: LeaderElection | None = None  # made once the HTTP port is bound
         self.local: LocalLog | None = None
         self.wheel: TimingWheel | None = None
@@ -124,7 +129,7 @@ class SchedulerApp:
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
-                        package_version("ferry-delay-scheduler"), guard)
+                        package_version("ferry-delay-scheduler"), guard=guard)
         self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         site = await guard.start_site(self._runner, cfg.host, cfg.http_port)

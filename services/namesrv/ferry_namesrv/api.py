@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from ferry import http_errors
+from ferry.auth.http import HttpAuth, access_key_of
 from ferry.errors import (
     AlreadyExistsError,
     BusyError,
@@ -28,7 +29,7 @@ from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
-from ferry_namesrv.handlers import brokers, groups, health, routes, topics
+from ferry_namesrv.handlers import brokers, groups, health, routes, topics, users
 from ferry_namesrv.handlers.common import MAX_BODY_BYTES, json_response
 from ferry_namesrv.openapi import openapi_document
 
@@ -95,9 +96,13 @@ def _log_error(request: web.Request, status: int, err: FerryError, started: floa
 
 
 def build_app(context: NamesrvContext, version: str,
+              auth: HttpAuth | None = None,
               guard: HttpGuard | None = None) -> web.Application:
+    """The namesrv app; with `auth` (FERRY_AUTH=on) every route but the probes and the
+    OpenAPI document needs a signed request and its permission (permissions.py)."""
     guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
-    app = guard.application([errors_and_logs])
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app[CONTEXT] = context
     document = openapi_document(version)
 
@@ -107,12 +112,17 @@ def build_app(context: NamesrvContext, version: str,
     async def stats(request: web.Request) -> web.Response:
         return json_response({"limits": guard.as_json()})
 
+    async def whoami(request: web.Request) -> web.Response:
+        # Who the request was signed by: the console checks a login with it.
+        return json_response({"access_key": access_key_of(request), "auth": auth is not None})
+
     async def console(request: web.Request) -> web.Response:
         # The console is its own service (docs/console.md); this is only a signpost.
         raise web.HTTPFound(context.config.console_url)
 
     app.router.add_get("/v1/routes/{topic}", routes.get_route)
     app.router.add_get("/v1/brokers", brokers.list_brokers)
+    app.router.add_get("/v1/whoami", whoami)
     app.router.add_get("/v1/topics", topics.list_topics)
     app.router.add_post("/v1/topics", topics.create_topic)
     app.router.add_get("/v1/topics/{topic}", topics.get_topic)
@@ -123,6 +133,7 @@ def build_app(context: NamesrvContext, version: str,
     app.router.add_get("/v1/groups/{group}", groups.get_group)
     app.router.add_put("/v1/groups/{group}", groups.put_group)
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
+    users.add_routes(app)   # /v1/users, /v1/acl (identities and permissions)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/v1/stats", stats)

@@ -51,7 +51,7 @@ class NamesrvApp:
 
     async def start(self) -> None:
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
-        app = build_app(self.context, _version(), guard)
+        app = build_app(self.context, _version(), guard=guard)
         self._runner = guard.runner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
         site = await guard.start_site(self._runner, self.config.host, self.config.port)

@@ -16,6 +16,8 @@ from ferry.routing.models import (
     TOPIC_TYPES,
 )
 
+from ferry_namesrv.handlers import users
+
 _NAME = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,127}$"}
 _TOPIC_NAME = {"type": "string", "pattern": "^([A-Za-z0-9_-]{1,127}|%(RETRY|DLQ|SYS)%[A-Za-z0-9_-]{1,127})$"}
 
@@ -154,6 +156,12 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {"200": _json({"type": "object", "properties": {
                 "brokers": {"type": "array", "items": _ref("Broker")},
                 "revision": {"type": "integer"}}}, "brokers"), "503": _BUSY}}},
+        "/v1/whoami": {"get": {
+            "summary": "The access key the request was signed with (null with auth off)",
+            "operationId": "whoami",
+            "responses": {"200": _json({"type": "object", "properties": {
+                "access_key": {"type": "string", "nullable": True},
+                "auth": {"type": "boolean"}}}, "who"), "401": _error("not authenticated")}}},
         "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
                              "responses": {"200": _json({"type": "object"}, "alive")}}},
         "/readyz": {"get": {"summary": "Routes are loaded from etcd", "operationId": "readyz",
@@ -170,6 +178,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     }
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))
+    paths.update(users.openapi_paths())
     return {
         "openapi": "3.0.3",
         "info": {"title": "Ferry namesrv", "version": version,

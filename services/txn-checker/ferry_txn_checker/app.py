@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.credentials import service_credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -50,8 +51,12 @@ class CheckerApp:
     def __init__(self, config: CheckerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms)
-        self.namesrv = NamesrvClient(config.namesrv)
+        # Its own identity on the wire and HTTP (FERRY_TXN_CHECKER_ACCESS_KEY /
+        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
+        self.credentials = service_credentials("txn-checker")
+        self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms,
+                                   credentials=self.credentials)
+        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
         self.book = Book(default_immunity_ms=config.check_immunity_ms,
                          max_open=config.max_open, max_discarded=config.max_discarded,
                          max_recent=config.max_recent)
@@ -80,7 +85,7 @@ class CheckerApp:
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.book, self.stats_document, lambda: self.ready,
-                        package_version("ferry-txn-checker"), guard)
+                        package_version("ferry-txn-checker"), guard=guard)
         self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         site = await guard.start_site(self._runner, cfg.host, cfg.http_port)

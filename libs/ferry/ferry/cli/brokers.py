@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from ferry.auth.http import client_session
 from ferry.client.namesrv import NamesrvClient
 
 #: How long one broker's /v1/stats may take before it is shown unreachable.
@@ -98,7 +99,8 @@ async def broker_list(args: argparse.Namespace) -> int:
         await client.close()
     brokers = [b for b in listed.get("brokers", []) if isinstance(b, dict)]
     timeout = aiohttp.ClientTimeout(total=STATS_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # Signed like the namesrv call: with auth on, /v1/stats needs admin read.
+    async with client_session(client.credentials, timeout=timeout) as session:
         stats = await asyncio.gather(*(_stats(session, b.get("http_addr", "")) for b in brokers))
     rows = _rows(brokers, list(stats))
     if args.json:

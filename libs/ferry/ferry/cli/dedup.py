@@ -21,6 +21,8 @@ from typing import Any
 
 import aiohttp
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import client_session
 from ferry.client.namesrv import http_error, parse_namesrv, read_json
 from ferry.errors import (
     ConnectionLostError,
@@ -50,9 +52,12 @@ def duration_ms(text: str) -> int:
 class DedupClient:
     """The dedup service's HTTP API, for the CLI. Use `async with DedupClient(addrs):`."""
 
-    def __init__(self, addrs: str | None = None, *, timeout_ms: int = DEDUP_TIMEOUT_MS) -> None:
+    def __init__(self, addrs: str | None = None, *, timeout_ms: int = DEDUP_TIMEOUT_MS,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign the requests (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
         self.urls = parse_namesrv(addrs or os.environ.get(DEDUP_ENV, DEFAULT_DEDUP))
         self.timeout_ms = timeout_ms
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> DedupClient:
@@ -66,7 +71,8 @@ class DedupClient:
                    body: Any = None) -> Any:
         """The JSON answer; the service's error body as its Ferry error (404 = not found)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(
+            self._session = client_session(
+                self.credentials,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000))
         last: FerryError | None = None
         for base in self.urls:

@@ -1,5 +1,5 @@
 """The `ferry` command: topics, sending, consuming, group lag, brokers, delays, dead letters,
-transactions.
+transactions, identities and permissions.
 
 Exit codes: 0 success, 1 a Ferry error (printed as `error: <Class>: message`;
 also `dlq resend --id` when an id was not found; `txn describe` of an unknown id,
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from ferry.cli import brokers, commands
 from ferry.cli import celery as celery_cli
+from ferry.cli.auth import add_auth
 from ferry.cli.dedup import add_dedup
 from ferry.cli.messages import add_messages
 from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_txn(sub)
     add_dedup(sub)
     add_messages(sub)
+    add_auth(sub)
     celery_cli.add_parser(sub)
     return parser
 

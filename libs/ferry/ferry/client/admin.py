@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.dlq import DeadLetterQueue
 from ferry.client.message import TopicQueue
@@ -43,10 +44,15 @@ class QueueLag:
 class Admin:
     """Administrative calls. Use `async with Admin(namesrv=...) as admin:`."""
 
-    def __init__(self, *, namesrv: str | None = None, request_timeout_ms: int = 10_000) -> None:
+    def __init__(self, *, namesrv: str | None = None, request_timeout_ms: int = 10_000,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign every request (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY,
+        unsigned when those are unset)."""
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._namesrv = NamesrvClient(namesrv or default_namesrv())
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=0)
-        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
+                                    credentials=self.credentials)
 
     async def start(self) -> None:
         await self._namesrv.start()

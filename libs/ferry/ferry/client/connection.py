@@ -1,5 +1,8 @@
 """One multiplexed TCP connection to a broker, and a pool of them by address.
 
+A connection given `credentials` signs every request it sends (header key
+`a`, docs/security.md); without them requests go unsigned, as before.
+
 Many requests share one connection: each carries a request id, and the
 connection's protocol matches every response to the future waiting for it. A
 request that gets no answer in time fails alone with RequestTimeoutError; when
@@ -27,6 +30,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.signing import sign_wire
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -104,8 +109,10 @@ class BrokerConnection:
 
     def __init__(self, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
-                 request_handlers: Mapping[int, RequestHandler] | None = None) -> None:
+                 request_handlers: Mapping[int, RequestHandler] | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.addr = addr
+        self.credentials = credentials
         # The pool passes its own dict: handlers it registers later apply here too.
         self.request_handlers: Mapping[int, RequestHandler] = (
             request_handlers if request_handlers is not None else {})
@@ -125,10 +132,10 @@ class BrokerConnection:
     @classmethod
     async def open(cls, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
-                   request_handlers: Mapping[int, RequestHandler] | None = None
-                   ) -> BrokerConnection:
+                   request_handlers: Mapping[int, RequestHandler] | None = None,
+                   credentials: Credentials | None = None) -> BrokerConnection:
         conn = cls(addr, request_timeout_ms=request_timeout_ms,
-                   request_handlers=request_handlers)
+                   request_handlers=request_handlers, credentials=credentials)
         await conn.connect(connect_timeout_ms)
         return conn
 
@@ -197,7 +204,7 @@ class BrokerConnection:
         rid = self._next_id()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Frame] = loop.create_future()
-        self._write(make_request(code, rid, dict(fields), body))
+        self._write(self._signed(make_request(code, rid, dict(fields), body)))
         self._pending[rid] = fut
         timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         # A plain timer is much cheaper than asyncio.timeout() per request.
@@ -222,7 +229,14 @@ class BrokerConnection:
 
     def send_oneway(self, code: int, fields: Mapping[str, Any], body: bytes = b"") -> None:
         """Send a request that gets no response (fire and forget)."""
-        self._write(make_request(code, self._next_id(), dict(fields), body, oneway=True))
+        self._write(self._signed(
+            make_request(code, self._next_id(), dict(fields), body, oneway=True)))
+
+    def _signed(self, frame: Frame) -> Frame:
+        """`frame` with its signature when this connection has credentials."""
+        if self.credentials is not None:
+            frame.auth = sign_wire(self.credentials, frame.code, frame.fields, frame.body)
+        return frame
 
     def _data_received(self, data: bytes) -> None:
         try:
@@ -298,8 +312,11 @@ class ConnectionPool:
 
     def __init__(self, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
-                 request_handlers: Mapping[int, RequestHandler] | None = None) -> None:
+                 request_handlers: Mapping[int, RequestHandler] | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.request_timeout_ms = request_timeout_ms
+        #: Every connection of the pool signs its requests with these (None: unsigned).
+        self.credentials = credentials
         self.connect_timeout_ms = connect_timeout_ms
         #: Handlers of requests brokers send on this pool's connections, by request code.
         self.request_handlers: dict[int, RequestHandler] = dict(request_handlers or {})
@@ -317,7 +334,7 @@ class ConnectionPool:
                 conn = await BrokerConnection.open(
                     addr, request_timeout_ms=self.request_timeout_ms,
                     connect_timeout_ms=self.connect_timeout_ms,
-                    request_handlers=self.request_handlers)
+                    request_handlers=self.request_handlers, credentials=self.credentials)
                 self._conns[addr] = conn
             return conn
 

@@ -50,6 +50,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ferry.auth.credentials import Credentials
 from ferry.client.allocation import allocator
 from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
@@ -97,7 +98,8 @@ class Consumer(Positions):
                  retry_backoff_ms: Sequence[int] | None = None,
                  subscription: Spec | Mapping[str, Spec] = None,
                  allocation: str = "average", ordered: bool = False,
-                 suspend_ms: int = 1_000, lock_renew_interval_ms: int = 20_000) -> None:
+                 suspend_ms: int = 1_000, lock_renew_interval_ms: int = 20_000,
+                 credentials: Credentials | None = None) -> None:
         if not topics:
             raise ValueError("subscribe to at least one topic")
         if mode not in MODES or (auto_offset_reset is not None
@@ -127,7 +129,10 @@ class Consumer(Positions):
         # Long polls wait up to request_timeout_ms (passed per PULL); every other request
         # (heartbeats, offsets, members) gives up sooner so a hung broker cannot stall
         # the rebalance loop for long.
-        self._pool = ConnectionPool(request_timeout_ms=min(10_000, request_timeout_ms))
+        # Every request is signed with these (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY).
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self._pool = ConnectionPool(request_timeout_ms=min(10_000, request_timeout_ms),
+                                    credentials=self.credentials)
         self._fetch_config = FetchConfig(
             group=self.group, max_count=pull_batch_size, max_wait_ms=pull_max_wait_ms,
             request_timeout_ms=request_timeout_ms, prefetch_records=prefetch_records_per_queue)

@@ -23,6 +23,8 @@ from typing import Any
 
 import aiohttp
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import client_session
 from ferry.client.namesrv import http_error, parse_namesrv, read_json
 from ferry.errors import (
     AlreadyDeliveredError,
@@ -53,9 +55,12 @@ def default_delay_scheduler() -> str:
 class DelaySchedulerClient:
     """Cancels delayed messages at the delay scheduler (the session opens on first use)."""
 
-    def __init__(self, addrs: str | None = None, *, timeout_ms: int = CANCEL_TIMEOUT_MS) -> None:
+    def __init__(self, addrs: str | None = None, *, timeout_ms: int = CANCEL_TIMEOUT_MS,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign the requests (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
         self.urls = parse_namesrv(addrs or default_delay_scheduler())
         self.timeout_ms = timeout_ms
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -68,7 +73,8 @@ class DelaySchedulerClient:
         if not isinstance(msg_id, str) or not _MSG_ID.fullmatch(msg_id):
             raise MalformedRequestError(f"msg_id must be 32 hex characters, got {msg_id!r}")
         if self._session is None:
-            self._session = aiohttp.ClientSession(
+            self._session = client_session(
+                self.credentials,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000))
         todo = list(self.urls)
         last: FerryError | None = None

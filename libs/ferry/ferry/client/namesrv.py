@@ -23,6 +23,8 @@ from urllib.parse import quote
 
 import aiohttp
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import client_session
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -161,19 +163,25 @@ def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
 
 
 class NamesrvClient:
-    """The namesrv HTTP API (routes, topics, groups, brokers)."""
+    """The namesrv HTTP API (routes, topics, groups, brokers).
+
+    Requests are signed with `credentials` (default: FERRY_ACCESS_KEY /
+    FERRY_SECRET_KEY; unsigned when those are unset), as namesrv requires
+    with FERRY_AUTH=on.
+    """
 
     def __init__(self, addrs: str | Sequence[str] = DEFAULT_NAMESRV, *,
-                 timeout_ms: int = 5_000) -> None:
+                 timeout_ms: int = 5_000, credentials: Credentials | None = None) -> None:
         self.urls = parse_namesrv(addrs)
         self.timeout_ms = timeout_ms
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._session: aiohttp.ClientSession | None = None
         self._preferred = 0
 
     async def start(self) -> None:
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            self._session = client_session(self.credentials, timeout=timeout)
 
     async def close(self) -> None:
         if self._session is not None:

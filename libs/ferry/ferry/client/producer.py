@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ferry.auth.credentials import Credentials
 from ferry.client.accumulator import (
     MAX_BATCH_MESSAGES,
     Batch,
@@ -90,7 +91,10 @@ class Producer(SendRetries):
                  route_refresh_interval_ms: int = 30_000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60_000,
                  retry_backoff_ms: int = 100, max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
-                 delay_scheduler: str | None = None) -> None:
+                 delay_scheduler: str | None = None,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign every request (default: FERRY_ACCESS_KEY/FERRY_SECRET_KEY,
+        unsigned when those are unset)."""
         if linger_ms < 0 or max_batch_bytes <= 0 or retries < 0 or max_in_flight_per_queue < 1:
             raise ValueError("linger_ms, retries >= 0; max_batch_bytes, max_in_flight_per_queue > 0")
         if buffer_memory_bytes <= 0 or max_block_ms < 0 or retry_backoff_ms < 0:
@@ -110,7 +114,9 @@ class Producer(SendRetries):
         self._namesrv = NamesrvClient(self._namesrv_addr)
         self._routes = RouteCache(self._namesrv, create_topics=True,
                                   refresh_interval_ms=route_refresh_interval_ms)
-        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
+                                    credentials=self.credentials)
         self._budget = ByteBudget(buffer_memory_bytes)
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)

@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import client_session
 from ferry.client.namesrv import http_error, parse_namesrv, read_json
 from ferry.errors import (
     ConnectionLostError,
@@ -45,9 +47,12 @@ class TxnCheckerClient:
     """Reads the txn-checker's view of transactions. Use `async with TxnCheckerClient():`."""
 
     def __init__(self, addrs: str | None = None, *,
-                 timeout_ms: int = TXN_CHECKER_TIMEOUT_MS) -> None:
+                 timeout_ms: int = TXN_CHECKER_TIMEOUT_MS,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign the requests (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
         self.urls = parse_namesrv(addrs or default_txn_checker())
         self.timeout_ms = timeout_ms
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> TxnCheckerClient:
@@ -86,7 +91,8 @@ class TxnCheckerClient:
 
     async def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
+            self._session = client_session(
+                self.credentials,
                 timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000))
         last: FerryError | None = None
         for base in self.urls:

@@ -66,7 +66,7 @@ async def _query_all(pool: ConnectionPool, brokers: list[str], key: str
 async def spans_of_message(namesrv: str, msg_id: str) -> list[dict[str, Any]]:
     """Every span of every trace the message `msg_id` is part of, sorted by start_ns."""
     names = NamesrvClient(namesrv)
-    pool = ConnectionPool()
+    pool = ConnectionPool(credentials=names.credentials)   # FERRY_ACCESS_KEY's, if set
     try:
         data = await names.call("GET", "/v1/brokers")
         brokers = sorted({b["addr"] for b in data.get("brokers", [])})

@@ -28,6 +28,9 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.http import signed_url_headers
+from ferry.auth.signing import sign_wire
 from ferry.client.namesrv import parse_namesrv
 from ferry.codec.msg_id import new_msg_id
 from ferry.names import TRACE_TOPIC
@@ -83,12 +86,14 @@ def _is_master(broker: dict[str, Any]) -> bool:
     return role == "master" or (not role and broker.get("id", 0) == 0)
 
 
-def _get_brokers(urls: list[str]) -> dict[str, Any]:
-    """GET /v1/brokers from the first namesrv that answers."""
+def _get_brokers(urls: list[str], credentials: Credentials | None) -> dict[str, Any]:
+    """GET /v1/brokers from the first namesrv that answers (signed when given credentials)."""
     last: Exception | None = None
     for url in urls:
+        target = url + "/v1/brokers"
+        req = urllib.request.Request(target, headers=signed_url_headers(credentials, "GET", target))
         try:
-            with urllib.request.urlopen(url + "/v1/brokers", timeout=SEND_TIMEOUT_S) as resp:  # noqa: S310
+            with urllib.request.urlopen(req, timeout=SEND_TIMEOUT_S) as resp:  # noqa: S310
                 return json.loads(resp.read())  # type: ignore[no-any-return]
         except OSError as exc:
             last = exc
@@ -98,7 +103,8 @@ def _get_brokers(urls: list[str]) -> dict[str, Any]:
 class _BrokerLink:
     """One blocking connection to a broker, used from the exporter's (processor's) thread."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials  # signs each request (a broker with auth on needs it)
         host, _, port = addr.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=SEND_TIMEOUT_S)
         self.decoder = FrameDecoder()
@@ -106,6 +112,8 @@ class _BrokerLink:
 
     def call(self, code: int, fields: dict[str, Any], body: bytes) -> Frame:
         req = request(code, self.next_id, fields, body)
+        if self.credentials is not None:
+            req.auth = sign_wire(self.credentials, code, fields, body)
         self.next_id += 1
         self.sock.sendall(encode_frame(req))
         while True:
@@ -129,9 +137,12 @@ class TraceTopicExporter(SpanExporter):
     thread only for the GIL.
     """
 
-    def __init__(self, namesrv: str, service: str) -> None:
+    def __init__(self, namesrv: str, service: str,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign the namesrv calls (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
         self.namesrv = namesrv
         self.service = service
+        self.credentials = credentials if credentials is not None else Credentials.from_env()
         self.exported = 0
         self.dropped = 0
         self._links: dict[str, _BrokerLink] = {}
@@ -169,7 +180,7 @@ class TraceTopicExporter(SpanExporter):
             try:
                 link = self._links.get(addr)
                 if link is None:
-                    link = self._links[addr] = _BrokerLink(addr)
+                    link = self._links[addr] = _BrokerLink(addr, self.credentials)
                 link.call(RequestCode.SEND, {"topic": TRACE_TOPIC, "queue_id": 0, "flags": 0,
                                              "trace_export": True}, body)
                 return
@@ -184,7 +195,7 @@ class TraceTopicExporter(SpanExporter):
 
     def _masters(self) -> list[str]:
         if time.monotonic() - self._brokers_at > BROKERS_TTL_S or not self._brokers:
-            data = _get_brokers(parse_namesrv(self.namesrv))
+            data = _get_brokers(parse_namesrv(self.namesrv), self.credentials)
             self._brokers = sorted({b["addr"] for b in data.get("brokers", []) if _is_master(b)})
             self._brokers_at = time.monotonic()
         return self._brokers

@@ -13,8 +13,9 @@ A frame on the wire (all integers little-endian):
 header and body), so a reader knows the whole frame's size from 4 bytes.
 Header keys: `v` version, `id` request id, `c` request code, `f` flags, and
 only when not their default: `e` error code (0), `m` error message (""),
-`x` the code's own fields ({}). Omitting defaults keeps the header of the
-common request at a dozen bytes.
+`x` the code's own fields ({}), `a` the request's signature (none; see
+docs/security.md). Omitting defaults keeps the header of the common request
+at a dozen bytes.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ FRAME_LENGTH = struct.Struct("<I")
 HEADER_LENGTH_SIZE = 4
 
 #: Every header key; `v`, `id`, `c` and `f` are always present.
-HEADER_KEYS = ("v", "id", "c", "f", "e", "m", "x")
+HEADER_KEYS = ("v", "id", "c", "f", "e", "m", "x", "a")
 _OK = 0
 
 
@@ -66,6 +67,9 @@ class Frame:
     fields: dict[str, Any] = field(default_factory=dict)
     body: bytes | memoryview = b""
     version: int = PROTOCOL_VERSION
+    #: The header's `a` value: a signed request's {k, t, n, s} (ferry.auth.signing), as
+    #: decoded; checked only by a server with auth on. None when absent.
+    auth: Any = None
 
     @property
     def is_response(self) -> bool:
@@ -99,6 +103,8 @@ def encode_header(frame: Frame) -> bytes:
         header["m"] = frame.message
     if frame.fields:
         header["x"] = frame.fields
+    if frame.auth is not None:
+        header["a"] = frame.auth
     try:
         return msgpack.packb(header)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -167,7 +173,8 @@ def decode_header(raw: bytes | bytearray | memoryview, body: bytes | memoryview)
         fields = {}
     elif type(fields) is not dict or not all(type(k) is str for k in fields):
         raise MalformedFrameError("frame header 'x' must be a map with string keys")
-    return Frame(code, request_id, flags, error, message, fields, body, version)
+    return Frame(code, request_id, flags, error, message, fields, body, version,
+                 header.get("a"))
 
 
 def describe(frame: Frame) -> str:

@@ -15,6 +15,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from ferry.auth.credentials import Credentials
+from ferry.auth.signing import sign_repl
 from ferry.errors import FerryError
 from ferry.lifecycle import cancel_and_wait
 from ferry.store import FlushMode, MessageStore
@@ -43,8 +45,11 @@ class ReplicaFollower:
 
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, on_append: Callable[[set[tuple[str, int]]], None],
-                 on_offsets: Callable[[bytes], None]) -> None:
+                 on_offsets: Callable[[bytes], None],
+                 credentials: Credentials | None = None) -> None:
         self.store = store
+        #: This broker's identity: signs an AUTH frame after the HELLO (None: no AUTH).
+        self.credentials = credentials
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
@@ -133,7 +138,13 @@ class ReplicaFollower:
         hello = p.Hello(p.MAGIC, p.VERSION, self.broker_id, epoch,
                         self.store.commit_log_max_offset, self.cluster, self.name,
                         self.epochs.entries)
-        link.write(p.encode_hello(hello))
+        parts = p.encode_hello(hello)
+        link.write(parts)
+        if self.credentials is not None:
+            hello_payload = b"".join(parts)[p.LENGTH.size + p.TYPE.size:]
+            signed = sign_repl(self.credentials, hello_payload)
+            link.write(p.encode_auth(signed.access_key, signed.ts_ms, signed.nonce,
+                                     signed.signature))
         await link.drain()
         ftype, payload = await asyncio.wait_for(link.read_frame(), CONNECT_TIMEOUT_MS / 1000)
         if ftype is p.FrameType.REFUSE:

@@ -35,6 +35,9 @@ from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
 
+#: Judges a slave's AUTH frame: (HELLO payload, AUTH payload); raises FerryError to refuse.
+Authenticate = Callable[[bytes, bytes], None]
+
 #: A connection must send its HELLO within this (a silent one holds a slot otherwise).
 HELLO_TIMEOUT_MS = 5_000
 #: An idle link gets a HEARTBEAT this often; the slave answers with an ACK.
@@ -90,8 +93,11 @@ class ReplicationServer:
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
                  offsets_snapshot: Callable[[], bytes], lag_bytes_max: int,
-                 listener: InSyncListener | None = None) -> None:
+                 listener: InSyncListener | None = None,
+                 authenticate: Authenticate | None = None) -> None:
         self.store = store
+        #: With auth on: checks a slave's AUTH frame against its HELLO (raises FerryError).
+        self._authenticate = authenticate
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
@@ -257,7 +263,8 @@ class ReplicationServer:
             raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
         hello = p.decode_hello(payload)
         epoch = self._epoch()
-        reason = self._refusal(hello, epoch)
+        reason = await self._auth_refusal(reader, payload)
+        reason = reason or self._refusal(hello, epoch)
         end = self.store.commit_log_max_offset
         entries = self.epochs.entries
         # min(): a slave's entries cannot move the point past its own end
@@ -281,6 +288,19 @@ class ReplicationServer:
         log.info("replication: slave %d at %s linked; its log agrees up to %d (its end %d, "
                  "ours %d)", hello.broker_id, peer, start, hello.end_offset, end)
         return link
+
+    async def _auth_refusal(self, reader: asyncio.StreamReader, hello: bytes) -> str | None:
+        """With auth on: why the slave's AUTH frame (next after HELLO) is refused, or None."""
+        if self._authenticate is None:
+            return None
+        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
+        if ftype is not p.FrameType.AUTH:
+            return f"authentication required: auth is on and the slave sent {ftype.name}, not AUTH"
+        try:
+            self._authenticate(hello, payload)
+        except FerryError as exc:
+            return str(exc)
+        return None
 
     def _refusal(self, hello: p.Hello, epoch: int) -> str | None:
         """Why this HELLO is refused, or None to accept it."""
@@ -312,6 +332,8 @@ class ReplicationServer:
         while True:
             ftype, payload = await p.read_frame(reader)
             link.heard_at = loop.time()
+            if ftype is p.FrameType.AUTH:
+                continue  # a slave with credentials, to a master with auth off
             if ftype is not p.FrameType.ACK:
                 raise p.ReplicationProtocolError(f"a slave sent {ftype.name}")
             offset = p.decode_offset("ACK", payload)

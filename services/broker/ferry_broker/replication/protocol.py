@@ -16,6 +16,9 @@ allocated. Payloads by type (docs/replication.md "Protocol" has the tables):
     HEARTBEAT master -> slave  master_end i64
     OFFSETS   master -> slave  consumer-offset snapshot (ConsumerOffsetManager file format)
     EPOCHS    master -> slave  entries
+    AUTH      slave -> master  ts_ms i64 | nonce 16 | signature 32 | access_key str16
+                               (right after HELLO, from a slave with credentials; it
+                               signs the HELLO's payload: docs/security.md)
 
     str16   := len u16 | UTF-8 bytes
     entries := count u32 | count x (epoch i64, start_offset i64)
@@ -52,6 +55,7 @@ I64 = struct.Struct("<q")
 U16 = struct.Struct("<H")
 COUNT = struct.Struct("<I")
 ENTRY = struct.Struct("<qq")  # epoch, start_offset
+AUTH_HEAD = struct.Struct("<q16s32s")  # ts_ms, nonce, signature (then access_key str16)
 
 Entry = tuple[int, int]
 
@@ -67,6 +71,7 @@ class FrameType(enum.IntEnum):
     HEARTBEAT = 6
     OFFSETS = 7
     EPOCHS = 8
+    AUTH = 9
 
 
 class ReplicationProtocolError(MalformedRequestError):
@@ -221,6 +226,20 @@ def decode_data(payload: bytes | memoryview) -> tuple[int, int, memoryview]:
     c = _Cursor("DATA", payload)
     phy, master_end = c.take(DATA_HEAD)
     return phy, master_end, memoryview(payload)[DATA_HEAD.size:]
+
+
+def encode_auth(access_key: str, ts_ms: int, nonce: bytes,
+                signature: bytes) -> list[bytes | memoryview]:
+    return frame(FrameType.AUTH, AUTH_HEAD.pack(ts_ms, nonce, signature), _str16(access_key))
+
+
+def decode_auth(payload: bytes | memoryview) -> tuple[str, int, bytes, bytes]:
+    """(access_key, ts_ms, nonce, signature) of an AUTH frame."""
+    c = _Cursor("AUTH", payload)
+    ts_ms, nonce, signature = c.take(AUTH_HEAD)
+    access_key = c.text()
+    c.done()
+    return access_key, int(ts_ms), bytes(nonce), bytes(signature)
 
 
 def decode_offset(what: str, payload: bytes | memoryview) -> int:

@@ -1,0 +1,271 @@
+"""Identities and their permissions in etcd, and a live in-memory copy of them.
+
+Keys, under the registry's prefix (`/ferry/` by default):
+
+    auth/users/<access key>   JSON {"key": derived signing key hex, "created_ms",
+                              "description", "enabled"}
+    auth/acl/<access key>     JSON list of rules [{"effect", "resource", "actions"}]
+    auth/bootstrapped         written once, by the first admin's bootstrap
+
+Only the derived signing key is stored, never the secret (docs/security.md).
+`AuthRegistry.start()` reads everything once and then follows an etcd watch
+(reloading after a lost watch, as `ferry.routing.RouteCache` does), so a
+broker or namesrv refuses a removed identity within moments, without a restart.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ferry.auth.acl import Acl, Rule, parse_rules
+from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
+from ferry.errors import AlreadyExistsError, MalformedRequestError
+from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
+
+log = logging.getLogger("ferry.auth.registry")
+
+_MAX_BACKOFF_S = 5.0
+#: The longest description kept with an identity.
+MAX_DESCRIPTION_CHARS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """One identity as servers know it: its derived signing key, never its secret."""
+
+    access_key: str
+    signing_key: bytes
+    created_ms: int
+    description: str = ""
+    enabled: bool = True
+
+    def to_json(self) -> bytes:
+        return json.dumps({"key": self.signing_key.hex(), "created_ms": self.created_ms,
+                           "description": self.description, "enabled": self.enabled}).encode()
+
+    def public(self) -> dict[str, Any]:
+        """What the API lists: everything but the key."""
+        return {"access_key": self.access_key, "created_ms": self.created_ms,
+                "description": self.description, "enabled": self.enabled}
+
+    @classmethod
+    def from_json(cls, access_key: str, raw: bytes) -> User:
+        try:
+            data = json.loads(raw)
+            key = bytes.fromhex(data["key"])
+            if len(key) != SIGNING_KEY_BYTES:
+                raise ValueError("signing key is not 32 bytes")
+            return cls(access_key, key, int(data.get("created_ms", 0)),
+                       str(data.get("description", "")), bool(data.get("enabled", True)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"invalid user record for {access_key!r}: {exc}") from None
+
+
+class AuthRegistry:
+    """Users and ACLs under `<prefix>auth/`, read and written through an EtcdRegistry."""
+
+    def __init__(self, etcd: EtcdRegistry) -> None:
+        self.etcd = etcd
+        self.users: dict[str, User] = {}
+        self.acl = Acl()
+        self.reloads = 0
+        self._revision = 0
+        self._task: asyncio.Task[None] | None = None
+        self._watching = False
+
+    # -- keys ----------------------------------------------------------------------------
+
+    @property
+    def _root(self) -> str:
+        return f"{self.etcd.prefix}auth/"
+
+    def user_key(self, access_key: str) -> bytes:
+        return f"{self._root}users/{validate_access_key(access_key)}".encode()
+
+    def acl_key(self, access_key: str) -> bytes:
+        return f"{self._root}acl/{validate_access_key(access_key)}".encode()
+
+    @property
+    def _bootstrap_key(self) -> bytes:
+        return f"{self._root}bootstrapped".encode()
+
+    # -- what servers ask ----------------------------------------------------------------
+
+    def signing_key(self, access_key: str) -> bytes | None:
+        """The derived key of an enabled identity; None when unknown or disabled."""
+        user = self.users.get(access_key)
+        return user.signing_key if user is not None and user.enabled else None
+
+    @property
+    def watching(self) -> bool:
+        return self._watching
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load everything once, then follow changes in a task."""
+        await self._load()
+        self._task = asyncio.create_task(self._run(), name="auth-registry-watch")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _load(self) -> None:
+        got = await self.etcd.client.get_prefix(self._root.encode())
+        users: dict[str, User] = {}
+        acl = Acl()
+        for kv in got:
+            self._apply_put(kv.key, kv.value, users, acl)
+        self.users, self.acl = users, acl
+        self._revision = int(got.header.revision)
+
+    async def _run(self) -> None:
+        backoff_s = 0.2
+        while True:
+            try:
+                await self._watch()
+                log.warning("auth watch ended; reloading")
+            except EtcdUnavailable as exc:
+                log.warning("auth watch failed (%s); reloading in %.1fs", exc, backoff_s)
+            except Exception:
+                log.exception("auth watch failed; reloading")
+            self._watching = False
+            while True:
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
+                try:
+                    await self._load()
+                    self.reloads += 1
+                    backoff_s = 0.2
+                    break
+                except RuntimeError:
+                    continue  # the etcd registry is stopped; stop() follows
+                except EtcdUnavailable as exc:
+                    log.warning("auth reload failed (%s); retrying in %.1fs", exc, backoff_s)
+
+    async def _watch(self) -> None:
+        watch = await self.etcd.client.watch_prefix(self._root.encode(),
+                                                    start_revision=self._revision + 1)
+        self._watching = True
+        try:
+            async for event in watch:
+                if event.kind == "DELETE":
+                    self._apply_delete(event.kv.key)
+                else:
+                    self._apply_put(event.kv.key, event.kv.value, self.users, self.acl)
+                self._revision = max(self._revision, int(event.kv.mod_revision))
+        finally:
+            with contextlib.suppress(Exception):
+                await watch.cancel()
+
+    def _split(self, key: bytes) -> tuple[str, str]:
+        rel = key.decode(errors="replace")[len(self._root):]
+        kind, _, access_key = rel.partition("/")
+        return kind, access_key
+
+    def _apply_put(self, key: bytes, value: bytes, users: dict[str, User], acl: Acl) -> None:
+        """Take one key's value; an invalid one is logged and skipped (never fatal)."""
+        kind, access_key = self._split(key)
+        try:
+            if kind == "users":
+                users[access_key] = User.from_json(access_key, value)
+            elif kind == "acl":
+                acl.set_rules(access_key, parse_rules(json.loads(value)))
+        except (ValueError, MalformedRequestError) as exc:
+            log.warning("ignoring invalid auth record at %s: %s", key.decode(errors="replace"), exc)
+            # A broken rule list must not leave older, wider rules in force.
+            if kind == "acl":
+                acl.set_rules(access_key, ())
+            elif kind == "users":
+                users.pop(access_key, None)
+
+    def _apply_delete(self, key: bytes) -> None:
+        kind, access_key = self._split(key)
+        if kind == "users":
+            self.users.pop(access_key, None)
+        elif kind == "acl":
+            self.acl.remove(access_key)
+
+    # -- writes (namesrv's /v1/users and /v1/acl, and the bootstrap) ---------------------
+
+    async def add_user(self, access_key: str, signing_key: bytes, description: str = "",
+                       rules: tuple[Rule, ...] = ()) -> User:
+        """Create an identity (and its rules); AlreadyExistsError when the key is taken."""
+        user = self._new_user(access_key, signing_key, description)
+        tx = self.etcd.client.transactions
+        key = self.user_key(access_key)
+        ok, _ = await self.etcd.client.transaction(
+            compare=[tx.create(key) == 0],
+            success=[tx.put(key, user.to_json()),
+                     tx.put(self.acl_key(access_key), _rules_json(rules))],
+            failure=[])
+        if not ok:
+            raise AlreadyExistsError(f"access key {access_key!r} already exists")
+        return user
+
+    async def bootstrap_admin(self, access_key: str, signing_key: bytes, rules: tuple[Rule, ...],
+                              description: str = "bootstrap admin") -> User:
+        """Create the first identity, only while no identity exists and none ever was bootstrapped."""
+        if await self.etcd.client.get_prefix(f"{self._root}users/".encode()):
+            raise AlreadyExistsError("identities exist already: add users through namesrv "
+                                     "(`ferry user add`) signed by an admin")
+        user = self._new_user(access_key, signing_key, description)
+        tx = self.etcd.client.transactions
+        marker = self._bootstrap_key
+        ok, _ = await self.etcd.client.transaction(
+            compare=[tx.create(marker) == 0],
+            success=[tx.put(marker, str(user.created_ms).encode()),
+                     tx.put(self.user_key(access_key), user.to_json()),
+                     tx.put(self.acl_key(access_key), _rules_json(rules))],
+            failure=[])
+        if not ok:
+            raise AlreadyExistsError("this mesh was bootstrapped already")
+        return user
+
+    async def remove_user(self, access_key: str) -> bool:
+        """Delete an identity and its rules; False when it did not exist."""
+        got = await self.etcd.client.delete(self.user_key(access_key))
+        await self.etcd.client.delete(self.acl_key(access_key))
+        return bool(got is not None and got.deleted)
+
+    async def list_users(self) -> list[User]:
+        out = []
+        for kv in await self.etcd.client.get_prefix(f"{self._root}users/".encode()):
+            try:
+                out.append(User.from_json(self._split(kv.key)[1], kv.value))
+            except ValueError as exc:
+                log.warning("skipping invalid user record: %s", exc)
+        return sorted(out, key=lambda u: u.access_key)
+
+    async def get_rules(self, access_key: str) -> tuple[Rule, ...]:
+        got = await self.etcd.client.get(self.acl_key(access_key))
+        return () if got is None else parse_rules(json.loads(got.value))
+
+    async def set_rules(self, access_key: str, rules: tuple[Rule, ...]) -> None:
+        """Replace an identity's rules (the identity must exist)."""
+        if await self.etcd.client.get(self.user_key(access_key)) is None:
+            raise MalformedRequestError(f"no identity {access_key!r}")
+        await self.etcd.client.put(self.acl_key(access_key), _rules_json(rules))
+
+    @staticmethod
+    def _new_user(access_key: str, signing_key: bytes, description: str) -> User:
+        validate_access_key(access_key)
+        if len(signing_key) != SIGNING_KEY_BYTES:
+            raise MalformedRequestError("a signing key is 32 bytes")
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            raise MalformedRequestError(f"a description has at most {MAX_DESCRIPTION_CHARS} "
+                                        "characters")
+        return User(access_key, signing_key, int(time.time() * 1000), description)
+
+
+def _rules_json(rules: tuple[Rule, ...]) -> bytes:
+    return json.dumps([r.to_json() for r in rules]).encode()

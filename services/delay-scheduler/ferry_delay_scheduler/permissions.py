@@ -1,0 +1,10 @@
+"""Which permission each scheduler route needs when auth is on (docs/security.md, "HTTP APIs")."""
+from __future__ import annotations
+
+from ferry.auth.http import RouteTable, admin
+
+ROUTES: RouteTable = {
+    ("GET", "/v1/stats"): (admin("read"),),
+    # Cancelling reaches into any producer's delayed messages: the admin area `delay`.
+    ("POST", "/v1/delayed/{msg_id}/cancel"): (admin("delay"),),
+}

@@ -1,0 +1,112 @@
+"""`ferry user` / `ferry acl` against real etcd, namesrv and a broker with FERRY_AUTH=on:
+the bootstrap admin, identities added through namesrv, grants that take effect at the
+broker without a restart, deny over allow, removal."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.broker.conftest import Broker, start_broker
+from tests.support.procs import Etcd, Proc, start_namesrv
+
+pytestmark = pytest.mark.integration
+
+FERRY = str(Path(sys.executable).with_name("ferry"))
+APP_SECRET = "app-secret-0123456789"
+
+
+class AuthMesh:
+    def __init__(self, etcd: Etcd, prefix: str, namesrv: Proc, namesrv_port: int,
+                 broker: Broker) -> None:
+        self.etcd, self.prefix, self.namesrv, self.broker = etcd, prefix, namesrv, broker
+        self.namesrv_addr = f"127.0.0.1:{namesrv_port}"
+        self.root_secret = ""
+
+    def ferry(self, *args: str, as_: tuple[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("FERRY_ACCESS_KEY", "FERRY_SECRET_KEY")}
+        env["FERRY_NAMESRV"] = self.namesrv_addr
+        if as_ is not None:
+            env["FERRY_ACCESS_KEY"], env["FERRY_SECRET_KEY"] = as_
+        return subprocess.run([FERRY, *args], capture_output=True, text=True, timeout=60,
+                              env=env, check=False)
+
+    @property
+    def root(self) -> tuple[str, str]:
+        return ("root", self.root_secret)
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory, etcd: Etcd) -> Iterator[AuthMesh]:
+    workdir = tmp_path_factory.mktemp("auth-cli")
+    prefix = f"/ferry-auth-cli-{uuid.uuid4().hex[:8]}/"
+    namesrv, port = start_namesrv(etcd.endpoint, prefix, workdir / "namesrv")
+    broker = start_broker(workdir / "broker", etcd, prefix=prefix, FERRY_AUTH="on",
+                          FERRY_BROKER_NAME="broker-auth", FERRY_BROKER_DEFAULT_QUEUES="2")
+    yield AuthMesh(etcd, prefix, namesrv, port, broker)
+    broker.proc.stop()
+    namesrv.stop()
+    print(broker.proc.log()[-3000:])
+
+
+def _retry(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Whether `check` turns true within the time a change takes to reach the broker."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_bootstrap_grant_deny_revoke_remove(mesh: AuthMesh) -> None:
+    res = mesh.ferry("user", "add", "root", "--admin", "--bootstrap", "--etcd",
+                     mesh.etcd.endpoint, "--etcd-prefix", mesh.prefix)
+    assert res.returncode == 0, res.stderr
+    secret_line = next(line for line in res.stdout.splitlines() if line.startswith("secret: "))
+    mesh.root_secret = secret_line.removeprefix("secret: ")
+    again = mesh.ferry("user", "add", "root2", "--admin", "--bootstrap", "--etcd",
+                       mesh.etcd.endpoint, "--etcd-prefix", mesh.prefix)
+    assert again.returncode == 1 and "AlreadyExistsError" in again.stderr
+
+    res = mesh.ferry("user", "add", "app", "--secret", APP_SECRET, "--description", "orders app",
+                     as_=mesh.root)
+    assert res.returncode == 0, res.stderr
+    assert APP_SECRET not in res.stdout and "secret:" not in res.stdout
+    listed = mesh.ferry("user", "list", as_=mesh.root)
+    assert '"access_key": "app"' in listed.stdout and '"key"' not in listed.stdout
+    app = ("app", APP_SECRET)
+
+    # No rules yet: the broker refuses; after the grant it takes the message.
+    assert "AccessDeniedError" in mesh.ferry("send", "orders", "x", as_=app).stderr
+    res = mesh.ferry("acl", "grant", "app", "--topic", "orders*", "--perm", "pub", as_=mesh.root)
+    assert res.returncode == 0, res.stderr
+    assert _retry(lambda: mesh.ferry("send", "orders", "hello", as_=app).returncode == 0)
+    res = mesh.ferry("send", "payments", "hello", as_=app)
+    assert res.returncode == 1 and "AccessDeniedError" in res.stderr and "payments" in res.stderr
+
+    # Deny beats allow; revoking the deny restores the allow.
+    mesh.ferry("acl", "grant", "app", "--topic", "orders-secret", "--perm", "pub", "--deny",
+               as_=mesh.root)
+    assert _retry(lambda: "AccessDeniedError" in mesh.ferry("send", "orders-secret", "x",
+                                                            as_=app).stderr)
+    assert mesh.ferry("send", "orders-eu", "x", as_=app).returncode == 0
+    rules = mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
+    assert '"deny"' in rules and "topic:orders-secret" in rules
+    mesh.ferry("acl", "revoke", "app", "--topic", "orders-secret", "--deny", as_=mesh.root)
+    assert _retry(lambda: mesh.ferry("send", "orders-secret", "x", as_=app).returncode == 0)
+
+    # A wrong secret, then a removed identity, are refused at once.
+    res = mesh.ferry("send", "orders", "x", as_=("app", "not-the-secret-at-all"))
+    assert res.returncode == 1 and "AuthenticationError" in res.stderr
+    assert mesh.ferry("user", "remove", "app", as_=mesh.root).returncode == 0
+    assert _retry(lambda: "unknown or disabled" in mesh.ferry("send", "orders", "x",
+                                                              as_=app).stderr)
