@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -115,8 +116,11 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
 class FrameFuzzer:
     """Deterministic hostile frames; `counts` tallies what was generated, by kind."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, forge_auth: bool = False) -> None:
         self.rng = random.Random(seed)
+        # Against a broker with auth on: give a share of frames a well-formed `a` map
+        # (signed-looking, but with a made-up key, old times and random signatures).
+        self.forge_auth = forge_auth
         self.templates = _templates(self.rng)
         self.counts: dict[str, int] = {}
         self._id = 0
@@ -167,8 +171,20 @@ class FrameFuzzer:
                     header.pop("x", None)
                 if type(header.get("e", 0)) is not int or type(header.get("m", "")) is not str:
                     header["e"], header["m"] = 0, ""  # those two would close: see closing()
+            if self.forge_auth and rng.random() < 0.4:
+                header["a"] = self._forged_auth()
             parts.append(self._frame(header, body))
         return b"".join(parts), answered
+
+    def _forged_auth(self) -> Any:
+        rng = self.rng
+        auth = {"k": rng.choice(["fuzz-valid", "root", "nobody", "", "x" * 100]),
+                "t": rng.choice([int(time.time() * 1000), 0, -1, 2**63 - 1]),
+                "n": rng.randbytes(rng.choice([16, 16, 0, 64])),
+                "s": rng.randbytes(rng.choice([32, 32, 0, 31]))}
+        if rng.random() < 0.2:
+            auth[rng.choice(list(auth))] = _any_value(rng)
+        return auth
 
     def _request(self, kind: str) -> tuple[int, dict[str, Any], bytes]:
         rng = self.rng

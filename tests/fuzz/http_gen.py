@@ -44,7 +44,7 @@ class OpenApiFuzzer:
             obj = node
         return obj
 
-    def request(self) -> tuple[str, str, dict[str, str], dict[str, str], bytes | None]:
+    def request(self) -> tuple[str, str, dict[str, str], bytes | None]:
         """(method, path with query, headers, body) of one generated request."""
         rng = self.rng
         method, path, op, item = rng.choice(self.ops)

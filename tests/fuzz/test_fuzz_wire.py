@@ -16,18 +16,25 @@ import asyncio
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from ferry.wire import FrameDecoder
+from ferry.auth.credentials import Credentials
+from ferry.client.connection import BrokerConnection
+from ferry.store import iter_records
+from ferry.wire import FrameDecoder, RequestCode, encode_messages
 
-from tests.broker.conftest import Broker, start_broker
+from tests.broker.auth_support import creds, rules, seed
+from tests.broker.conftest import Broker, start_broker, unique_prefix
 from tests.broker.wire_client import message
 from tests.fuzz.frames import FrameFuzzer
 from tests.fuzz.support import rss_anon_bytes
+from tests.support.procs import Etcd
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 FRAMES = int(os.environ.get("FERRY_FUZZ_FRAMES", "1000000"))
+AUTH_FRAMES = FRAMES // 5  # refusals are cheap; the point is that each is one
 SEED = int(os.environ.get("FERRY_FUZZ_SEED", "13"))
 PIPELINES = 4           # long connections carrying most frames
 BATCH = 2000            # frames written at once on a pipeline
@@ -37,6 +44,20 @@ FRAMES_BEFORE_CLOSE = 5  # valid-shaped frames a closing connection sends first
 CLOSING_PARALLEL = 8
 RSS_GROWTH_MAX_BYTES = 96 << 20
 ANSWER_TIMEOUT_S = 60.0
+VALID_TOPIC, VALID_GROUP, VALID_USER = "fuzz-valid", "fuzz-valid-g", "fuzz-valid"
+
+
+@pytest.fixture(scope="module")
+def auth_fuzz_broker(tmp_path_factory: pytest.TempPathFactory, etcd: Etcd) -> Iterator[Broker]:
+    prefix = unique_prefix()
+    seed(etcd.endpoint, prefix, {VALID_USER: rules(
+        ("allow", f"topic:{VALID_TOPIC}", "pub,sub"), ("allow", f"group:{VALID_GROUP}", "consume"))})
+    b = start_broker(tmp_path_factory.mktemp("auth-fuzz-broker"), etcd, prefix=prefix,
+                     FERRY_AUTH="on", FERRY_BROKER_LOG_LEVEL="WARNING",
+                     FERRY_BROKER_MAX_PULL_WAIT_MS="500")
+    yield b
+    b.proc.stop()
+    print(b.proc.log()[-3000:])
 
 
 @pytest.fixture(scope="module")
@@ -125,37 +146,46 @@ async def closing(port: int, fuzzer: FrameFuzzer, count: int, tally: Tally) -> N
         tally.closing += 1
 
 
-async def valid_client(broker: Broker, stop: asyncio.Event, tally: Tally) -> None:
+async def valid_client(broker: Broker, stop: asyncio.Event, tally: Tally,
+                       credentials: Credentials | None) -> None:
     """Send and read back one message at a time while the fuzz runs; each must succeed."""
-    client = await broker.client()
+    conn = await BrokerConnection.open(f"127.0.0.1:{broker.port}", credentials=credentials)
     try:
         offset = 0
         while not stop.is_set():
-            ack = await client.send("fuzz-valid", 0, [message(b"served %d" % offset)])
-            assert ack["count"] == 1
-            fields, msgs = await client.pull("fuzz-valid", 0, offset, group="fuzz-valid-g")
-            assert fields["status"] == "FOUND" and msgs[0].body == b"served %d" % offset, fields
+            body = encode_messages([message(b"served %d" % offset)])
+            ack = await conn.request(RequestCode.SEND, {"topic": VALID_TOPIC, "queue_id": 0},
+                                     body)
+            assert ack.fields["count"] == 1
+            got = await conn.request(RequestCode.PULL, {
+                "group": VALID_GROUP, "topic": VALID_TOPIC, "queue_id": 0, "offset": offset,
+                "max_count": 1, "max_wait_ms": 0})
+            records = list(iter_records(got.body))
+            assert records and records[0].body == b"served %d" % offset, got.fields
             offset += 1
             tally.valid_ops += 1
             await asyncio.sleep(0.02)
     finally:
-        await client.close()
+        await conn.close()
 
 
-async def test_a_million_hostile_frames(fuzz_broker: Broker) -> None:
-    broker = fuzz_broker
+async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None = None
+               ) -> tuple[Tally, dict[str, int], dict[str, Any]]:
+    """Run the fuzz against `broker`; (what was sent and answered, kinds, /v1/stats)."""
     pid = broker.proc.popen.pid
     tally, stop = Tally(), asyncio.Event()
-    per_pipe = FRAMES // PIPELINES
-    fuzzers = [FrameFuzzer(SEED * 1000 + i) for i in range(PIPELINES + CLOSING_PARALLEL)]
-    closers = FRAMES // CLOSING_EVERY // CLOSING_PARALLEL
+    forge = credentials is not None
+    fuzzers = [FrameFuzzer(SEED * 1000 + i, forge_auth=forge)
+               for i in range(PIPELINES + CLOSING_PARALLEL)]
+    closers = frames // CLOSING_EVERY // CLOSING_PARALLEL
     # Warm up first: the broker's baseline includes its caches and first store segment.
-    await pipeline(broker.port, FrameFuzzer(SEED - 1), 20_000, tally)
+    await pipeline(broker.port, FrameFuzzer(SEED - 1, forge_auth=forge), 20_000, tally)
     rss_before = rss_anon_bytes(pid)
     started = time.monotonic()
-    valid = asyncio.create_task(valid_client(broker, stop, tally))
+    valid = asyncio.create_task(valid_client(broker, stop, tally, credentials))
     await asyncio.gather(
-        *(pipeline(broker.port, fuzzers[i], per_pipe, tally) for i in range(PIPELINES)),
+        *(pipeline(broker.port, fuzzers[i], frames // PIPELINES, tally)
+          for i in range(PIPELINES)),
         *(closing(broker.port, fuzzers[PIPELINES + i], closers, tally)
           for i in range(CLOSING_PARALLEL)))
     stop.set()
@@ -166,18 +196,29 @@ async def test_a_million_hostile_frames(fuzz_broker: Broker) -> None:
     for f in fuzzers:
         for kind, n in f.counts.items():
             kinds[kind] = kinds.get(kind, 0) + n
-    limits = broker.get_json("/v1/stats")["limits"]
-    print(f"\nwire fuzz (seed {SEED}): {tally.frames} frames in {elapsed:.1f}s, "
-          f"{tally.answers} answers, {tally.closing} connections closed by bad frames, "
-          f"{tally.valid_ops} valid send+pull served; broker RssAnon "
+    stats = broker.get_json("/v1/stats")
+    print(f"\nwire fuzz (seed {SEED}, auth {'on' if forge else 'off'}): {tally.frames} frames "
+          f"in {elapsed:.1f}s, {tally.answers} answers, {tally.closing} connections closed by "
+          f"bad frames, {tally.valid_ops} valid send+pull served; broker RssAnon "
           f"{rss_before >> 20} -> {rss_after >> 20} MiB")
     print(f"kinds: {dict(sorted(kinds.items()))}")
-    print(f"broker limits counts: {limits['counts']}")
-    assert tally.frames >= FRAMES
+    print(f"broker limits counts: {stats['limits']['counts']}; auth: {stats.get('auth')}")
+    assert tally.frames >= frames
     assert broker.proc.alive()
     log = broker.proc.log()
     assert "request crashed" not in log and "Traceback" not in log, log[-5000:]
     assert rss_after - rss_before < RSS_GROWTH_MAX_BYTES
     truncated = kinds.get("closing_truncated", 0)
-    assert limits["counts"]["frames_malformed"] >= tally.closing - truncated
+    assert stats["limits"]["counts"]["frames_malformed"] >= tally.closing - truncated
     assert tally.valid_ops > 0
+    return tally, kinds, stats
+
+
+async def test_a_million_hostile_frames(fuzz_broker: Broker) -> None:
+    await fuzz(fuzz_broker, FRAMES)
+
+
+async def test_hostile_frames_with_auth_on(auth_fuzz_broker: Broker) -> None:
+    """Unsigned and forged frames are each refused with an error; the signed client goes on."""
+    tally, _, stats = await fuzz(auth_fuzz_broker, AUTH_FRAMES, credentials=creds(VALID_USER))
+    assert stats["auth"]["refused_unauthenticated"] >= tally.answers
