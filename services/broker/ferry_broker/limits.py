@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from typing import Any
+from collections import Counter, OrderedDict
+from typing import Any, Protocol
 
 from ferry.wire.codes import MAX_HEADER_BYTES
 
@@ -34,9 +34,64 @@ READING_PAUSED_INFLIGHT = "reading_paused_inflight"
 READING_PAUSED_UNWRITTEN = "reading_paused_unwritten"
 HELD_PULLS_OVER_PER_CONN = "held_pulls_over_per_conn"
 HELD_PULLS_OVER_TOTAL = "held_pulls_over_total"
+PENDING_FRAMES_WAITED = "pending_frames_waited"  # a large frame waited for the budget
+FRAMES_TOO_SLOW = "frames_too_slow"  # a large frame did not arrive within frame_timeout_ms
 COUNTERS = (CONNECTIONS_OVER_TOTAL, CONNECTIONS_OVER_PER_ADDR, FRAMES_MALFORMED, RESPONSES_IGNORED,
             READING_PAUSED_INFLIGHT, READING_PAUSED_UNWRITTEN, HELD_PULLS_OVER_PER_CONN,
-            HELD_PULLS_OVER_TOTAL)
+            HELD_PULLS_OVER_TOTAL, PENDING_FRAMES_WAITED, FRAMES_TOO_SLOW)
+#: Incomplete frames up to this size do not draw on the pending-frame budget: the bytes
+#: they can hold are bounded by connections x this, and requests stay cheap.
+SMALL_FRAME_BYTES = 64 * 1024
+
+
+class Waiter(Protocol):
+    """A connection waiting for room in the pending-frame budget."""
+
+    def budget_granted(self, reserved: int) -> None: ...
+
+
+class PendingFrameBudget:
+    """The bytes that incomplete large frames may claim at once, over all connections.
+
+    A connection whose next frame (over SMALL_FRAME_BYTES) has begun to arrive
+    reserves the frame's announced size; when the budget has no room, its reading
+    pauses and it waits in line (FIFO) until completed frames give room back. The
+    holders are never paused for it, so they finish and free room; a holder that does
+    not finish within `frame_timeout_ms` is closed by the server's sweep.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.reserved = 0
+        self._waiting: OrderedDict[Waiter, int] = OrderedDict()
+
+    def take(self, n: int) -> bool:
+        """Reserve `n` bytes now if there is room and nobody waits before."""
+        if self._waiting or self.reserved + n > self.budget_bytes:
+            return False
+        self.reserved += n
+        return True
+
+    def wait(self, waiter: Waiter, n: int) -> None:
+        self._waiting[waiter] = n
+
+    def forget(self, waiter: Waiter) -> None:
+        self._waiting.pop(waiter, None)
+
+    def give(self, n: int) -> None:
+        """Return `n` reserved bytes and grant waiters in turn while they fit."""
+        self.reserved -= n
+        while self._waiting:
+            waiter, need = next(iter(self._waiting.items()))
+            if self.reserved + need > self.budget_bytes:
+                return
+            del self._waiting[waiter]
+            self.reserved += need
+            waiter.budget_granted(need)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
 
 
 class WireLimits:
@@ -48,6 +103,7 @@ class WireLimits:
         self._per_addr: dict[str, int] = {}
         self._open = 0
         self._logged_at: dict[str, float] = {}
+        self.pending = PendingFrameBudget(config.max_pending_frame_bytes)
 
     @property
     def open_connections(self) -> int:
@@ -97,8 +153,12 @@ class WireLimits:
                 "max_unwritten_bytes_per_conn": cfg.max_unwritten_bytes_per_conn,
                 "max_held_pulls_per_conn": cfg.max_held_pulls_per_conn,
                 "max_held_pulls": cfg.max_held_pulls,
+                "max_pending_frame_bytes": cfg.max_pending_frame_bytes,
+                "frame_timeout_ms": cfg.frame_timeout_ms,
             },
             "connections": self._open,
+            "pending_frame_bytes": self.pending.reserved,
+            "waiting_for_pending_budget": self.pending.waiting,
             "client_addresses": len(self._per_addr),
             "counts": dict(self.counts),
         }
