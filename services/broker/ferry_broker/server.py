@@ -21,7 +21,10 @@ requests per connection (reading pauses beyond it); and
 `max_unwritten_bytes_per_conn` of responses made but not yet written to the
 socket: past it, and while the peer does not read (the transport paused
 writing), no further request of that connection starts, so a client that
-stops reading pins a bounded amount of broker memory.
+stops reading pins a bounded amount of broker memory. Incomplete frames over
+64 KiB share `max_pending_frame_bytes` over all connections (a connection past
+it waits, unread) and must arrive whole within `frame_timeout_ms` (the sweep
+closes a connection whose frame is overdue, whatever paused it).
 """
 from __future__ import annotations
 
