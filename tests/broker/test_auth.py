@@ -2,10 +2,15 @@
 without a valid, fresh, unreplayed signature; permissions per topic and group; deny wins."""
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ferry.auth.http import signed_url_headers, uncovered_routes
 from ferry.auth.signing import now_ms
 from ferry.client.connection import BrokerConnection
 from ferry.errors import AccessDeniedError, AuthenticationError, error_for_code
@@ -92,6 +97,14 @@ async def still_serving(raw: WireClient, broker: Broker) -> None:
         await other.request(RequestCode.GET_MIN_MAX, {"topic": "orders", "queue_id": 0})
     finally:
         await other.close()
+
+
+def test_every_http_route_has_a_rule() -> None:
+    from ferry_broker.api import build_app
+    from ferry_broker.permissions import HTTP_ROUTES
+
+    app = build_app(SimpleNamespace(auth=None), lambda: True)  # type: ignore[arg-type]
+    assert uncovered_routes(app, HTTP_ROUTES) == []
 
 
 def test_every_code_has_fields_here() -> None:
@@ -206,6 +219,13 @@ async def test_stats_count_refusals(auth_broker: Broker, raw: WireClient) -> Non
             await conn.request(RequestCode.GET_MIN_MAX, FIELDS[RequestCode.GET_MIN_MAX])
     finally:
         await conn.close()
-    auth = auth_broker.get_json("/v1/stats")["auth"]
+    url = auth_broker.http + "/v1/stats"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=5)
+    assert refused.value.code == 401
+    refused.value.close()
+    request = urllib.request.Request(url, headers=signed_url_headers(creds("root"), "GET", url))
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        auth = json.loads(resp.read())["auth"]
     assert auth["enabled"] and auth["loaded"] and auth["identities"] == len(IDENTITIES)
     assert auth["refused_unauthenticated"] > 0 and auth["refused_denied"] > 0

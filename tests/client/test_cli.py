@@ -27,7 +27,8 @@ def test_help_for_every_command() -> None:
     for args in ([], ["topic"], ["topic", "create"], ["topic", "list"], ["topic", "describe"],
                  ["topic", "delete"], ["send"], ["consume"], ["group", "lag"],
                  ["delay", "cancel"], ["dlq", "list"], ["dlq", "resend"], ["dlq", "purge"],
-                 ["txn", "list"], ["txn", "describe"]):
+                 ["txn", "list"], ["txn", "describe"], ["user", "add"], ["user", "list"],
+                 ["user", "remove"], ["acl", "grant"], ["acl", "list"], ["acl", "revoke"]):
         res = ferry(None, *args, "--help")
         assert res.returncode == 0, (args, res.stderr)
         assert "usage: ferry" in res.stdout

@@ -13,18 +13,21 @@ run; a failure names its seed.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from ferry.auth.credentials import Credentials
+from ferry.auth.http import signed_url_headers
 from ferry.client.connection import BrokerConnection
 from ferry.store import iter_records
 from ferry.wire import FrameDecoder, RequestCode, encode_messages
 
-from tests.broker.auth_support import creds, rules, seed
+from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed
 from tests.broker.conftest import Broker, start_broker, unique_prefix
 from tests.broker.wire_client import message
 from tests.fuzz.frames import FrameFuzzer
@@ -45,13 +48,15 @@ CLOSING_PARALLEL = 8
 RSS_GROWTH_MAX_BYTES = 96 << 20
 ANSWER_TIMEOUT_S = 60.0
 VALID_TOPIC, VALID_GROUP, VALID_USER = "fuzz-valid", "fuzz-valid-g", "fuzz-valid"
+STATS_USER = "fuzz-stats"  # with auth on, /v1/stats needs admin read
 
 
 @pytest.fixture(scope="module")
 def auth_fuzz_broker(tmp_path_factory: pytest.TempPathFactory, etcd: Etcd) -> Iterator[Broker]:
     prefix = unique_prefix()
     seed(etcd.endpoint, prefix, {VALID_USER: rules(
-        ("allow", f"topic:{VALID_TOPIC}", "pub,sub"), ("allow", f"group:{VALID_GROUP}", "consume"))})
+        ("allow", f"topic:{VALID_TOPIC}", "pub,sub"), ("allow", f"group:{VALID_GROUP}", "consume")),
+        STATS_USER: ADMIN_RULES})
     b = start_broker(tmp_path_factory.mktemp("auth-fuzz-broker"), etcd, prefix=prefix,
                      FERRY_AUTH="on", FERRY_BROKER_LOG_LEVEL="WARNING",
                      FERRY_BROKER_MAX_PULL_WAIT_MS="500")
@@ -196,7 +201,7 @@ async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None =
     for f in fuzzers:
         for kind, n in f.counts.items():
             kinds[kind] = kinds.get(kind, 0) + n
-    stats = broker.get_json("/v1/stats")
+    stats = read_stats(broker, creds(STATS_USER) if forge else None)
     print(f"\nwire fuzz (seed {SEED}, auth {'on' if forge else 'off'}): {tally.frames} frames "
           f"in {elapsed:.1f}s, {tally.answers} answers, {tally.closing} connections closed by "
           f"bad frames, {tally.valid_ops} valid send+pull served; broker RssAnon "
@@ -212,6 +217,14 @@ async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None =
     assert stats["limits"]["counts"]["frames_malformed"] >= tally.closing - truncated
     assert tally.valid_ops > 0
     return tally, kinds, stats
+
+
+def read_stats(broker: Broker, credentials: Credentials | None) -> dict[str, Any]:
+    """The broker's /v1/stats, signed when auth is on."""
+    url = broker.http + "/v1/stats"
+    req = urllib.request.Request(url, headers=signed_url_headers(credentials, "GET", url))
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return dict(json.loads(resp.read()))
 
 
 async def test_a_million_hostile_frames(fuzz_broker: Broker) -> None:

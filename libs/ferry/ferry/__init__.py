@@ -1,11 +1,13 @@
 """Ferry: a distributed message middleware in the RocketMQ tradition.
 
 The public client API lives here: `Producer`, `TransactionProducer`, `Consumer` and
-`Admin` (asyncio, aiokafka-style), the values they exchange, and the error classes.
+`Admin` (asyncio, aiokafka-style), the values they exchange, `Credentials` (the identity
+they sign requests with), and the error classes.
 """
 from __future__ import annotations
 
 from ferry import errors, kombu_alias
+from ferry.auth.credentials import Credentials
 from ferry.client import (
     Admin,
     Consumer,
@@ -22,7 +24,9 @@ from ferry.client import (
     TxnState,
 )
 from ferry.errors import (
+    AccessDeniedError,
     AlreadyDeliveredError,
+    AuthenticationError,
     ConnectionLostError,
     FerryError,
     InvalidDelayError,
@@ -53,6 +57,8 @@ __all__ = [
     "QueueLag",
     "Transaction",
     "TxnState",
+    # identity (docs/security.md)
+    "Credentials",
     # errors
     "errors",
     "FerryError",
@@ -64,6 +70,8 @@ __all__ = [
     "AlreadyDeliveredError",
     "MessageNotFoundError",
     "TransactionStateError",
+    "AuthenticationError",
+    "AccessDeniedError",
     "error_for_code",
 ]
 

@@ -25,10 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from ferry.auth.http import HttpAuth
+from ferry.http_errors import error_middleware
 from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_broker.consumers import ConsumerInfo
 from ferry_broker.context import BrokerContext
+from ferry_broker.permissions import HTTP_ROUTES
 from ferry_broker.subscription_conflicts import as_json
 
 log = logging.getLogger(__name__)
@@ -117,7 +120,13 @@ def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],
     async def openapi(_: web.Request) -> web.Response:
         return web.json_response(OPENAPI)
 
-    app = guard.application()
+    middlewares = []
+    if ctx.auth is not None:
+        # Auth on: /v1/stats needs admin read (a signed request); failures are JSON 401/403.
+        auth = HttpAuth(ctx.auth.registry.signing_key, ctx.auth.registry.allows,
+                        HTTP_ROUTES, ctx.auth.guard)
+        middlewares = [error_middleware([], log, "broker"), auth.middleware]
+    app = guard.application(middlewares)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from pathlib import Path
 
+from ferry.auth.tls import server_context
 from ferry.errors import FerryError
 from ferry.lifecycle import as_step, flush_tracing, serve_until_signalled, stop_step, stop_tracing
 from ferry.store import FlushMode, MessageStore, StoreConfig
@@ -112,7 +113,7 @@ class BrokerApp:
         if self.auth is not None:
             await self.auth.start()
         self.server = BrokerServer(self.ctx, HANDLERS, self.auth)
-        await self.server.start(cfg.host, cfg.port)
+        await self.server.start(cfg.host, cfg.port, server_context(cfg.tls_cert, cfg.tls_key))
         if cfg.http_port:
             self.api = ApiServer(self.ctx, lambda: self.ready)
             await self.api.start(cfg.host, cfg.http_port)

@@ -101,6 +101,10 @@ class BrokerConfig:
     auth: bool = False
     auth_window_ms: int = 60_000      # a signed request's timestamp: at most this far off
     auth_max_nonces: int = 500_000    # nonces remembered in the window (about 100 B each)
+    # Optional TLS on the wire and replication ports: certificate and key files (PEM).
+    # Mesh-wide FERRY_TLS_CERT / FERRY_TLS_KEY unless FERRY_BROKER_TLS_* are set.
+    tls_cert: str = ""
+    tls_key: str = ""
 
     def __post_init__(self) -> None:
         if self.flush_mode not in FLUSH_MODES:
@@ -164,9 +168,13 @@ class BrokerConfig:
                  overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
         """Build from FERRY_BROKER_<FIELD> variables; `overrides` (non-None) win.
 
-        The auth switch is mesh-wide: FERRY_AUTH, unless FERRY_BROKER_AUTH is set.
+        The auth switch is mesh-wide: FERRY_AUTH, unless FERRY_BROKER_AUTH is set; so
+        are FERRY_TLS_CERT / FERRY_TLS_KEY.
         """
         env = os.environ if env is None else env
         if ENV_PREFIX + "AUTH" not in env and "FERRY_AUTH" in env:
             env = {**env, ENV_PREFIX + "AUTH": "on" if auth_enabled(env) else "off"}
+        for key in ("TLS_CERT", "TLS_KEY"):
+            if ENV_PREFIX + key not in env and "FERRY_" + key in env:
+                env = {**env, ENV_PREFIX + key: env["FERRY_" + key]}
         return settings.from_env(cls, ENV_PREFIX, env, overrides)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ferry.auth.acl import ADMIN, Acl, group_resource, topic_resource
+from ferry.auth.http import RouteTable, admin
 from ferry.errors import AccessDeniedError
 from ferry.names import RETRY_PREFIX
 from ferry.wire import Frame, RequestCode
@@ -76,6 +77,12 @@ PERMISSIONS: dict[int, Alternatives] = {
     RequestCode.DELIVER_DUE: ((_admin("delay"),),),
     RequestCode.END_TRANSACTION: ((_consume,), (_admin("txn"),)),
     RequestCode.CHECK_TRANSACTION: ((_admin("txn"),),),
+}
+
+
+#: The broker's HTTP routes with auth on (ferry.auth.http); probes and OpenAPI stay open.
+HTTP_ROUTES: RouteTable = {
+    ("GET", "/v1/stats"): (admin("read"),),
 }
 
 

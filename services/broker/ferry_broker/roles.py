@@ -34,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ferry.auth.credentials import service_credentials
+from ferry.auth.tls import server_context
 from ferry.errors import NotMasterError
 from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
@@ -275,7 +276,8 @@ class RoleManager:
                 offsets_snapshot=ctx.offsets.snapshot_bytes,
                 lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync,
                 authenticate=ctx.auth.authenticate_slave if ctx.auth is not None else None)
-            await server.start(cfg.host, cfg.repl_port)
+            await server.start(cfg.host, cfg.repl_port,
+                               server_context(cfg.tls_cert, cfg.tls_key))
             self.server = server
         if self.insync is not None and not await self.insync.begin(epoch, self.server):
             return  # the set is not written (etcd away, or the term lost): next round

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import time
 from collections import deque
 from typing import cast
@@ -78,12 +79,13 @@ class BrokerServer:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on host:port; with `tls` every connection speaks TLS first."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_protocol, host, port,
-                                                reuse_address=True, backlog=1024)
+                                                reuse_address=True, backlog=1024, ssl=tls)
         self._sweeper = loop.call_later(self._sweep_interval_s, self._sweep)
-        log.info("wire server listening on %s:%d", host, port)
+        log.info("wire server listening on %s:%d%s", host, port, " (TLS)" if tls else "")
 
     @property
     def port(self) -> int:

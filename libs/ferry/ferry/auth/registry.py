@@ -101,6 +101,11 @@ class AuthRegistry:
         user = self.users.get(access_key)
         return user.signing_key if user is not None and user.enabled else None
 
+    def allows(self, access_key: str, action: str, resource: str) -> bool:
+        """The current rules' decision. Hand this method (not `acl.allows`) to checkers:
+        a reload replaces `acl` with a new object."""
+        return self.acl.allows(access_key, action, resource)
+
     @property
     def watching(self) -> bool:
         return self._watching

@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_wire
+from ferry.auth.tls import client_context_from_env
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -83,6 +85,8 @@ class _Protocol(asyncio.Protocol):
         self.conn = conn
         self.paused = False
         self.drained: asyncio.Future[None] | None = None
+        #: Done once the transport is closed for good (a TLS one after its close_notify).
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
         self.conn._data_received(data)
@@ -93,6 +97,8 @@ class _Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn._shutdown(repr(exc) if exc is not None else "closed by the broker")
         self.resume_writing()
+        if not self.gone.done():
+            self.gone.set_result(None)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -110,9 +116,11 @@ class BrokerConnection:
     def __init__(self, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  request_handlers: Mapping[int, RequestHandler] | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.addr = addr
         self.credentials = credentials
+        self.tls = tls  # TLS to the broker (FERRY_TLS_CA); None: plain TCP
         # The pool passes its own dict: handlers it registers later apply here too.
         self.request_handlers: Mapping[int, RequestHandler] = (
             request_handlers if request_handlers is not None else {})
@@ -133,9 +141,10 @@ class BrokerConnection:
     async def open(cls, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                    request_handlers: Mapping[int, RequestHandler] | None = None,
-                   credentials: Credentials | None = None) -> BrokerConnection:
+                   credentials: Credentials | None = None,
+                   tls: ssl.SSLContext | None = None) -> BrokerConnection:
         conn = cls(addr, request_timeout_ms=request_timeout_ms,
-                   request_handlers=request_handlers, credentials=credentials)
+                   request_handlers=request_handlers, credentials=credentials, tls=tls)
         await conn.connect(connect_timeout_ms)
         return conn
 
@@ -149,7 +158,8 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
                 transport, protocol = await loop.create_connection(
-                    lambda: _Protocol(self), host, port)
+                    lambda: _Protocol(self), host, port, ssl=self.tls,
+                    server_hostname=host if self.tls is not None else None)
         except (OSError, TimeoutError) as exc:
             raise ConnectionLostError(f"cannot connect to broker {self.addr}: {exc!r}") from exc
         self._transport = transport
@@ -204,7 +214,10 @@ class BrokerConnection:
         rid = self._next_id()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Frame] = loop.create_future()
-        self._write(self._signed(make_request(code, rid, dict(fields), body)))
+        frame = make_request(code, rid, dict(fields), body)
+        if self.credentials is not None:  # inline: an unsigned request pays one test
+            frame.auth = sign_wire(self.credentials, code, frame.fields, body)
+        self._write(frame)
         self._pending[rid] = fut
         timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         # A plain timer is much cheaper than asyncio.timeout() per request.
@@ -299,6 +312,14 @@ class BrokerConnection:
         if self._flush_scheduled:
             self._flush()  # what was sent this loop turn (one-way requests) still goes out
         self._shutdown("closed by the client")
+        if self.tls is not None and self._protocol is not None:
+            # A TLS transport closes after a close_notify exchange: wait for it, or its
+            # socket would outlive the connection.
+            try:
+                await asyncio.wait_for(asyncio.shield(self._protocol.gone), _CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                if self._transport is not None:
+                    self._transport.abort()
         if self._lost is not None and not self._lost.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._lost), _CLOSE_TIMEOUT_S)
@@ -313,8 +334,11 @@ class ConnectionPool:
     def __init__(self, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                  request_handlers: Mapping[int, RequestHandler] | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None,
+                 tls: ssl.SSLContext | None | bool = True) -> None:
+        """`tls`: a client context, None for plain TCP, True (default) for FERRY_TLS_CA's."""
         self.request_timeout_ms = request_timeout_ms
+        self.tls = client_context_from_env() if tls is True else (tls or None)
         #: Every connection of the pool signs its requests with these (None: unsigned).
         self.credentials = credentials
         self.connect_timeout_ms = connect_timeout_ms
@@ -334,7 +358,8 @@ class ConnectionPool:
                 conn = await BrokerConnection.open(
                     addr, request_timeout_ms=self.request_timeout_ms,
                     connect_timeout_ms=self.connect_timeout_ms,
-                    request_handlers=self.request_handlers, credentials=self.credentials)
+                    request_handlers=self.request_handlers, credentials=self.credentials,
+                    tls=self.tls)
                 self._conns[addr] = conn
             return conn
 

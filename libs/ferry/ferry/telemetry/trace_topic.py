@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import signed_url_headers
 from ferry.auth.signing import sign_wire
+from ferry.auth.tls import client_context_from_env
 from ferry.client.namesrv import parse_namesrv
 from ferry.codec.msg_id import new_msg_id
 from ferry.names import TRACE_TOPIC
@@ -106,7 +107,9 @@ class _BrokerLink:
     def __init__(self, addr: str, credentials: Credentials | None = None) -> None:
         self.credentials = credentials  # signs each request (a broker with auth on needs it)
         host, _, port = addr.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=SEND_TIMEOUT_S)
+        sock = socket.create_connection((host, int(port)), timeout=SEND_TIMEOUT_S)
+        tls = client_context_from_env()   # FERRY_TLS_CA: the broker speaks TLS
+        self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.decoder = FrameDecoder()
         self.next_id = 1
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_repl
+from ferry.auth.tls import client_context_from_env
 from ferry.errors import FerryError
 from ferry.lifecycle import cancel_and_wait
 from ferry.store import FlushMode, MessageStore
@@ -50,6 +51,8 @@ class ReplicaFollower:
         self.store = store
         #: This broker's identity: signs an AUTH frame after the HELLO (None: no AUTH).
         self.credentials = credentials
+        #: TLS to the master's replication port (FERRY_TLS_CA); None: plain TCP.
+        self.tls = client_context_from_env()
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
@@ -121,7 +124,9 @@ class ReplicaFollower:
         host, _, port = addr.rpartition(":")
         loop = asyncio.get_running_loop()
         transport, link = await asyncio.wait_for(
-            loop.create_connection(p.LinkProtocol, host, int(port)), CONNECT_TIMEOUT_MS / 1000)
+            loop.create_connection(p.LinkProtocol, host, int(port), ssl=self.tls,
+                                   server_hostname=host if self.tls is not None else None),
+            CONNECT_TIMEOUT_MS / 1000)
         try:
             await self._handshake(link, epoch)
             self._connected = self._linked = True

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -118,10 +119,10 @@ class ReplicationServer:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on host:port (port 0: a free one, see `port`)."""
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on host:port (port 0: a free one, see `port`); TLS with `tls`."""
         self._server = await asyncio.start_server(self._on_connection, host, port,
-                                                  reuse_address=True)
+                                                  reuse_address=True, ssl=tls)
         log.info("replication server listening on %s:%d", host, self.port)
 
     @property
