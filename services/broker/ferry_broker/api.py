@@ -15,7 +15,9 @@
   whose members subscribe differently to a topic (`subscription_conflicts`)
   and the number of queue locks held; `replication`: mode, role, epoch,
   commit-log end, and the slaves with their acknowledged offset and lag
-  (master) or the follower's link (slave) — see docs/replication.md.
+  (master) or the follower's link (slave) — see docs/replication.md;
+  `limits`: the wire limits, what is in use and how often each refused
+  (limits.py), and `http_limits` the same for this HTTP API.
 """
 from __future__ import annotations
 
