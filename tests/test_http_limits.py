@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -84,3 +87,31 @@ def test_settings_from_the_environment() -> None:
     assert HttpLimits.from_env("FERRY_X_", max_body_bytes=4096, env=env).max_body_bytes == 100
     with pytest.raises(ValueError):
         HttpLimits(max_headers=0)
+
+
+async def test_the_limited_site_serves_tls(tmp_path: Path) -> None:
+    """A service's HTTPS (FERRY_TLS_CERT/KEY) goes through the same guarded site."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    guard = HttpGuard(HttpLimits(max_connections_per_addr=2))
+
+    async def hello(_: web.Request) -> web.Response:
+        return web.json_response({"hello": "tls"})
+
+    app = guard.application()
+    app.router.add_get("/hello", hello)
+    runner = guard.runner(app, access_log=None)
+    await runner.setup()
+    site = await guard.start_site(runner, "127.0.0.1", 0, ssl_context=server_ctx)
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"https://127.0.0.1:{site.port}/hello", ssl=client_ctx) as resp:
+                assert resp.status == 200 and (await resp.json()) == {"hello": "tls"}
+        assert guard.as_json()["counts"]["connections_over_total"] == 0
+    finally:
+        await runner.cleanup()
