@@ -16,6 +16,12 @@ process) and at the default sampling (on, ratio 0.001, the trace topic
 exporting); their lines carry `"tracing": "off" | "default"`, and
 `mesh.tracing_cost` gives default / off (target >= 0.9). Latency and sync
 flush run at the default.
+
+Authentication's cost (docs/security.md): in the same rounds, a third pass
+produces with FERRY_AUTH=on in the broker and namesrv and a producer that
+signs every request (an identity seeded in etcd), tracing at the default;
+`mesh.produce` with `"auth": "on"` and `mesh.auth_cost` (auth on / the
+default pass with auth off; target >= 0.85, the issue's "cost <= 15 %").
 """
 from __future__ import annotations
 
@@ -39,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ferry import Consumer, Message, Producer  # noqa: E402
+from ferry.auth.acl import admin_rules  # noqa: E402
+from ferry.auth.credentials import Credentials  # noqa: E402
+from ferry.auth.registry import AuthRegistry  # noqa: E402
+from ferry.routing import EtcdRegistry  # noqa: E402
 
 from tests.support.procs import (  # noqa: E402
     Proc,
@@ -69,6 +79,9 @@ def emit(**fields: object) -> None:
 TRACING_MODES = ("off", "default")
 TRACING_COST_TARGET = 0.9
 ROUNDS = 3   # produce + consume rounds per tracing mode; medians are reported
+AUTH_COST_TARGET = 0.85
+#: The identity the auth-on pass produces as (seeded in etcd, admin rights).
+BENCH_CREDENTIALS = Credentials("bench-producer", "bench-secret-0123456789abcdef")
 
 
 def use_tracing(mode: str) -> None:
@@ -78,30 +91,48 @@ def use_tracing(mode: str) -> None:
     os.environ.pop("FERRY_TRACE_DIR", None)
 
 
-def start_ferry(work: Path, etcd_endpoint: str, flush_mode: str) -> tuple[list[Proc], str]:
-    """etcd is shared; start one namesrv and one broker; return them and the namesrv address."""
+async def seed_identity(etcd_endpoint: str, prefix: str) -> None:
+    """The bench producer's identity with admin rights, written to etcd under `prefix`."""
+    etcd = EtcdRegistry(etcd_endpoint, prefix=prefix)
+    await etcd.start()
+    try:
+        await AuthRegistry(etcd).add_user(BENCH_CREDENTIALS.access_key,
+                                          BENCH_CREDENTIALS.signing_key, rules=admin_rules())
+    finally:
+        await etcd.stop()
+
+
+def start_ferry(work: Path, etcd_endpoint: str, flush_mode: str,
+                auth: bool = False) -> tuple[list[Proc], str]:
+    """etcd is shared; start one namesrv and one broker; return them and the namesrv address.
+
+    `auth`: both run with FERRY_AUTH=on and BENCH_CREDENTIALS is the one identity."""
     ns_port, br_port = free_port(), free_port()
     prefix = f"/bench-{flush_mode}-{work.name}-{os.getpid()}/"
     py = sys.executable
+    auth_env = {"FERRY_AUTH": "on" if auth else "off"}
+    if auth:
+        asyncio.run(seed_identity(etcd_endpoint, prefix))
     namesrv = spawn("namesrv", [py, "-m", "ferry_namesrv"], work / "namesrv", env={
         "FERRY_NAMESRV_PORT": str(ns_port), "FERRY_NAMESRV_ETCD": etcd_endpoint,
-        "FERRY_NAMESRV_ETCD_PREFIX": prefix, "FERRY_NAMESRV_LOG_LEVEL": "WARNING",
+        "FERRY_NAMESRV_ETCD_PREFIX": prefix, "FERRY_NAMESRV_LOG_LEVEL": "WARNING", **auth_env,
     })
     broker = spawn("broker", [py, "-m", "ferry_broker"], work / "broker", env={
         "FERRY_BROKER_NAME": "bench-a", "FERRY_BROKER_PORT": str(br_port),
         "FERRY_BROKER_HTTP_PORT": "0", "FERRY_BROKER_DATA_DIR": str(work / "broker" / "data"),
         "FERRY_BROKER_ETCD": etcd_endpoint, "FERRY_BROKER_ETCD_PREFIX": prefix,
-        "FERRY_BROKER_FLUSH_MODE": flush_mode, "FERRY_BROKER_LOG_LEVEL": "WARNING",
+        "FERRY_BROKER_FLUSH_MODE": flush_mode, "FERRY_BROKER_LOG_LEVEL": "WARNING", **auth_env,
     })
     wait_for_port("127.0.0.1", ns_port)
     wait_for_port("127.0.0.1", br_port)
     return [broker, namesrv], f"127.0.0.1:{ns_port}"
 
 
-async def ferry_wait_route(namesrv: str, topic: str) -> None:
+async def ferry_wait_route(namesrv: str, topic: str,
+                           credentials: Credentials | None = None) -> None:
     """Create the topic with one warm-up send, once the broker is registered."""
     deadline = time.monotonic() + 30
-    async with Producer(namesrv=namesrv) as producer:
+    async with Producer(namesrv=namesrv, credentials=credentials) as producer:
         while True:
             try:
                 await producer.send_and_wait(topic, b"warm-up")
@@ -112,8 +143,9 @@ async def ferry_wait_route(namesrv: str, topic: str) -> None:
                 await asyncio.sleep(0.2)
 
 
-async def ferry_produce(namesrv: str, topic: str, n: int) -> float:
-    async with Producer(namesrv=namesrv) as producer:
+async def ferry_produce(namesrv: str, topic: str, n: int,
+                        credentials: Credentials | None = None) -> float:
+    async with Producer(namesrv=namesrv, credentials=credentials) as producer:
         batch = [Message(BODY) for _ in range(BATCH)]
         in_flight: set[asyncio.Future[object]] = set()
         t0 = time.perf_counter()
@@ -147,6 +179,18 @@ def ferry_pass(work: Path, etcd_endpoint: str) -> tuple[float, float]:
         asyncio.run(ferry_wait_route(namesrv, "bench"))
         return (asyncio.run(ferry_produce(namesrv, "bench", TOTAL)),
                 asyncio.run(ferry_consume(namesrv, "bench", TOTAL)))
+    finally:
+        for p in procs:
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def ferry_auth_pass(work: Path, etcd_endpoint: str) -> float:
+    """Produce TOTAL messages, signed, to a fresh namesrv + broker with auth on; msgs/s."""
+    procs, namesrv = start_ferry(work, etcd_endpoint, "async", auth=True)
+    try:
+        asyncio.run(ferry_wait_route(namesrv, "bench", BENCH_CREDENTIALS))
+        return asyncio.run(ferry_produce(namesrv, "bench", TOTAL, BENCH_CREDENTIALS))
     finally:
         for p in procs:
             p.stop()
@@ -311,10 +355,13 @@ def main() -> None:
         # into the same conditions as a lone pass would: on one store, the later passes
         # of 600k messages wrote into new segments and produced up to a third slower.
         runs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in TRACING_MODES}
+        auth_runs: list[float] = []
         for i in range(ROUNDS):
             for mode in TRACING_MODES:
                 use_tracing(mode)
                 runs[mode].append(ferry_pass(work / f"async-{mode}-{i}", etcd.endpoint))
+            # Auth on right after its baseline (auth off, tracing default) in every round.
+            auth_runs.append(ferry_auth_pass(work / f"async-auth-{i}", etcd.endpoint))
         rates = {mode: (statistics.median(r[0] for r in runs[mode]),
                         statistics.median(r[1] for r in runs[mode])) for mode in TRACING_MODES}
         for mode, (f_prod, f_cons) in rates.items():
@@ -326,6 +373,12 @@ def main() -> None:
              produce_ratio=round(rates["default"][0] / rates["off"][0], 3),
              consume_ratio=round(rates["default"][1] / rates["off"][1], 3),
              target=TRACING_COST_TARGET)
+        auth_prod = statistics.median(auth_runs)
+        emit(bench="mesh.produce", tracing="default", auth="on", messages=TOTAL, rounds=ROUNDS,
+             msgs_s=round(auth_prod), redis_msgs_s=round(r_prod),
+             ratio=round(auth_prod / r_prod, 2))
+        emit(bench="mesh.auth_cost", produce_ratio=round(auth_prod / rates["default"][0], 3),
+             target=AUTH_COST_TARGET)
         use_tracing("default")   # latency runs at the default
         mesh_procs, namesrv = start_ferry(work / "latency", etcd.endpoint, "async")
         procs.extend(mesh_procs)

@@ -15,7 +15,9 @@
   whose members subscribe differently to a topic (`subscription_conflicts`)
   and the number of queue locks held; `replication`: mode, role, epoch,
   commit-log end, and the slaves with their acknowledged offset and lag
-  (master) or the follower's link (slave) — see docs/replication.md.
+  (master) or the follower's link (slave) — see docs/replication.md;
+  `limits`: the wire limits, what is in use and how often each refused
+  (limits.py), and `http_limits` the same for this HTTP API.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any
 from aiohttp import web
 from ferry.auth.http import HttpAuth
 from ferry.http_errors import error_middleware
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_broker.consumers import ConsumerInfo
 from ferry_broker.context import BrokerContext
@@ -97,13 +100,16 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
-            "replication": ctx.roles.status(),
+            "replication": ctx.roles.status(), "limits": ctx.limits.as_json(),
             "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False},
             "histories": {**ctx.histories.as_dict(),
                           "boundaries": [[h, s] for h, s in store.history_boundaries()]}}
 
 
-def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Application:
+def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],
+              guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits())
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -113,7 +119,7 @@ def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Applicati
         return web.json_response({"status": "not ready"}, status=503)
 
     async def get_stats(_: web.Request) -> web.Response:
-        return web.json_response(stats(ctx))
+        return web.json_response({**stats(ctx), "http_limits": guard.as_json()})
 
     async def openapi(_: web.Request) -> web.Response:
         return web.json_response(OPENAPI)
@@ -124,7 +130,7 @@ def build_app(ctx: BrokerContext, is_ready: Callable[[], bool]) -> web.Applicati
         auth = HttpAuth(ctx.auth.registry.signing_key, ctx.auth.registry.allows,
                         HTTP_ROUTES, ctx.auth.guard)
         middlewares = [error_middleware([], log, "broker"), auth.middleware]
-    app = web.Application(client_max_size=64 * 1024, middlewares=middlewares)
+    app = guard.application(middlewares)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)
@@ -136,13 +142,13 @@ class ApiServer:
     """Runs the aiohttp app on the HTTP port."""
 
     def __init__(self, ctx: BrokerContext, is_ready: Callable[[], bool]) -> None:
-        self._runner = web.AppRunner(build_app(ctx, is_ready), access_log=None)
+        self._guard = HttpGuard(HttpLimits.from_env("FERRY_BROKER_"))
+        self._runner = self._guard.runner(build_app(ctx, is_ready, self._guard), access_log=None)
         self._site: web.TCPSite | None = None
 
     async def start(self, host: str, port: int) -> None:
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, host, port, reuse_address=True)
-        await self._site.start()
+        self._site = await self._guard.start_site(self._runner, host, port)
         log.info("HTTP API listening on %s:%d", host, port)
 
     async def stop(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ferry import settings
 from ferry.auth.credentials import auth_enabled
+from ferry.wire.codes import MAX_FRAME_BYTES
 
 ENV_PREFIX = "FERRY_BROKER_"
 FLUSH_MODES = ("async", "sync")
@@ -62,6 +63,17 @@ class BrokerConfig:
     # request of that connection starts until the peer reads.
     max_unwritten_bytes_per_conn: int = 32 << 20
     max_connections: int = 10_000
+    # One client address (a host, or a NAT in front of many) cannot take every connection.
+    max_connections_per_addr: int = 1000
+    # The largest frame taken from a client (at most the protocol's 16 MiB); a larger
+    # one closes the connection after its first 4 bytes, before anything is buffered.
+    max_frame_bytes: int = MAX_FRAME_BYTES
+    # Incomplete frames over 64 KiB held at once, over all connections (Kafka's
+    # queued.max.request.bytes): a connection starting one beyond it waits, unread.
+    max_pending_frame_bytes: int = 256 << 20
+    # How long a started frame over 64 KiB may take to arrive whole; then the
+    # connection closes (a slow sender must not hold the budget above).
+    frame_timeout_ms: int = 60_000
     shutdown_timeout_ms: int = 10_000
     # The furthest a delayed message's delivery time may lie ahead (30 days).
     max_delay_ms: int = 30 * 86_400_000
@@ -115,6 +127,11 @@ class BrokerConfig:
             raise ValueError("disk_high_water_ratio must be within (0, 1]")
         if self.max_message_bytes > 4 << 20:
             raise ValueError("max_message_bytes cannot exceed the protocol's 4 MiB body limit")
+        if not self.max_message_bytes < self.max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ValueError("max_frame_bytes must exceed max_message_bytes (a SEND carries "
+                             f"one) and be at most the protocol's {MAX_FRAME_BYTES}")
+        if self.max_pending_frame_bytes < self.max_frame_bytes + 8:
+            raise ValueError("max_pending_frame_bytes must hold one frame of max_frame_bytes")
         if self.replication not in REPLICATION_MODES:
             raise ValueError(f"replication must be one of {REPLICATION_MODES}, "
                              f"not {self.replication!r}")

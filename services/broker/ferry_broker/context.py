@@ -27,6 +27,7 @@ from ferry_broker.hooks.replication import ReplicationNotifyHook, ReplicationWai
 from ferry_broker.hooks.trace import TraceHook
 from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
 from ferry_broker.hooks.txn import TxnHook
+from ferry_broker.limits import WireLimits
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutHook, PutPipeline, WakePullsHook
@@ -80,8 +81,11 @@ class BrokerContext:
     txn_ends: EndBatcher = field(init=False)
     locks: QueueLockTable = field(init=False)
     roles: RoleManager = field(init=False)  # master or slave (issue 9); writes check it
+    limits: WireLimits = field(init=False)  # connection admission and refusal counters
 
     def __post_init__(self) -> None:
+        self.limits = WireLimits(self.config)
+        self.long_poll.on_refuse = self.limits.count
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
         self.expiry = ExpiryFilter(ttl_queues)
         self.producers = ProducerManager(self.config.consumer_expiry_ms)

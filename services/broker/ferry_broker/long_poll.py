@@ -12,7 +12,7 @@ the pull fails with BusyError (retriable) instead of piling up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from ferry.errors import BusyError
@@ -30,6 +30,8 @@ class LongPollManager:
         self._held_by_conn: dict[int, int] = {}
         self._held_total = 0
         self._closing = False
+        # Told the name of the limit each time one refuses a pull (/v1/stats counts them).
+        self.on_refuse: Callable[[str], None] = _ignore
 
     @property
     def held(self) -> int:
@@ -45,8 +47,10 @@ class LongPollManager:
         """Count one held pull against the limits for as long as the block runs."""
         held = self._held_by_conn.get(conn_id, 0)
         if held >= self._max_per_conn:
+            self.on_refuse("held_pulls_over_per_conn")
             raise BusyError(f"too many held pulls on this connection (limit {self._max_per_conn})")
         if self._held_total >= self._max_total:
+            self.on_refuse("held_pulls_over_total")
             raise BusyError(f"too many held pulls on this broker (limit {self._max_total})")
         self._held_by_conn[conn_id] = held + 1
         self._held_total += 1
@@ -93,6 +97,10 @@ class LongPollManager:
         for waiters in self._waiters.values():
             for fut in waiters:
                 _resolve(fut, False)
+
+
+def _ignore(_: str) -> None:
+    pass
 
 
 def _resolve(fut: asyncio.Future[bool], value: bool) -> None:

@@ -11,12 +11,20 @@ closes only that connection; an unknown code, or a FerryError from a handler,
 is an error response; any other exception is logged and answered as
 SystemError_. One-way requests get no response, not even an error (it is
 logged). The server also sends one-way requests of its own to a client
-(`push`: a CHECK_TRANSACTION to a transactional producer). Limits: `max_connections`; `max_inflight_per_conn` requests per
-connection (reading pauses beyond it); and `max_unwritten_bytes_per_conn` of
-responses made but not yet written to the socket: past it, and while the peer
-does not read (the transport paused writing), no further request of that
-connection starts, so a client that stops reading pins a bounded amount of
-broker memory.
+(`push`: a CHECK_TRANSACTION to a transactional producer).
+
+Limits (limits.py counts each refusal for /v1/stats): `max_connections` and
+`max_connections_per_addr` (a connection beyond either is closed at once);
+`max_frame_bytes` (the decoder refuses a larger frame from its length prefix,
+before buffering it, and the connection closes); `max_inflight_per_conn`
+requests per connection (reading pauses beyond it); and
+`max_unwritten_bytes_per_conn` of responses made but not yet written to the
+socket: past it, and while the peer does not read (the transport paused
+writing), no further request of that connection starts, so a client that
+stops reading pins a bounded amount of broker memory. Incomplete frames over
+64 KiB share `max_pending_frame_bytes` over all connections (a connection past
+it waits, unread) and must arrive whole within `frame_timeout_ms` (the sweep
+closes a connection whose frame is overdue, whatever paused it).
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import asyncio
 import itertools
 import logging
 import ssl
+import time
 from collections import deque
 from typing import cast
 
@@ -39,6 +48,15 @@ from ferry.wire import (
 
 from ferry_broker.auth import BrokerAuth
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
+from ferry_broker.limits import (
+    FRAMES_MALFORMED,
+    FRAMES_TOO_SLOW,
+    PENDING_FRAMES_WAITED,
+    READING_PAUSED_INFLIGHT,
+    READING_PAUSED_UNWRITTEN,
+    RESPONSES_IGNORED,
+    SMALL_FRAME_BYTES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +77,14 @@ class BrokerServer:
         self.connections: set[BrokerProtocol] = set()
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on host:port; with `tls` every connection speaks TLS first."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._new_protocol, host, port,
                                                 reuse_address=True, backlog=1024, ssl=tls)
+        self._sweeper = loop.call_later(self._sweep_interval_s, self._sweep)
         log.info("wire server listening on %s:%d%s", host, port, " (TLS)" if tls else "")
 
     @property
@@ -75,10 +95,30 @@ class BrokerServer:
     def _new_protocol(self) -> BrokerProtocol:
         return BrokerProtocol(self, next(self._ids))
 
+    @property
+    def _sweep_interval_s(self) -> float:
+        return min(1.0, self.ctx.config.frame_timeout_ms / 4000)
+
+    def _sweep(self) -> None:
+        """Close connections whose large frame is overdue (they hold the pending-frame budget)."""
+        timeout_s = self.ctx.config.frame_timeout_ms / 1000
+        now = time.monotonic()
+        for conn in list(self.connections):
+            if conn.frame_overdue(now, timeout_s):
+                self.ctx.limits.refuse(FRAMES_TOO_SLOW, "closing connection %d from %s: a "
+                                       "frame of %d bytes not whole after %.0f s",
+                                       conn.conn_id, conn.info.peer, conn.reserved_bytes,
+                                       timeout_s)
+                conn.close()
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval_s,
+                                                              self._sweep)
+
     def stop_accepting(self) -> None:
         """Close the listening socket and stop reading new requests; in-flight ones go on."""
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for conn in list(self.connections):
             conn.stop_reading()
 
@@ -108,7 +148,9 @@ class BrokerProtocol(asyncio.Protocol):
         self.server = server
         self.conn_id = conn_id
         # Bodies as views: a SEND body goes to the store without another copy.
-        self.decoder = FrameDecoder(body_views=True)
+        self.decoder = FrameDecoder(server.ctx.config.max_frame_bytes, body_views=True)
+        self._limits = server.ctx.limits
+        self._host: str | None = None  # set once admitted: its connection counts against it
         self.tasks: set[asyncio.Task[None]] = set()
         self.info = ConnInfo(conn_id, "")
         self.transport: asyncio.Transport | None = None
@@ -124,6 +166,12 @@ class BrokerProtocol(asyncio.Protocol):
         self._backlog: deque[tuple[Handler, Frame]] = deque()
         self._flush_scheduled = False
         self._max_inflight = server.ctx.config.max_inflight_per_conn
+        # The pending-frame budget (limits.py): what this connection's incomplete large
+        # frame has reserved, since when, or what it waits for.
+        self._pending = server.ctx.limits.pending
+        self._reserved = 0
+        self._frame_started = 0.0
+        self._budget_wait = 0
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -132,11 +180,15 @@ class BrokerProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.info = ConnInfo(self.conn_id, f"{peer[0]}:{peer[1]}" if peer else "", self.push)
-        if len(self.server.connections) >= self.server.ctx.config.max_connections:
-            log.warning("refusing connection from %s: %d connections open",
-                        self.info.peer, len(self.server.connections))
+        host = str(peer[0]) if peer else ""
+        refused = self._limits.admit(host)
+        if refused is not None:
+            self._limits.refuse(refused, "refusing connection from %s: %d connections open",
+                                self.info.peer, self._limits.open_connections)
+            self._closed = True
             self.transport.abort()
             return
+        self._host = host
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -146,6 +198,15 @@ class BrokerProtocol(asyncio.Protocol):
         self._backlog.clear()
         self._turns.clear()  # their tasks are cancelled just below
         self.server.connections.discard(self)
+        if self._host is not None:
+            self._limits.release(self._host)
+            self._host = None
+        if self._budget_wait:
+            self._pending.forget(self)
+            self._budget_wait = 0
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            self._pending.give(reserved)
         # A check must never be pushed to a closed connection.
         self.server.ctx.producers.connection_closed(self.conn_id)
         # Nobody is left to answer: free parked pulls (and their slots) now rather
@@ -158,12 +219,57 @@ class BrokerProtocol(asyncio.Protocol):
         try:
             frames = self.decoder.feed(data)
         except MalformedFrameError as exc:
-            log.warning("malformed frame, closing the connection: %s", exc,
-                        extra={"conn": self.conn_id, "peer": self.info.peer})
+            self._limits.refuse(FRAMES_MALFORMED, "malformed frame from %s, closing the "
+                                "connection: %s", self.info.peer, exc)
             self.close()
             return
         for frame in frames:
             self._dispatch(frame)
+        if not self._closed:
+            self._account_pending(bool(frames))
+
+    # -- the pending-frame budget ----------------------------------------------------------
+
+    def _account_pending(self, new_frame: bool) -> None:
+        """Reserve budget for the incomplete large frame held, or wait for room (unread)."""
+        need = self.decoder.pending_frame_bytes
+        if need <= SMALL_FRAME_BYTES:
+            need = 0
+        if self._budget_wait:
+            if need == self._budget_wait and not new_frame:
+                return
+            self._pending.forget(self)
+            self._budget_wait = 0
+        elif need == self._reserved and not new_frame:
+            return  # the same frame goes on arriving
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            self._pending.give(reserved)
+        if need and self._pending.take(need):
+            self._reserved = need
+            self._frame_started = time.monotonic()
+        elif need:
+            self._budget_wait = need
+            self._pending.wait(self, need)
+            self._limits.refuse(PENDING_FRAMES_WAITED, "connection %d from %s waits to "
+                                "receive a frame of %d bytes: incomplete frames hold %d bytes",
+                                self.conn_id, self.info.peer, need, self._pending.reserved)
+        self._update_reading()
+
+    def budget_granted(self, reserved: int) -> None:
+        """The budget has room for the frame this connection waited with: read on."""
+        self._budget_wait = 0
+        self._reserved = reserved
+        self._frame_started = time.monotonic()
+        self._update_reading()
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._reserved
+
+    def frame_overdue(self, now: float, timeout_s: float) -> bool:
+        """Whether a large frame has been arriving for longer than `timeout_s`."""
+        return bool(self._reserved) and now - self._frame_started > timeout_s
 
     def pause_writing(self) -> None:
         # The peer is not reading its responses: stop taking requests from it.
@@ -180,8 +286,8 @@ class BrokerProtocol(asyncio.Protocol):
 
     def _dispatch(self, frame: Frame) -> None:
         if frame.flags & _RESPONSE:
-            log.warning("connection %d sent a response frame (code %d); ignored",
-                        self.conn_id, frame.code)
+            self._limits.refuse(RESPONSES_IGNORED, "connection %d sent a response frame "
+                                "(code %d); ignored", self.conn_id, frame.code)
             return
         auth = self.server.auth
         if auth is not None:
@@ -338,10 +444,14 @@ class BrokerProtocol(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self._closed or self.transport is None:
             return
-        pause = self._stopped or bool(self._backlog) or not self._may_start()
+        pause = (self._stopped or bool(self._budget_wait) or bool(self._backlog)
+                 or not self._may_start())
         if pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
+            if not self._stopped and not self._budget_wait:
+                self._limits.count(READING_PAUSED_INFLIGHT if self._budget_ok()
+                                   else READING_PAUSED_UNWRITTEN)
         elif not pause and self._reading_paused:
             self.transport.resume_reading()
             self._reading_paused = False

@@ -30,6 +30,7 @@ from ferry.errors import (
     RequestTimeoutError,
     TopicNotFoundError,
 )
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_console import login
 from ferry_console.csrf import same_origin_only
@@ -88,13 +89,15 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
         "summary": "Resend dead letters (form: id=... repeated, or all=1)",
         "responses": {"303": {"description": "back to the DLQ page"}}}}
-    for p in ("/healthz", "/readyz", "/openapi.json"):
+    for p in ("/healthz", "/readyz", "/v1/stats", "/openapi.json"):
         paths[p] = {"get": {"responses": {"200": {"description": "JSON"}}}}
     return {"openapi": "3.0.3", "info": {"title": "ferry-console", "version": version},
             "paths": paths}
 
 
-def build_app(console: Console, is_ready: Callable[[], bool], version: str) -> web.Application:
+def build_app(console: Console, is_ready: Callable[[], bool], version: str,
+              guard: HttpGuard | None = None) -> web.Application:
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -108,14 +111,17 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str) -> w
     async def openapi(_: web.Request) -> web.Response:
         return http_errors.json_response(document)
 
+    async def stats(_: web.Request) -> web.Response:
+        return http_errors.json_response({"limits": guard.as_json()})
+
     # html_errors outermost: the origin check's own 403 is a page already. The origin
     # check before the login: a cross-site login form is refused too.
-    app = web.Application(middlewares=[html_errors, same_origin_only, login.login_required],
-                          client_max_size=MAX_BODY_BYTES)
+    app = guard.application([html_errors, same_origin_only, login.login_required])
     app[CONSOLE] = console
     for family in (login, cluster, topics, groups, messages, services):
         family.register(app.router)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/v1/stats", stats)
     app.router.add_get("/openapi.json", openapi)
     return app

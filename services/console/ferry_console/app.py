@@ -12,10 +12,11 @@ import logging
 
 from aiohttp import web
 from ferry.auth.http import server_ssl
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
 
-from ferry_console.api import build_app
-from ferry_console.config import ConsoleConfig
+from ferry_console.api import MAX_BODY_BYTES, build_app
+from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
 from ferry_console.rates import RateSampler
 from ferry_console.sessions import SessionStore
@@ -48,16 +49,15 @@ class ConsoleApp:
     async def start(self) -> None:
         cfg = self.config
         await self.sources.start()
-        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"))
-        self._runner = web.AppRunner(app, access_log=None)
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        app = build_app(self.console, lambda: self.ready, package_version("ferry-console"),
+                        guard=guard)
+        self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_CONSOLE_TLS_*): HTTPS only.
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
-                           ssl_context=server_ssl("console"))
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
+                                      ssl_context=server_ssl("console"))
+        self.port = site.port
         self._sampler = asyncio.create_task(self.rates.run(), name="rates")
         self._ready = True
         log.info("console ready", extra={"http_port": self.port, "namesrv": cfg.namesrv,

@@ -35,6 +35,7 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
@@ -111,9 +112,11 @@ async def _traced(fn: Callable[[Any], Awaitable[Json]], body: Any, operation: st
 
 
 def build_app(backend: Backend,
-              auth: HttpAuth | None = None) -> web.Application:
+              auth: HttpAuth | None = None,
+              guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(backend.version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers
@@ -175,13 +178,13 @@ def build_app(backend: Backend,
         return json_response(report)
 
     async def stats(_: web.Request) -> web.Response:
-        return json_response(backend.stats_document())
+        return json_response({**backend.stats_document(), "limits": guard.as_json()})
 
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)

@@ -21,6 +21,7 @@ from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import (
     cancel_tasks,
     package_version,
@@ -30,9 +31,9 @@ from ferry.lifecycle import (
 )
 from ferry.telemetry import setup_tracing
 
-from ferry_dedup.api import build_app
+from ferry_dedup.api import MAX_BODY_BYTES, build_app
 from ferry_dedup.claims import Claims
-from ferry_dedup.config import DedupConfig, ReconcileTarget
+from ferry_dedup.config import ENV_PREFIX, DedupConfig, ReconcileTarget
 from ferry_dedup.ledger_store import LedgerStore
 from ferry_dedup.permissions import ROUTES
 from ferry_dedup.reconcile import Reconciler, ReconcileRequest, now_ms
@@ -96,16 +97,14 @@ class DedupApp:
         latest, _ = self.store.list(1)
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
-        self._runner = web.AppRunner(build_app(self, auth=await self._start_auth()),
-                                     access_log=None)
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        self._runner = guard.runner(
+            build_app(self, auth=await self._start_auth(), guard=guard), access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DEDUP_TLS_*): HTTPS only.
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
-                           ssl_context=server_ssl("dedup"))
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
+                                      ssl_context=server_ssl("dedup"))
+        self.port = site.port
         if cfg.targets:
             self._tasks["schedule"] = asyncio.create_task(self._schedule(), name="schedule")
         self._ready = True

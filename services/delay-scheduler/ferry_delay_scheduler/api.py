@@ -27,6 +27,7 @@ from ferry.errors import (
     MessageNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
@@ -51,9 +52,11 @@ errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               role: Callable[[], str], canceller: Canceller, version: str,
-              auth: HttpAuth | None = None) -> web.Application:
+              auth: HttpAuth | None = None,
+              guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers
@@ -67,7 +70,7 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
         return json_response({"status": "ready", "role": role()})
 
     async def get_stats(_: web.Request) -> web.Response:
-        return json_response(stats())
+        return json_response({**stats(), "limits": guard.as_json()})
 
     async def cancel(request: web.Request) -> web.Response:
         if not is_ready():
@@ -77,8 +80,8 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

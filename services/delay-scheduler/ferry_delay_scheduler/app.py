@@ -21,6 +21,7 @@ from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import (
     as_step,
     cancel_task,
@@ -33,9 +34,9 @@ from ferry.lifecycle import (
 from ferry.telemetry import setup_tracing
 
 from ferry_delay_scheduler import wheel_files
-from ferry_delay_scheduler.api import build_app
+from ferry_delay_scheduler.api import MAX_BODY_BYTES, build_app
 from ferry_delay_scheduler.cancel import Canceller
-from ferry_delay_scheduler.config import SchedulerConfig
+from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 from ferry_delay_scheduler.deliver import Deliverer
 from ferry_delay_scheduler.ingest import Ingestor
 from ferry_delay_scheduler.leader import LeaderElection
@@ -131,17 +132,16 @@ class SchedulerApp:
                                  self.deliverer.wake.set)
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
-                        package_version("ferry-delay-scheduler"), auth=await self._start_auth())
-        self._runner = web.AppRunner(app, access_log=None)
+                        package_version("ferry-delay-scheduler"),
+                        auth=await self._start_auth(), guard=guard)
+        self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DELAY_SCHEDULER_TLS_*): HTTPS only.
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
-                           ssl_context=server_ssl("delay-scheduler"))
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
+                                      ssl_context=server_ssl("delay-scheduler"))
+        self.port = site.port
         if cfg.etcd:
             http_addr = f"{cfg.advertise_host or cfg.host}:{self.port}"
             self.election = LeaderElection(cfg.etcd, cfg.etcd_prefix, self.node_id, http_addr,

@@ -25,6 +25,7 @@ from ferry.errors import (
     SystemError_,
     TopicNotFoundError,
 )
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
@@ -95,11 +96,13 @@ def _log_error(request: web.Request, status: int, err: FerryError, started: floa
 
 
 def build_app(context: NamesrvContext, version: str,
-              auth: HttpAuth | None = None) -> web.Application:
+              auth: HttpAuth | None = None,
+              guard: HttpGuard | None = None) -> web.Application:
     """The namesrv app; with `auth` (FERRY_AUTH=on) every route but the probes and the
     OpenAPI document needs a signed request and its permission (permissions.py)."""
-    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app[CONTEXT] = context
     document = openapi_document(version)
     if auth is not None:
@@ -107,6 +110,9 @@ def build_app(context: NamesrvContext, version: str,
 
     async def openapi(request: web.Request) -> web.Response:
         return json_response(document)
+
+    async def stats(request: web.Request) -> web.Response:
+        return json_response({"limits": guard.as_json()})
 
     async def whoami(request: web.Request) -> web.Response:
         # Who the request was signed by: the console checks a login with it.
@@ -132,6 +138,7 @@ def build_app(context: NamesrvContext, version: str,
     users.add_routes(app)   # /v1/users, /v1/acl (identities and permissions)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
+    app.router.add_get("/v1/stats", stats)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/console", console)
     return app

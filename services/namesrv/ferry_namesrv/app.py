@@ -17,11 +17,13 @@ from importlib.metadata import PackageNotFoundError, version
 from aiohttp import web
 from ferry.auth.http import HttpAuth, registry_auth, server_ssl
 from ferry.auth.registry import AuthRegistry
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.routing import EtcdRegistry, EtcdUnavailable, RouteCache
 
 from ferry_namesrv.api import build_app
-from ferry_namesrv.config import NamesrvConfig
+from ferry_namesrv.config import ENV_PREFIX, NamesrvConfig
 from ferry_namesrv.context import NamesrvContext
+from ferry_namesrv.handlers.common import MAX_BODY_BYTES
 from ferry_namesrv.permissions import ROUTES
 
 log = logging.getLogger("ferry_namesrv")
@@ -55,16 +57,14 @@ class NamesrvApp:
         self.port: int = config.port
 
     async def start(self) -> None:
-        app = build_app(self.context, _version(), self.http_auth)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        app = build_app(self.context, _version(), self.http_auth, guard=guard)
+        self._runner = guard.runner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_NAMESRV_TLS_*): HTTPS only.
-        site = web.TCPSite(self._runner, self.config.host, self.config.port,
-                           reuse_address=True, ssl_context=server_ssl("namesrv"))
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, self.config.host, self.config.port,
+                                      ssl_context=server_ssl("namesrv"))
+        self.port = site.port
         log.info("listening", extra={"host": self.config.host, "port": self.port,
                                      "etcd": self.config.etcd, "prefix": self.config.etcd_prefix,
                                      "auto_create_topics": self.config.auto_create_topics,

@@ -38,6 +38,7 @@ ROUTES: RouteTable = {
     ("GET", "/v1/routes/{topic}"): route_rule,
     ("GET", "/v1/brokers"): AUTHENTICATED,
     ("GET", "/v1/whoami"): AUTHENTICATED,
+    ("GET", "/v1/stats"): (admin("read"),),   # the HTTP limits counters
     ("GET", "/console"): AUTHENTICATED,
     ("GET", "/v1/topics"): (admin("read"),),
     ("POST", "/v1/topics"): (admin("topics"),),

@@ -26,6 +26,7 @@ from ferry.errors import (
     MessageNotFoundError,
 )
 from ferry.http_errors import error_middleware, json_response
+from ferry.http_limits import HttpGuard, HttpLimits
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
@@ -59,9 +60,11 @@ def _limit(request: web.Request) -> int:
 
 def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               version: str,
-              auth: HttpAuth | None = None) -> web.Application:
+              auth: HttpAuth | None = None,
+              guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     document = openapi_document(version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers
@@ -75,7 +78,7 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
         return json_response({"status": "ready"})
 
     async def get_stats(_: web.Request) -> web.Response:
-        return json_response(stats())
+        return json_response({**stats(), "limits": guard.as_json()})
 
     async def list_transactions(request: web.Request) -> web.Response:
         state = request.query.get("state", "open")
@@ -100,8 +103,8 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
     async def openapi(_: web.Request) -> web.Response:
         return json_response(document)
 
-    middlewares = [errors_and_logs] if auth is None else [errors_and_logs, auth.middleware]
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+    app = guard.application([errors_and_logs] if auth is None
+                            else [errors_and_logs, auth.middleware])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/stats", get_stats)

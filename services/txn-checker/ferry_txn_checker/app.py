@@ -19,6 +19,7 @@ from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
+from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import (
     cancel_task,
     cancel_tasks,
@@ -32,9 +33,9 @@ from ferry.telemetry import setup_tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker import checkpoint
-from ferry_txn_checker.api import build_app
+from ferry_txn_checker.api import MAX_BODY_BYTES, build_app
 from ferry_txn_checker.checker import Checker
-from ferry_txn_checker.config import CheckerConfig
+from ferry_txn_checker.config import ENV_PREFIX, CheckerConfig
 from ferry_txn_checker.permissions import ROUTES
 from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
 from ferry_txn_checker.state import Book
@@ -87,18 +88,16 @@ class CheckerApp:
         log.info("txn-checker starting", extra={
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.book, self.stats_document, lambda: self.ready,
                         package_version("ferry-txn-checker"),
-                        auth=await self._start_auth())
-        self._runner = web.AppRunner(app, access_log=None)
+                        auth=await self._start_auth(), guard=guard)
+        self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_TXN_CHECKER_TLS_*): HTTPS only.
-        site = web.TCPSite(self._runner, cfg.host, cfg.http_port, reuse_address=True,
-                           ssl_context=server_ssl("txn-checker"))
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
+                                      ssl_context=server_ssl("txn-checker"))
+        self.port = site.port
         self._tasks["scan"] = asyncio.create_task(self.scanner.run(), name="scan")
         self._tasks["check"] = asyncio.create_task(self.checker.run(), name="check")
         self._tasks["checkpoint"] = asyncio.create_task(self._checkpoint_loop(),

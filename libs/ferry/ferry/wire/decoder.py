@@ -53,6 +53,18 @@ class FrameDecoder:
         """Bytes held for a frame that has not fully arrived."""
         return len(self._buf)
 
+    @property
+    def pending_frame_bytes(self) -> int:
+        """The whole size (length prefix included) announced by the incomplete frame held.
+
+        0 when none is held; the bytes held while even its 4-byte length is incomplete.
+        A server can budget for the frame from this before its bytes arrive.
+        """
+        buf = self._buf
+        if len(buf) < _LENGTH_SIZE:
+            return len(buf)
+        return _LENGTH_SIZE + int(FRAME_LENGTH.unpack_from(buf)[0])
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         """Take the next bytes of the stream; return every frame now complete, in order."""
         if self._failed is not None:

@@ -109,7 +109,10 @@ async def dlq(request: web.Request) -> web.Response:
 
 async def dlq_resend(request: web.Request) -> web.Response:
     name = validate_group(request.match_info["group"])
-    form = await request.post()
+    try:
+        form = await request.post()
+    except ValueError as exc:  # a multipart body without its boundary (found by tests/fuzz)
+        raise MalformedRequestError(f"the form cannot be read: {exc}") from None
     every = form.get("all") == "1"
     ids = [str(v) for v in form.getall("id", [])]
     if not every and not ids:
