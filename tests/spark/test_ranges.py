@@ -63,6 +63,30 @@ def test_stream_offsets_round_trip() -> None:
         from_offset({"a": 5})
 
 
+@pytest.mark.parametrize(("options", "match"), [
+    ({"offsetOutOfRange": "ignore"}, "offsetOutOfRange must be fail or clamp"),
+    ({"startingOffsets": "first"}, "startingOffsets must be earliest or latest or JSON"),
+    ({"startingOffsets": '{"b": {"x": 1}}'}, "must be a queue id mapped to an offset"),
+    ({"startingOffsets": '[1]'}, "must be an object of brokers"),
+    ({"endingOffsets": "earliest"}, "endingOffsets must be latest or JSON"),
+    ({"startingOffset": "earliest"}, "unknown option"),
+    ({"startingTimestampMs": "yesterday"}, "startingTimestampMs must be an integer"),
+    ({"endingTimestampMs": "-5"}, "endingTimestampMs must be >= 0"),
+    ({"maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger is for streaming reads only"),
+    ({"path": "/x"}, None),
+])
+def test_bad_read_options(options: dict, match: str | None) -> None:
+    opts = {"namesrv": "h:1", "topic": "t", **options}
+    if match is None:   # fine for a batch read, refused for a stream
+        read_options(opts, stream=False)
+        match = "batch reads only"
+        with pytest.raises(SourceOptionError, match=match):
+            read_options(opts, stream=True)
+        return
+    with pytest.raises(SourceOptionError, match=match):
+        read_options(opts, stream=False)
+
+
 def test_read_options_rules() -> None:
     base = {"namesrv": "h:1", "topic": "t"}
     assert read_options(base, stream=False).starting.default == EARLIEST

@@ -13,8 +13,8 @@ from tests.spark.conftest import message, new_topic, send_messages
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
-TOTAL = 3_000
-BEFORE_START = 500          # sent before the query starts (startingOffsets=earliest reads them)
+TOTAL = 2_000
+BEFORE_START = 400          # sent before the query starts (startingOffsets=earliest reads them)
 SEND_STEP = 100
 WANT_BATCHES = 5
 WAIT_S = 90.0
@@ -35,10 +35,11 @@ def _send_slowly(namesrv: str, topic: str, numbers: range, sent: list, done: thr
         done.set()
 
 
-def _start(spark, mesh: Mesh, topic: str, out: str, checkpoint: str, **trigger):
+def _start(spark, mesh: Mesh, topic: str, out: str, checkpoint: str, limit: str = "",
+           **trigger):
     stream = spark.readStream.format("ferry").option("namesrv", mesh.namesrv) \
         .option("topic", topic).option("startingOffsets", "earliest") \
-        .option("maxOffsetsPerTrigger", "400").load()
+        .option("maxOffsetsPerTrigger", limit).load()
     return stream.writeStream.format("parquet").option("path", out) \
         .option("checkpointLocation", checkpoint).trigger(**trigger).start()
 
@@ -48,13 +49,14 @@ def _batches_with_rows(query) -> int:
 
 
 def test_stream_restarts_from_checkpoint_exactly_once(spark, spark_mesh: Mesh, tmp_path) -> None:
-    topic = new_topic(spark_mesh, "spark-stream", queues=4)
+    topic = new_topic(spark_mesh, "spark-stream", queues=2)
     sent = asyncio.run(send_messages(spark_mesh.namesrv, topic, range(BEFORE_START)))
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     done = threading.Event()
     sender = threading.Thread(target=_send_slowly, args=(
         spark_mesh.namesrv, topic, range(BEFORE_START, TOTAL), sent, done), daemon=True)
-    query = _start(spark, spark_mesh, topic, out, checkpoint, processingTime="500 milliseconds")
+    query = _start(spark, spark_mesh, topic, out, checkpoint, limit="300",
+                   processingTime="500 milliseconds")
     sender.start()
     try:
         deadline = time.monotonic() + WAIT_S
@@ -69,7 +71,8 @@ def test_stream_restarts_from_checkpoint_exactly_once(spark, spark_mesh: Mesh, t
     assert done.wait(WAIT_S)
     sender.join()
     assert len(sent) == TOTAL
-    # Restarted from the checkpoint: reads what the first run left, up to now, then stops.
+    # Restarted from the checkpoint (with no batch limit now): reads what the first run left,
+    # up to the end as it is now, then stops.
     query = _start(spark, spark_mesh, topic, out, checkpoint, availableNow=True)
     query.awaitTermination(WAIT_S)
     assert query.exception() is None
