@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import pytest
+from ferry.codec.limits import MAX_BODY_BYTES
 
 from tests.client.conftest import Mesh, unique
 from tests.spark.conftest import new_topic, send_messages
@@ -84,3 +85,11 @@ def test_stream_of_unknown_topic_fails_the_query(spark, spark_mesh: Mesh, tmp_pa
     with pytest.raises(Exception, match=f"topic '{name}' does not exist"):
         query.awaitTermination(60)
     query.stop()
+
+
+def test_failed_send_fails_the_write(spark, spark_mesh: Mesh, small: str) -> None:
+    too_big = bytes(MAX_BODY_BYTES + 1)
+    df = spark.createDataFrame([(too_big,)], "body binary")
+    with pytest.raises(Exception, match="MessageTooLargeError"):
+        df.write.format("ferry").option("namesrv", spark_mesh.namesrv) \
+            .option("topic", small).mode("append").save()
