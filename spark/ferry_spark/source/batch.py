@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
-from ferry.client.message import ConsumerRecord
+from ferry.codec.record import StoredMessage
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ferry_spark.schema import to_batch
@@ -39,14 +39,14 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
         assert opts.namesrv is not None
         chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
                              request_timeout_ms=opts.request_timeout_ms).chunks()
-    pending: list[ConsumerRecord] = []
+    pending: list[StoredMessage] = []
     for records in chunks:
         pending += records
         if len(pending) >= ARROW_BATCH_ROWS:
-            yield to_batch(pending, qr.topic)
+            yield to_batch(pending, qr.topic, qr.broker)
             pending = []
     if pending:
-        yield to_batch(pending, qr.topic)
+        yield to_batch(pending, qr.topic, qr.broker)
 
 
 class FerryBatchReader(DataSourceReader):

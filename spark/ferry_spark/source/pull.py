@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterator
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import decode_pull_body
-from ferry.client.message import ConsumerRecord, TopicQueue
+from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.client.offsets import read_addr
+from ferry.codec.record import StoredMessage, iter_records
 from ferry.errors import (
     ConnectionLostError,
     NotMasterError,
@@ -71,9 +71,9 @@ class RangePuller:
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
         self._addr: str | None = None
 
-    def chunks(self) -> Iterator[list[ConsumerRecord]]:
+    def chunks(self) -> Iterator[list[StoredMessage]]:
         loop = asyncio.new_event_loop()
-        ahead: asyncio.Task[tuple[list[ConsumerRecord], int, bool]] | None = None
+        ahead: asyncio.Task[tuple[list[StoredMessage], int, bool]] | None = None
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
@@ -112,7 +112,7 @@ class RangePuller:
         await self._pool.close()
         await self._client.close()
 
-    async def _pull(self, offset: int) -> tuple[list[ConsumerRecord], int, bool]:
+    async def _pull(self, offset: int) -> tuple[list[StoredMessage], int, bool]:
         """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
         end = self.qr.end
         fields = {"group": READER_GROUP, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
@@ -132,7 +132,7 @@ class RangePuller:
         status = str(resp.fields.get("status", ""))
         next_offset = int(resp.fields.get("next_offset", offset))
         if status == "FOUND":
-            records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
+            records = list(iter_records(resp.body))   # each checked (size, magic, CRC)
             if records and records[-1].queue_offset >= end:
                 records = [r for r in records if r.queue_offset < end]
             return records, max(next_offset, offset + 1), False

@@ -14,8 +14,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from ferry.client.fetcher import decode_pull_body
-from ferry.client.message import ConsumerRecord
+from ferry.codec.record import StoredMessage, iter_records
 from ferry.errors import OffsetOutOfRangeError, StoreError, TopicNotFoundError
 from ferry.store import GetStatus, MessageStore, StoreConfig
 
@@ -84,7 +83,7 @@ def store_bounds(store_dir: str, broker: str, topic: str, start_ts_ms: int | Non
 
 
 def read_store_range(store_dir: str, qr: QueueRange, *,
-                     fail_out_of_range: bool) -> Iterator[list[ConsumerRecord]]:
+                     fail_out_of_range: bool) -> Iterator[list[StoredMessage]]:
     """The records of `qr` from the store in `store_dir`, a chunk at a time."""
     store = open_store(store_dir, wait_s=LOCK_WAIT_S)
     try:
@@ -100,7 +99,7 @@ def read_store_range(store_dir: str, qr: QueueRange, *,
                 raise OffsetOutOfRangeError(
                     f"ferry source: {qr.where} in {store_dir}: offset {offset} cannot be read "
                     f"({got.status.name}; the queue holds [{got.min_offset}, {got.max_offset}))")
-            records = decode_pull_body(b"".join(got.records), qr.topic, qr.broker)
+            records = list(iter_records(b"".join(got.records)))
             offset = got.next_queue_offset
             if records:
                 yield records
