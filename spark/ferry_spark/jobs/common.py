@@ -1,0 +1,97 @@
+"""What the jobs share: the session, reading a topic through the `ferry` source, topic lists.
+
+The topic and group lists come from namesrv with `ferry.Admin`, on a short-lived
+event loop in the driver: the jobs run on the driver's thread, outside any loop.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ferry import Admin
+from ferry.errors import FerryError
+from ferry.names import dlq_topic, retry_topic
+from pyspark.sql import DataFrame, SparkSession
+
+#: Where `make up` (deploy/local_mesh.py) serves namesrv when FERRY_NAMESRV is unset.
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+#: Where `make up` has its processes write JSON-lines spans, relative to the repository.
+DEFAULT_TRACE_DIR = "var/traces"
+#: Where the jobs write, relative to the repository (`make spark-report`).
+DEFAULT_OUT_DIR = "var/spark"
+
+
+def namesrv_from_env() -> str:
+    return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """--namesrv, --master: every job has them."""
+    parser.add_argument("--namesrv", default=namesrv_from_env(),
+                        help="namesrv host:port (default $FERRY_NAMESRV or %(default)s)")
+    parser.add_argument("--master", default=os.environ.get("FERRY_SPARK_MASTER", "local[2]"),
+                        help="Spark master (default $FERRY_SPARK_MASTER or %(default)s)")
+
+
+def get_session(app_name: str, master: str) -> SparkSession:
+    """A session with the `ferry` source registered (ferry_spark.session), for main()."""
+    from ferry_spark import session   # the package's entry point (the data source's half)
+
+    return session(app_name=app_name, master=master)
+
+
+def source_url(namesrv: str) -> str:
+    """namesrv as the `ferry` source's option takes it (host:port or http://host:port)."""
+    return namesrv if "://" in namesrv else f"http://{namesrv}"
+
+
+def read_topic(spark: SparkSession, namesrv: str, topic: str,
+               options: dict[str, str] | None = None) -> DataFrame:
+    """A batch read of `topic` (earliest → latest unless `options` say otherwise)."""
+    reader = spark.read.format("ferry").option("namesrv", source_url(namesrv)) \
+        .option("topic", topic)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def run(coro: Any) -> Any:
+    """Run one Admin coroutine from the driver's (loop-less) thread."""
+    return asyncio.run(coro)
+
+
+async def _topics_and_groups(namesrv: str) -> tuple[list[str], list[str]]:
+    async with Admin(namesrv=namesrv) as admin:
+        topics = [str(t["name"]) for t in await admin.list_topics()]
+        groups = [str(g["name"]) for g in await admin.list_groups()]
+    return topics, groups
+
+
+def topics_and_groups(namesrv: str) -> tuple[list[str], list[str]]:
+    """Every topic (internal ones too) and every configured group namesrv lists."""
+    topics, groups = run(_topics_and_groups(namesrv))
+    return list(topics), list(groups)
+
+
+async def _existing(namesrv: str, topics: Sequence[str]) -> list[str]:
+    out = []
+    async with Admin(namesrv=namesrv) as admin:
+        for topic in topics:
+            try:
+                if await admin.queue_infos(topic):
+                    out.append(topic)
+            except FerryError:   # no route: the topic was never written
+                continue
+    return out
+
+
+def existing_topics(namesrv: str, topics: Sequence[str]) -> list[str]:
+    """Those of `topics` that have a route (an internal topic exists once written to)."""
+    return list(run(_existing(namesrv, topics)))
+
+
+def retry_and_dlq_topics(group: str) -> tuple[str, str]:
+    return retry_topic(group), dlq_topic(group)
