@@ -33,11 +33,11 @@ system-deps:
 	  fi; \
 	fi
 
-$(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) requirements-dev.txt
+$(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) spark/pyproject.toml requirements-dev.txt
 	@test -x $(PY) || python3 -m venv .venv
 	@echo "setup: installing Python packages into .venv (log: .venv/setup.log)"
 	@( $(PIP) install -q --upgrade pip && $(PIP) install -q -r requirements-dev.txt \
-	   && $(PIP) install -q -e "libs/ferry[idempotence,celery]" $(foreach s,$(SERVICES),-e $(s)) ) > .venv/setup.log 2>&1 \
+	   && $(PIP) install -q -e "libs/ferry[idempotence,celery]" $(foreach s,$(SERVICES),-e $(s)) -e spark ) > .venv/setup.log 2>&1 \
 	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 
@@ -52,7 +52,7 @@ test: setup
 
 lint: setup
 	@.venv/bin/ruff check libs services tests bench spark
-	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker services/dedup/ferry_dedup services/console/ferry_console
+	@.venv/bin/mypy libs/ferry/ferry services/broker/ferry_broker services/namesrv/ferry_namesrv services/delay-scheduler/ferry_delay_scheduler services/txn-checker/ferry_txn_checker services/dedup/ferry_dedup services/console/ferry_console spark/ferry_spark
 
 bench: setup
 	@$(PY) bench/run.py $(BENCH)

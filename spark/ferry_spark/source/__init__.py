@@ -1,0 +1,53 @@
+"""The `ferry` PySpark data source: batch and streaming reads and writes of Ferry topics.
+
+`FerryDataSource` only checks options and hands out readers and writers:
+`batch` (network or store-directory reads), `stream` (offsets per queue
+checkpointed by Spark), `writer` (rows sent as messages with the Producer).
+Options are checked on the driver when the query is planned, so a bad option,
+an unknown topic or an unreachable namesrv fails there with a clear message.
+"""
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from ferry_spark.schema import SCHEMA
+from ferry_spark.source.batch import FerryBatchReader
+from ferry_spark.source.options import read_options, write_options
+
+NAME = "ferry"
+
+
+class FerryDataSource(DataSource):
+    """Registered as "ferry" by `ferry_spark.register(spark)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return FerryBatchReader(read_options(self.options, stream=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from ferry_spark.source.stream import FerryStreamReader
+        return FerryStreamReader(read_options(self.options, stream=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from ferry_spark.source.writer import FerryWriter
+        return FerryWriter(write_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from ferry_spark.source.writer import FerryStreamWriter
+        return FerryStreamWriter(write_options(self.options), schema)
+
+
+__all__ = ["NAME", "FerryDataSource"]

@@ -1,0 +1,53 @@
+"""The batch reader: plans one partition per queue range on the driver, pulls them in tasks."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from ferry_spark.schema import to_batch
+from ferry_spark.source import store_dir
+from ferry_spark.source.options import ReadOptions
+from ferry_spark.source.probe import topic_bounds
+from ferry_spark.source.pull import RangePuller
+from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges
+
+
+def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
+    """The topic's queue bounds, from the mesh or the store directory."""
+    start_ts, end_ts = opts.starting.timestamp_ms, opts.ending.timestamp_ms
+    if opts.store_dir is not None:
+        broker = store_dir.broker_name(opts.store_dir, opts.broker)
+        return store_dir.store_bounds(opts.store_dir, broker, opts.topic, start_ts, end_ts)
+    assert opts.namesrv is not None
+    return topic_bounds(opts.namesrv, opts.topic, start_ts_ms=start_ts, end_ts_ms=end_ts,
+                        request_timeout_ms=opts.request_timeout_ms)
+
+
+def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
+    """A task's rows: the records of `qr` as Arrow batches (network or store directory)."""
+    if opts.store_dir is not None:
+        chunks = store_dir.read_store_range(opts.store_dir, qr,
+                                            fail_out_of_range=opts.fail_out_of_range)
+    else:
+        assert opts.namesrv is not None
+        chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
+                             request_timeout_ms=opts.request_timeout_ms).chunks()
+    for records in chunks:
+        yield to_batch(records, qr.topic)
+
+
+class FerryBatchReader(DataSourceReader):
+    """`spark.read.format("ferry")`: every queue of a topic between two offsets (or times)."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.opts
+        return plan_ranges(o.topic, bounds_of(o), o.starting, o.ending, o.fail_out_of_range)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        yield from read_range(self.opts, partition)

@@ -1,0 +1,200 @@
+"""The `ferry` data source's options: parsed and checked once, on the driver, at planning.
+
+Offsets are given as "earliest", "latest" or JSON naming queues:
+`{"<broker>": {"<queue_id>": offset}}`, where an offset of -2 means the
+queue's earliest and -1 its latest (Kafka's convention). A queue the JSON does
+not name takes the default: earliest for a start, latest for an end.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferry.names import validate_topic
+
+from ferry_spark.errors import SourceOptionError
+
+EARLIEST = -2
+LATEST = -1
+#: queue spec: (broker, queue_id) -> offset (or EARLIEST / LATEST)
+QueueOffsets = dict[tuple[str, int], int]
+
+READ_OPTIONS = frozenset({
+    "namesrv", "topic", "startingoffsets", "endingoffsets", "startingtimestampms",
+    "endingtimestampms", "offsetoutofrange", "maxoffsetspertrigger", "path", "storedir",
+    "broker", "requesttimeoutms"})
+WRITE_OPTIONS = frozenset({"namesrv", "topic", "requesttimeoutms", "path"})
+# Options Spark itself may pass along with the user's.
+_SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+POLICIES = ("fail", "clamp")
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where each queue's range starts or ends: a default plus named queues."""
+
+    default: int                       # EARLIEST or LATEST
+    queues: QueueOffsets = field(default_factory=dict)
+    timestamp_ms: int | None = None    # resolved per queue with OFFSET_FOR_TIME
+
+    def for_queue(self, broker: str, queue_id: int) -> int:
+        return self.queues.get((broker, queue_id), self.default)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """A read's options, checked. `store_dir` set: read that directory, not the network."""
+
+    topic: str
+    namesrv: str | None
+    store_dir: str | None
+    broker: str | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    fail_out_of_range: bool
+    max_offsets_per_trigger: int | None
+    request_timeout_ms: int
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _check_known(opts: Mapping[str, str], known: frozenset[str]) -> None:
+    unknown = sorted(k for k in opts if k not in known and k not in _SPARK_OPTIONS
+                     and not k.startswith("spark."))
+    if unknown:
+        raise SourceOptionError(f"ferry source: unknown option(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(known))}")
+
+
+def _int(opts: Mapping[str, str], name: str, minimum: int) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SourceOptionError(f"ferry source: option {name} must be an integer, "
+                                f"got {raw!r}") from None
+    if value < minimum:
+        raise SourceOptionError(f"ferry source: option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_offsets(raw: str | None, name: str, default: int,
+                  allowed: tuple[str, ...] = ("earliest", "latest")) -> OffsetSpec:
+    """`raw` ("earliest", "latest" or per-queue JSON) as an OffsetSpec."""
+    if raw is None or raw.strip() == "":
+        return OffsetSpec(default)
+    text = raw.strip()
+    if text.lower() in allowed:
+        return OffsetSpec(EARLIEST if text.lower() == "earliest" else LATEST)
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        raise SourceOptionError(
+            f"ferry source: option {name} must be {' or '.join(allowed)} or JSON like "
+            f'{{"broker-a": {{"0": 42}}}}, got {raw!r}') from None
+    if not isinstance(data, dict):
+        raise SourceOptionError(f"ferry source: option {name} JSON must be an object "
+                                f"of brokers, got {raw!r}")
+    queues: QueueOffsets = {}
+    for broker, per_queue in data.items():
+        if not isinstance(per_queue, dict):
+            raise SourceOptionError(f"ferry source: option {name}: broker {broker!r} must map "
+                                    f"queue ids to offsets, got {per_queue!r}")
+        for qid, offset in per_queue.items():
+            if not str(qid).isdigit() or isinstance(offset, bool) or not isinstance(offset, int) \
+                    or offset < EARLIEST:
+                raise SourceOptionError(
+                    f"ferry source: option {name}: {broker}/{qid} must be a queue id mapped to "
+                    f"an offset >= 0 (or -2 earliest, -1 latest), got {offset!r}")
+            queues[(str(broker), int(qid))] = offset
+    return OffsetSpec(default, queues)
+
+
+def _policy(opts: Mapping[str, str]) -> bool:
+    policy = opts.get("offsetoutofrange", "fail").strip().lower()
+    if policy not in POLICIES:
+        raise SourceOptionError(f"ferry source: option offsetOutOfRange must be fail or clamp, "
+                                f"got {policy!r}")
+    return policy == "fail"
+
+
+def read_options(options: Mapping[str, str], *, stream: bool) -> ReadOptions:
+    """The checked options of a batch (`stream` False) or streaming read."""
+    opts = _lower(options)
+    _check_known(opts, READ_OPTIONS)
+    topic = opts.get("topic")
+    if not topic:
+        raise SourceOptionError("ferry source: option topic is required")
+    try:
+        validate_topic(topic, allow_internal=True)
+    except ValueError as exc:
+        raise SourceOptionError(f"ferry source: option topic: {exc}") from None
+    store_dir = opts.get("storedir") or opts.get("path") or None
+    namesrv = opts.get("namesrv") or None
+    if store_dir is None and namesrv is None:
+        namesrv = os.environ.get("FERRY_NAMESRV")
+        if namesrv is None:
+            raise SourceOptionError("ferry source: option namesrv (or path/storeDir for an "
+                                    "offline read of a broker data directory) is required")
+    if store_dir is not None and stream:
+        raise SourceOptionError("ferry source: path/storeDir (an offline store read) is for "
+                                "batch reads only")
+    if stream and "endingoffsets" in opts or stream and "endingtimestampms" in opts:
+        raise SourceOptionError("ferry source: endingOffsets/endingTimestampMs are for batch "
+                                "reads only")
+    if not stream and "maxoffsetspertrigger" in opts:
+        raise SourceOptionError("ferry source: maxOffsetsPerTrigger is for streaming reads only")
+    start_default = EARLIEST if not stream else LATEST
+    starting = parse_offsets(opts.get("startingoffsets"), "startingOffsets", start_default)
+    ending = parse_offsets(opts.get("endingoffsets"), "endingOffsets", LATEST,
+                           allowed=("latest",))
+    start_ts = _int(opts, "startingTimestampMs", 0)
+    end_ts = _int(opts, "endingTimestampMs", 0)
+    if start_ts is not None:
+        if "startingoffsets" in opts:
+            raise SourceOptionError("ferry source: give startingOffsets or startingTimestampMs, "
+                                    "not both")
+        starting = OffsetSpec(start_default, timestamp_ms=start_ts)
+    if end_ts is not None:
+        if "endingoffsets" in opts:
+            raise SourceOptionError("ferry source: give endingOffsets or endingTimestampMs, "
+                                    "not both")
+        ending = OffsetSpec(LATEST, timestamp_ms=end_ts)
+    return ReadOptions(
+        topic=topic, namesrv=namesrv, store_dir=store_dir, broker=opts.get("broker") or None,
+        starting=starting, ending=ending, fail_out_of_range=_policy(opts),
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
+        request_timeout_ms=_int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """A write's options: `topic` None means each row names its own (a `topic` column)."""
+
+    namesrv: str
+    topic: str | None
+    request_timeout_ms: int
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    opts = _lower(options)
+    _check_known(opts, WRITE_OPTIONS)
+    namesrv = opts.get("namesrv") or os.environ.get("FERRY_NAMESRV")
+    if not namesrv:
+        raise SourceOptionError("ferry sink: option namesrv is required")
+    topic = opts.get("topic") or None
+    if topic is not None:
+        try:
+            validate_topic(topic)
+        except ValueError as exc:
+            raise SourceOptionError(f"ferry sink: option topic: {exc}") from None
+    return WriteOptions(namesrv, topic,
+                        _int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS)

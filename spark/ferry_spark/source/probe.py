@@ -1,0 +1,81 @@
+"""Asking the mesh (namesrv and brokers) for a topic's queues and their bounds, at planning.
+
+Runs on the driver (in Spark's planning worker) under `asyncio.run`: one
+namesrv route lookup, then GET_MIN_MAX (and OFFSET_FOR_TIME for reads by time)
+per queue. An unknown topic raises TopicNotFoundError, an unreachable namesrv
+ConnectionLostError, each with a message naming what was asked.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.message import TopicQueue
+from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.offsets import queue_bounds, read_addr
+from ferry.errors import ConnectionLostError, RequestTimeoutError, TopicNotFoundError
+from ferry.wire import RequestCode
+
+from ferry_spark.source.ranges import QueueBounds
+
+
+class MeshProbe:
+    """Routes and queue bounds of topics, over one namesrv client and connection pool."""
+
+    def __init__(self, namesrv: str, request_timeout_ms: int) -> None:
+        self.namesrv = namesrv
+        self._client = NamesrvClient(namesrv)
+        self.routes = RouteCache(self._client, refresh_interval_ms=0)
+        self.pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self._client.close()
+
+    async def queues(self, topic: str) -> list[TopicQueue]:
+        """Every readable queue of `topic`; clear errors for an unknown topic or namesrv."""
+        try:
+            route = await self.routes.route(topic)
+        except TopicNotFoundError:
+            raise TopicNotFoundError(f"ferry source: topic {topic!r} does not exist "
+                                     f"(namesrv {self.namesrv})") from None
+        except (ConnectionLostError, RequestTimeoutError) as exc:
+            raise type(exc)(f"ferry source: cannot reach namesrv {self.namesrv}: {exc}") from None
+        queues = [TopicQueue(topic, b, q) for b, q in route.readable_queues()]
+        if not queues:
+            raise TopicNotFoundError(f"ferry source: topic {topic!r} has no readable queue "
+                                     f"(no live broker serves it; namesrv {self.namesrv})")
+        return queues
+
+    async def bounds(self, tq: TopicQueue, start_ts_ms: int | None = None,
+                     end_ts_ms: int | None = None) -> QueueBounds:
+        low, high = await queue_bounds(self.pool, self.routes, tq)
+        return QueueBounds(tq.broker, tq.queue_id, low, high,
+                           await self._at_time(tq, start_ts_ms),
+                           await self._at_time(tq, end_ts_ms))
+
+    async def _at_time(self, tq: TopicQueue, ts_ms: int | None) -> int | None:
+        if ts_ms is None:
+            return None
+        addr = await read_addr(self.routes, tq)
+        resp = await self.pool.request(addr, RequestCode.OFFSET_FOR_TIME, {
+            "topic": tq.topic, "queue_id": tq.queue_id, "ts_ms": int(ts_ms)})
+        return int(resp.fields["offset"])
+
+
+async def _topic_bounds(namesrv: str, topic: str, start_ts_ms: int | None,
+                        end_ts_ms: int | None, request_timeout_ms: int) -> list[QueueBounds]:
+    probe = MeshProbe(namesrv, request_timeout_ms)
+    try:
+        queues = await probe.queues(topic)
+        return list(await asyncio.gather(*(probe.bounds(tq, start_ts_ms, end_ts_ms)
+                                           for tq in queues)))
+    finally:
+        await probe.close()
+
+
+def topic_bounds(namesrv: str, topic: str, *, start_ts_ms: int | None = None,
+                 end_ts_ms: int | None = None,
+                 request_timeout_ms: int = 30_000) -> list[QueueBounds]:
+    """The bounds of every readable queue of `topic`, from the mesh (blocking)."""
+    return asyncio.run(_topic_bounds(namesrv, topic, start_ts_ms, end_ts_ms, request_timeout_ms))

@@ -1,0 +1,134 @@
+"""Reading one queue range over the network, in a Spark task: PULL from `start` until `end`.
+
+The task runs its own event loop and drives it one PULL at a time, handing
+each answer's records to Spark before the next, so a range of any length takes
+the memory of one answer. It stops exactly at the range end: records at or
+past `end` in the last answer are dropped. The queue's broker is looked up in
+namesrv (its master, else a slave of the group), again after a failed pull.
+
+Statuses: FOUND and NO_MATCHED_MESSAGE (records expired by TTL are skipped)
+move to the answer's `next_offset`. OFFSET_TOO_SMALL (retention deleted the
+offset since planning) raises OffsetOutOfRangeError under offsetOutOfRange=fail
+and moves to the oldest kept offset under clamp. A queue that ends before the
+range end (a sync master serves only what its slaves confirmed) is waited for,
+looking again every `STALL_RECHECK_S`, up to `STALL_TIMEOUT_MS`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+
+from ferry.client.connection import ConnectionPool
+from ferry.client.fetcher import decode_pull_body
+from ferry.client.message import ConsumerRecord, TopicQueue
+from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.offsets import read_addr
+from ferry.errors import (
+    ConnectionLostError,
+    NotMasterError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+)
+from ferry.wire import RequestCode
+
+from ferry_spark.source.ranges import QueueRange
+
+log = logging.getLogger(__name__)
+
+#: The group named in PULLs (a PULL must name one); the source never commits offsets.
+READER_GROUP = "ferry-spark-reader"
+PULL_MAX_COUNT = 1024             # the broker's MAX_PULL_COUNT
+PULL_MAX_BYTES = 8 << 20          # the broker's MAX_PULL_BYTES: an answer stays under a frame
+STALL_RECHECK_S = 0.1             # while the queue ends before the range end, look again after
+STALL_TIMEOUT_MS = 60_000         # how long a range may wait for records it was planned with
+MAX_PULL_ATTEMPTS = 4             # attempts of one PULL against unreachable brokers
+RETRY_BACKOFF_S = 0.5
+_UNREACHABLE = (ConnectionLostError, RequestTimeoutError, NotMasterError)
+_ENDED = frozenset({"OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY", "NO_MESSAGE_IN_QUEUE"})
+
+
+class RangePuller:
+    """Pulls one QueueRange; iterate `chunks()` for its records, in offset order."""
+
+    def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
+                 request_timeout_ms: int) -> None:
+        self.qr = qr
+        self.tq = TopicQueue(qr.topic, qr.broker, qr.queue_id)
+        self.fail_out_of_range = fail_out_of_range
+        self._client = NamesrvClient(namesrv)
+        self._routes = RouteCache(self._client, refresh_interval_ms=0)
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self._addr: str | None = None
+
+    def chunks(self) -> Iterator[list[ConsumerRecord]]:
+        loop = asyncio.new_event_loop()
+        try:
+            offset, end = self.qr.start, self.qr.end
+            stalled_since: float | None = None
+            while offset < end:
+                records, offset, ended = loop.run_until_complete(self._pull(offset))
+                if ended:
+                    stalled_since = stalled_since or time.monotonic()
+                    if (time.monotonic() - stalled_since) * 1000 > STALL_TIMEOUT_MS:
+                        self._stalled(offset)
+                        return
+                    continue
+                stalled_since = None
+                if records:
+                    yield records
+        finally:
+            loop.run_until_complete(self._close())
+            loop.close()
+
+    def _stalled(self, offset: int) -> None:
+        msg = (f"ferry source: {self.qr.where}: the queue ends at {offset}, before the planned "
+               f"range end {self.qr.end}, after {STALL_TIMEOUT_MS} ms")
+        if self.fail_out_of_range:
+            raise OffsetOutOfRangeError(msg)
+        log.warning("%s; reading what is there (offsetOutOfRange=clamp)", msg)
+
+    async def _close(self) -> None:
+        await self._pool.close()
+        await self._client.close()
+
+    async def _pull(self, offset: int) -> tuple[list[ConsumerRecord], int, bool]:
+        """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
+        end = self.qr.end
+        fields = {"group": READER_GROUP, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
+                  "offset": offset, "max_count": min(PULL_MAX_COUNT, end - offset),
+                  "max_bytes": PULL_MAX_BYTES, "max_wait_ms": 0}
+        for attempt in range(MAX_PULL_ATTEMPTS):
+            try:
+                if self._addr is None:
+                    self._addr = await read_addr(self._routes, self.tq)
+                resp = await self._pool.request(self._addr, RequestCode.PULL, fields)
+                break
+            except _UNREACHABLE:
+                self._addr = None
+                if attempt + 1 == MAX_PULL_ATTEMPTS:
+                    raise
+                await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
+        status = str(resp.fields.get("status", ""))
+        next_offset = int(resp.fields.get("next_offset", offset))
+        if status == "FOUND":
+            records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
+            if records and records[-1].queue_offset >= end:
+                records = [r for r in records if r.queue_offset < end]
+            return records, max(next_offset, offset + 1), False
+        if status == "NO_MATCHED_MESSAGE" and next_offset > offset:
+            return [], next_offset, False
+        if status == "OFFSET_TOO_SMALL":
+            if self.fail_out_of_range:
+                raise OffsetOutOfRangeError(
+                    f"ferry source: offset {offset} of {self.qr.where} is no longer stored (the "
+                    f"queue now starts at {next_offset}; range [{self.qr.start}, {end}))")
+            log.warning("%s: offset %d deleted since planning; continuing at %d (clamp)",
+                        self.qr.where, offset, next_offset)
+            return [], next_offset, False
+        if status in _ENDED or status == "NO_MATCHED_MESSAGE":
+            await asyncio.sleep(STALL_RECHECK_S)
+            return [], offset, True
+        raise OffsetOutOfRangeError(f"ferry source: {self.qr.where}: unexpected PULL status "
+                                    f"{status!r} at offset {offset}")
