@@ -123,7 +123,7 @@ def test_retries_and_dead_letters_from_the_topics_and_the_spans(report: Any,
     _, truth, _ = mesh_run
     pay = row(report.retries, group=truth.retry, topic=truth.pay)
     retries = run.PAY_ONCE + run.MAX_RECONSUME * run.PAY_POISON
-    assert (pay["retried"], pay["dead_lettered"]) == (retries, run.PAY_POISON)
+    assert (pay["retried"], pay["dead_lettered"]) == (retries, run.PAY_POISON), report.retries
     assert (pay["retry_spans"], pay["dlq_spans"]) == (retries, run.PAY_POISON)
     assert report.retries[report.retries["group"] == truth.fast]["retried"].sum() == 0
 

@@ -67,7 +67,7 @@ def deliveries(spans: DataFrame, sends: DataFrame) -> DataFrame:
     the successful `process` (or the last `receive` for a pull consumer), or the
     `dlq` send-back of a message given up on.
     """
-    mine = _client_side(spans).join(sends, "trace_id")
+    mine = _client_side(spans).drop("msg_id").join(sends, "trace_id")
     is_hop = lambda hop: (F.col("hop") == hop).cast("int")  # noqa: E731
     per = mine.groupBy("trace_id", "msg_id", F.col("msg_topic").alias("topic"), "group").agg(
         F.first("t0_ns").alias("t0_ns"),
@@ -95,10 +95,12 @@ def e2e_latency(per_message: DataFrame) -> DataFrame:
         *_quantiles("e2e_ms"), F.max("e2e_ms").alias("max_ms"))
 
 
-def span_settles(spans: DataFrame) -> DataFrame:
-    """Per (topic, group): the consumers' `retry` and `dlq` spans (traced messages only)."""
-    settles = _client_side(spans).where(F.col("hop").isin("retry", "dlq"))
-    return settles.groupBy("topic", "group").agg(
+def span_settles(spans: DataFrame, sends: DataFrame) -> DataFrame:
+    """Per (topic, group): the consumers' `retry` and `dlq` spans (traced messages only;
+    the topic is the message's, a send-back's destination being `%RETRY%`/`%DLQ%`)."""
+    settles = _client_side(spans).where(F.col("hop").isin("retry", "dlq")) \
+        .join(sends.select("trace_id", F.col("msg_topic").alias("msg_topic")), "trace_id")
+    return settles.groupBy(F.col("msg_topic").alias("topic"), "group").agg(
         F.sum((F.col("hop") == "retry").cast("int")).alias("retry_spans"),
         F.sum((F.col("hop") == "dlq").cast("int")).alias("dlq_spans"))
 

@@ -78,7 +78,7 @@ def read_messages(spark: SparkSession, namesrv: str, topics: list[str]) -> DataF
     return out
 
 
-def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame,
+def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame, sends: DataFrame,
                  groups: list[str]) -> pd.DataFrame:
     """Per (group, origin topic): records in `%RETRY%<group>` / `%DLQ%<group>`, and the
     consumers' `retry` / `dlq` spans for traced messages."""
@@ -93,7 +93,7 @@ def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame,
     counts = pd.DataFrame(columns=keys)
     for frame in frames:
         counts = counts.merge(frame, on=keys, how="outer")
-    counts = counts.merge(metrics.span_settles(spans).toPandas(), on=keys, how="outer")
+    counts = counts.merge(metrics.span_settles(spans, sends).toPandas(), on=keys, how="outer")
     for col in ("retried", "dead_lettered", "retry_spans", "dlq_spans"):
         counts[col] = counts.get(col, pd.Series(dtype="float64")).fillna(0).astype("int64")
     counts = counts.groupby(keys, as_index=False).sum()
@@ -137,7 +137,7 @@ def compute(spark: SparkSession, namesrv: str, trace_dir: str | None, out: Path,
         "hops": metrics.hop_latency(spans, sends).toPandas()
         .sort_values(["topic", "group", "p50_ms"]),
         "throughput": throughput.sort_values(["topic", "minute"]),
-        "retries": retry_counts(spark, namesrv, spans, scope.groups),
+        "retries": retry_counts(spark, namesrv, spans, sends, scope.groups),
         "lag": lag_df, "lag_now": lag_now_df,
         "spans": int(spans.count()),
         "messages": int(messages.count()) if messages is not None else 0,

@@ -69,7 +69,7 @@ def spans_from_json(text: DataFrame, column: str = "value") -> DataFrame:
         _attr("ferry.queue_offset").cast("long").alias("queue_offset"),
         _attr("ferry.reconsume_times").cast("int").alias("reconsume_times"),
         "start_ns", "end_ns",
-        F.timestamp_micros(F.col("start_ns") / 1000).cast("timestamp").alias("start_ts"),
+        F.timestamp_micros((F.col("start_ns") / 1000).cast("long")).alias("start_ts"),
         ((F.col("end_ns") - F.col("start_ns")) / NS_PER_MS).alias("duration_ms"),
         "attributes",
     ).withColumn("topic", F.coalesce(F.col("topic"), F.lit(NO_TOPIC))) \
