@@ -74,14 +74,11 @@ def test_e2e_counts_and_outcomes_per_topic_and_group(report: Any, mesh_run: Any)
     assert pay["retries"] == run.PAY_ONCE + run.MAX_RECONSUME * run.PAY_POISON
 
 
-def test_latencies_match_what_the_test_measured(spark: Any, report: Any,
-                                                mesh_run: Any) -> None:
+def test_latencies_match_what_the_test_measured(report: Any, mesh_run: Any) -> None:
     """Per message: the report's e2e is the send→last handler time the test saw; delayed ones
     wait at least the delay, so the topic's p95/p99 do too."""
-    from ferry_spark.jobs import metrics, traces
-    _, truth, trace_dir = mesh_run
-    spans = traces.load_spans(spark, str(trace_dir))
-    per = metrics.deliveries(spans, metrics.message_sends(spans)).toPandas()
+    _, truth, _ = mesh_run
+    per = report.deliveries
     fast = per[per["group"] == truth.fast].set_index("msg_id")
     assert set(fast.index) == {m for m, k in truth.kind.items() if k == "orders"}
     for msg_id, e2e_ms in fast["e2e_ms"].items():
@@ -158,7 +155,7 @@ def test_the_page_and_tables_are_written(report: Any, mesh_run: Any) -> None:
     assert "src='http" not in page and "<script" not in page   # self-contained
     assert truth.orders in page and truth.retry in page
     out = report.html_path.parent
-    for name in ("e2e", "hops", "throughput", "retries", "lag", "lag_now"):
+    for name in ("e2e", "hops", "deliveries", "throughput", "retries", "lag", "lag_now"):
         back = pd.read_parquet(out / f"{name}.parquet")
         assert len(back) == len(report.table(name))
     spans = pd.read_parquet(out.parent / "spans")

@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
 
+import pandas as pd
 from ferry import Admin
 from ferry.errors import FerryError
 from ferry.names import dlq_topic, retry_topic
@@ -36,11 +38,21 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
                         help="Spark master (default $FERRY_SPARK_MASTER or %(default)s)")
 
 
-def get_session(app_name: str, master: str) -> SparkSession:
-    """A session with the `ferry` source registered (ferry_spark.session), for main()."""
-    from ferry_spark import session   # the package's entry point (the data source's half)
+@contextmanager
+def job_session(app_name: str, master: str) -> Iterator[SparkSession]:
+    """main()'s session: the active one (spark-submit's, a notebook's, a test's) with the
+    `ferry` source registered, else a new one (ferry_spark.session), stopped at the end."""
+    from ferry_spark import register, session
 
-    return session(app_name=app_name, master=master)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield register(active)
+        return
+    spark = session(app_name=app_name, master=master)
+    try:
+        yield spark
+    finally:
+        spark.stop()
 
 
 def source_url(namesrv: str) -> str:
@@ -56,6 +68,11 @@ def read_topic(spark: SparkSession, namesrv: str, topic: str,
     for key, value in (options or {}).items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def to_pandas(df: DataFrame) -> pd.DataFrame:
+    """`df.toPandas()`, typed (the report's tables are small: a row per topic, group, hop)."""
+    return cast(pd.DataFrame, df.toPandas())
 
 
 def run(coro: Any) -> Any:

@@ -71,7 +71,7 @@ def lag_over_time(produced: pd.DataFrame, consumed: pd.DataFrame,
 
 async def _lag_now(namesrv: str, pairs: Iterable[tuple[str, str]]) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
-    now = pd.Timestamp(time.time_ns())
+    now = pd.Timestamp(time.time_ns()).floor("s")
     async with Admin(namesrv=namesrv) as admin:
         for topic, group in sorted(set(pairs)):
             queues = await admin.group_lag(group, [topic])

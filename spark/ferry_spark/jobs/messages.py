@@ -60,12 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     options = parse_options(args.option)
     out = args.out or f"{common.DEFAULT_OUT_DIR}/messages/{args.topic}"
-    spark = common.get_session("ferry-messages", args.master)
-    try:
+    with common.job_session("ferry-messages", args.master) as spark:
         n = export_topic(spark, args.namesrv, args.topic, out, options, args.mode)
         print(f"messages: {n} rows of {args.topic} -> {out}")
-    finally:
-        spark.stop()
     return 0
 
 

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")   # no display on a driver; set before pyplot is imported
 
+import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -26,7 +27,8 @@ MAX_LINES = 12
 FIG_DPI = 96
 PAGE_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
-h1{font-size:1.6em;margin-bottom:0}h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
+h1{font-size:1.6em;margin-bottom:0}
+h2{border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
 .meta{color:#666}table{border-collapse:collapse;font-size:.85em;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f3f3f3}
 td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}
@@ -100,7 +102,13 @@ def time_lines(df: pd.DataFrame, keys: Sequence[str], x: str, y: str, title: str
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    fig.autofmt_xdate()
+    ax.set_ylim(bottom=0)
+    first, last = pd.Timestamp(df[x].min()), pd.Timestamp(df[x].max())
+    if last - first < pd.Timedelta(minutes=2):   # one point would stretch the axis over years
+        ax.set_xlim(first - pd.Timedelta(minutes=1), last + pd.Timedelta(minutes=1))
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     return fig
 
 

@@ -21,10 +21,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ferry_spark.jobs import common, lag, metrics, render, traces
+from ferry_spark.jobs.common import to_pandas
 
 #: The columns of the topics that the report reads (the rest of the schema stays unread).
 MESSAGE_COLUMNS = ("topic", "broker", "queue_id", "queue_offset", "store_ts", "properties")
-TABLES = ("e2e", "hops", "throughput", "retries", "lag", "lag_now")
+TABLES = ("e2e", "hops", "deliveries", "throughput", "retries", "lag", "lag_now")
+#: Columns of the per-message table (metrics.deliveries) kept in the report.
+DELIVERY_COLUMNS = ("msg_id", "topic", "group", "outcome", "deliveries", "retries", "e2e_ms")
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Report:
 
     e2e: pd.DataFrame
     hops: pd.DataFrame
+    deliveries: pd.DataFrame   # per traced message and group
     throughput: pd.DataFrame
     retries: pd.DataFrame
     lag: pd.DataFrame
@@ -88,12 +92,12 @@ def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame, sends: Dat
                                  strict=True):
             if common.existing_topics(namesrv, [topic]):
                 copies = common.read_topic(spark, namesrv, topic)
-                frames.append(metrics.settled_copies(copies, group, column).toPandas())
+                frames.append(to_pandas(metrics.settled_copies(copies, group, column)))
     keys = ["group", "topic"]
     counts = pd.DataFrame(columns=keys)
     for frame in frames:
         counts = counts.merge(frame, on=keys, how="outer")
-    counts = counts.merge(metrics.span_settles(spans, sends).toPandas(), on=keys, how="outer")
+    counts = counts.merge(to_pandas(metrics.span_settles(spans, sends)), on=keys, how="outer")
     for col in ("retried", "dead_lettered", "retry_spans", "dlq_spans"):
         counts[col] = counts.get(col, pd.Series(dtype="float64")).fillna(0).astype("int64")
     counts = counts.groupby(keys, as_index=False).sum()
@@ -110,8 +114,8 @@ def lag_tables(namesrv: str, messages: DataFrame | None, spans: DataFrame,
         bounds = messages.agg(F.min("store_ts"), F.max("store_ts")).first()
         span_s = (bounds[1] - bounds[0]).total_seconds() if bounds and bounds[0] else 0.0
         bucket_s = lag.bucket_for(span_s)
-    produced = metrics.produced_positions(messages, bucket_s).toPandas()
-    consumed = metrics.consumed_positions(spans, bucket_s).toPandas()
+    produced = to_pandas(metrics.produced_positions(messages, bucket_s))
+    consumed = to_pandas(metrics.consumed_positions(spans, bucket_s))
     pairs = {(t, g) for t, g in zip(consumed["topic"], consumed["group"], strict=True)
              if not t.startswith("%")}
     return lag.lag_over_time(produced, consumed, bucket_s), lag.lag_now(namesrv, pairs)
@@ -129,13 +133,13 @@ def compute(spark: SparkSession, namesrv: str, trace_dir: str | None, out: Path,
     messages = read_messages(spark, namesrv, scope.topics)
     if messages is not None:
         messages = messages.cache()
-    throughput = metrics.throughput_per_minute(messages).toPandas() if messages is not None \
-        else pd.DataFrame(columns=["topic", "minute", "messages"])
+    throughput = pd.DataFrame(columns=["topic", "minute", "messages"]) if messages is None \
+        else to_pandas(metrics.throughput_per_minute(messages))
     lag_df, lag_now_df = lag_tables(namesrv, messages, spans, bucket_s)
     tables: dict[str, pd.DataFrame | int] = {
-        "e2e": metrics.e2e_latency(per_message).toPandas().sort_values(["topic", "group"]),
-        "hops": metrics.hop_latency(spans, sends).toPandas()
-        .sort_values(["topic", "group", "p50_ms"]),
+        "e2e": to_pandas(metrics.e2e_latency(per_message)).sort_values(["topic", "group"]),
+        "hops": to_pandas(metrics.hop_latency(spans, sends)).sort_values(["topic", "p50_ms"]),
+        "deliveries": to_pandas(per_message.select(*DELIVERY_COLUMNS)),
         "throughput": throughput.sort_values(["topic", "minute"]),
         "retries": retry_counts(spark, namesrv, spans, sends, scope.groups),
         "lag": lag_df, "lag_now": lag_now_df,
@@ -190,7 +194,7 @@ def write(tables: dict[str, pd.DataFrame | int], out: Path) -> Path:
     frames = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
     for name in TABLES:
         frames[name].to_parquet(report_dir / f"{name}.parquet", index=False)
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     cards = {"messages": tables["messages"], "spans": tables["spans"],
              "traced messages": int(frames["e2e"]["messages"].sum()) if len(frames["e2e"]) else 0,
              "retried": int(frames["retries"]["retried"].sum()),
@@ -225,12 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-s", type=int, help="lag buckets in seconds (default: auto)")
     parser.add_argument("--out", default=common.DEFAULT_OUT_DIR)
     args = parser.parse_args(argv)
-    spark = common.get_session("ferry-report", args.master)
-    try:
+    with common.job_session("ferry-report", args.master) as spark:
         rep = run_report(spark, args.namesrv, args.trace_dir or None, args.out, args.topic,
                          not args.no_trace_topic, args.bucket_s)
-    finally:
-        spark.stop()
     print(f"report: {rep.messages} messages, {rep.spans} spans -> {rep.html_path}")
     return 0
 

@@ -126,14 +126,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"also read {TRACE_TOPIC} through namesrv")
     parser.add_argument("--out", default=f"{common.DEFAULT_OUT_DIR}/spans")
     args = parser.parse_args(argv)
-    spark = common.get_session("ferry-traces", args.master)
-    try:
+    with common.job_session("ferry-traces", args.master) as spark:
         spans = load_spans(spark, args.trace_dir or None,
                            args.namesrv if args.from_topic else None).cache()
         write_spans(spans, args.out)
         print(f"traces: {spans.count()} spans -> {args.out}")
-    finally:
-        spark.stop()
     return 0
 
 
