@@ -104,7 +104,7 @@ def time_lines(df: pd.DataFrame, keys: Sequence[str], x: str, y: str, title: str
     ax.legend(fontsize=8, loc="upper left")
     ax.set_ylim(bottom=0)
     first, last = pd.Timestamp(df[x].min()), pd.Timestamp(df[x].max())
-    if last - first < pd.Timedelta(minutes=2):   # one point would stretch the axis over years
+    if first == last:   # one point alone would stretch the axis over years
         ax.set_xlim(first - pd.Timedelta(minutes=1), last + pd.Timedelta(minutes=1))
     locator = mdates.AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
