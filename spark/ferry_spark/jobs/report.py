@@ -93,20 +93,23 @@ def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame, sends: Dat
             if common.existing_topics(namesrv, [topic]):
                 copies = common.read_topic(spark, namesrv, topic)
                 frames.append(to_pandas(metrics.settled_copies(copies, group, column)))
-    keys = ["group", "topic"]
-    counts = pd.DataFrame(columns=keys)
+    frames.append(to_pandas(metrics.span_settles(spans, sends)))
+    columns = ("retried", "dead_lettered", "retry_spans", "dlq_spans")
+    # each frame has some of the columns: summed per (group, topic), an absent count is 0
+    totals: dict[tuple[str, str], dict[str, int]] = {}
     for frame in frames:
-        counts = counts.merge(frame, on=keys, how="outer")
-    counts = counts.merge(to_pandas(metrics.span_settles(spans, sends)), on=keys, how="outer")
-    for col in ("retried", "dead_lettered", "retry_spans", "dlq_spans"):
-        counts[col] = counts.get(col, pd.Series(dtype="float64")).fillna(0).astype("int64")
-    counts = counts.groupby(keys, as_index=False).sum()
-    return counts[[*keys, "retried", "dead_lettered", "retry_spans", "dlq_spans"]]
+        for rec in frame.to_dict("records"):
+            counts = totals.setdefault((rec["group"], rec["topic"]), dict.fromkeys(columns, 0))
+            for col in columns:
+                counts[col] += int(rec.get(col) or 0)
+    return pd.DataFrame([{"group": g, "topic": t, **c} for (g, t), c in sorted(totals.items())],
+                        columns=["group", "topic", *columns])
 
 
-def lag_tables(namesrv: str, messages: DataFrame | None, spans: DataFrame,
+def lag_tables(namesrv: str, messages: DataFrame | None, spans: DataFrame, topics: list[str],
                bucket_s: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(lag over time, lag now) for every (topic, group) seen receiving in the spans."""
+    """(lag over time, lag now) for every (topic of `topics`, group) seen receiving in the
+    spans."""
     if messages is None:
         empty = lag.lag_over_time(pd.DataFrame(), pd.DataFrame(columns=["topic", "group"]), 1)
         return empty, lag.lag_now(namesrv, [])
@@ -115,9 +118,9 @@ def lag_tables(namesrv: str, messages: DataFrame | None, spans: DataFrame,
         span_s = (bounds[1] - bounds[0]).total_seconds() if bounds and bounds[0] else 0.0
         bucket_s = lag.bucket_for(span_s)
     produced = to_pandas(metrics.produced_positions(messages, bucket_s))
-    consumed = to_pandas(metrics.consumed_positions(spans, bucket_s))
-    pairs = {(t, g) for t, g in zip(consumed["topic"], consumed["group"], strict=True)
-             if not t.startswith("%")}
+    consumed = to_pandas(metrics.consumed_positions(
+        spans.where(F.col("topic").isin(*topics)), bucket_s))
+    pairs = set(zip(consumed["topic"], consumed["group"], strict=True))
     return lag.lag_over_time(produced, consumed, bucket_s), lag.lag_now(namesrv, pairs)
 
 
@@ -135,7 +138,7 @@ def compute(spark: SparkSession, namesrv: str, trace_dir: str | None, out: Path,
         messages = messages.cache()
     throughput = pd.DataFrame(columns=["topic", "minute", "messages"]) if messages is None \
         else to_pandas(metrics.throughput_per_minute(messages))
-    lag_df, lag_now_df = lag_tables(namesrv, messages, spans, bucket_s)
+    lag_df, lag_now_df = lag_tables(namesrv, messages, spans, scope.topics, bucket_s)
     tables: dict[str, pd.DataFrame | int] = {
         "e2e": to_pandas(metrics.e2e_latency(per_message)).sort_values(["topic", "group"]),
         "hops": to_pandas(metrics.hop_latency(spans, sends)).sort_values(["topic", "p50_ms"]),
