@@ -29,7 +29,7 @@ from ferry import Admin, Consumer, Message, Producer  # noqa: E402
 from tests.support.procs import Proc, free_port, spawn, start_etcd, wait_for_port  # noqa: E402
 
 BATCH = 256
-TOTAL = int(os.environ.get("FERRY_BENCH_SPARK_MESSAGES", "1000000")) // BATCH * BATCH
+TOTAL = int(os.environ.get("FERRY_BENCH_SPARK_MESSAGES", "1000000"))
 BODY = os.urandom(256)
 QUEUES = 8
 WARMUP_MESSAGES = 1024
@@ -79,8 +79,9 @@ async def fill(namesrv: str, topic: str, n: int) -> None:
     async with Producer(namesrv=namesrv) as producer:
         batch = [Message(BODY) for _ in range(BATCH)]
         in_flight: set[asyncio.Future[object]] = set()
-        for _ in range(n // BATCH):
-            fut = asyncio.ensure_future(producer.send_batch(topic, batch))
+        sizes = [BATCH] * (n // BATCH) + ([n % BATCH] if n % BATCH else [])   # exactly n
+        for size in sizes:
+            fut = asyncio.ensure_future(producer.send_batch(topic, batch[:size]))
             in_flight.add(fut)
             fut.add_done_callback(in_flight.discard)
             if len(in_flight) >= 16:

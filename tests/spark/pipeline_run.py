@@ -99,11 +99,10 @@ async def _run_group(mesh: Mesh, topic: str, group: str, handler: Any, done: asy
                 pass
 
 
-async def _slow_reader(mesh: Mesh, truth: Truth, started: asyncio.Event) -> None:
+async def _slow_reader(mesh: Mesh, truth: Truth) -> None:
     """Reads about SLOW_READS records of `orders`, commits them, and stops: a lagging group."""
     async with Consumer(truth.orders, group=truth.slow, namesrv=mesh.namesrv,
                         auto_offset_reset="earliest", **FAST) as consumer:
-        started.set()
         deadline = time.monotonic() + 30
         while truth.slow_read < SLOW_READS and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=300,
@@ -164,7 +163,7 @@ async def run_scenario(mesh: Mesh) -> Truth:
             await admin.create_topic(topic, queues=4)
         await admin.create_group(truth.retry, retry_max=MAX_RECONSUME,
                                  retry_backoff_ms=[BACKOFF_MS], consume_from="earliest")
-    fast_done, pay_done, slow_started = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    fast_done, pay_done = asyncio.Event(), asyncio.Event()
     pay_calls: list[str] = []
     groups = [
         asyncio.ensure_future(_run_group(mesh, truth.orders, truth.fast,
@@ -176,7 +175,7 @@ async def run_scenario(mesh: Mesh) -> Truth:
     await asyncio.sleep(1.5)   # the members take their queues
     await _send(mesh, truth)
     await asyncio.gather(*groups)
-    await _slow_reader(mesh, truth, slow_started)
+    await _slow_reader(mesh, truth)
     return truth
 
 
