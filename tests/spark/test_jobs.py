@@ -100,8 +100,13 @@ def test_messages_job_writes_the_topic_by_store_day(
     assert len(pd.read_parquet(out)) == 2 * TRACED
 
 
-def test_bad_job_arguments_are_refused_clearly(spark: Any) -> None:
-    from ferry_spark.jobs import lag, messages
+def test_bad_job_arguments_are_refused_clearly(spark: Any,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from ferry_spark.jobs import lag, messages, report, traces
+    for job in (traces, messages, report):
+        with pytest.raises(SystemExit) as exc:
+            job.main(["--help"])
+        assert exc.value.code == 0 and "--namesrv" in capsys.readouterr().out
     with pytest.raises(ValueError, match="key=value"):
         messages.parse_options(["startingOffsets"])
     with pytest.raises(ValueError, match="mode must be one of"):

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-dir", default=common.DEFAULT_TRACE_DIR,
                         help="JSON-lines span files (default %(default)s); '' for none")
     parser.add_argument("--no-trace-topic", action="store_true",
-                        help=f"do not read spans from {traces.TRACE_TOPIC}")
+                        help="do not read spans from %%TRACE%%")   # argparse %-formats help
     parser.add_argument("--topic", action="append", help="report on this topic (repeatable; "
                         "default: every user topic)")
     parser.add_argument("--bucket-s", type=int, help="lag buckets in seconds (default: auto)")

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-dir", default=common.DEFAULT_TRACE_DIR,
                         help="JSON-lines span files (default %(default)s); '' for none")
     parser.add_argument("--from-topic", action="store_true",
-                        help=f"also read {TRACE_TOPIC} through namesrv")
+                        help="also read %%TRACE%% through namesrv")   # argparse %-formats help
     parser.add_argument("--out", default=f"{common.DEFAULT_OUT_DIR}/spans")
     args = parser.parse_args(argv)
     with common.job_session("ferry-traces", args.master) as spark:
