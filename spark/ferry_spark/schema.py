@@ -53,25 +53,46 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 _US_PER_MS = 1000
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_PROPERTIES = pa.map_(pa.string(), pa.string())
+
+
+def _properties(records: Sequence[ConsumerRecord]) -> pa.Array:
+    """The properties column, built from flat keys, values and offsets: pa.array over
+    lists of pairs costs ~40 us a record, this a tenth of it."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    for r in records:
+        props = r.properties
+        keys += props.keys()
+        values += props.values()
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+                                   pa.array(values, pa.string()), type=_PROPERTIES)
+
+
+def _timestamps(ms: list[int]) -> pa.Array:
+    # int64 microseconds viewed as timestamps: converting Python ints straight to a
+    # timestamp array is several times slower.
+    return pa.array([t * _US_PER_MS for t in ms], pa.int64()).view(_TIMESTAMP)
 
 
 def to_batch(records: Sequence[ConsumerRecord], topic: str) -> pa.RecordBatch:
     """The Arrow batch of `records` (all read from `topic`, the stored topic)."""
     n = len(records)
-    keys = [" ".join(r.keys) or None for r in records]
     columns = [
         pa.array([topic] * n, pa.string()),
         pa.array([r.broker for r in records], pa.string()),
         pa.array([r.queue_id for r in records], pa.int32()),
         pa.array([r.queue_offset for r in records], pa.int64()),
         pa.array([r.msg_id for r in records], pa.string()),
-        pa.array(keys, pa.string()),
+        pa.array([" ".join(r.keys) or None for r in records], pa.string()),
         pa.array([r.tags for r in records], pa.string()),
-        pa.array([list(r.properties.items()) for r in records],
-                 pa.map_(pa.string(), pa.string())),
+        _properties(records),
         pa.array([r.body for r in records], pa.binary()),
-        pa.array([r.born_ts_ms * _US_PER_MS for r in records], pa.timestamp("us", tz="UTC")),
-        pa.array([r.store_ts_ms * _US_PER_MS for r in records], pa.timestamp("us", tz="UTC")),
+        _timestamps([r.born_ts_ms for r in records]),
+        _timestamps([r.store_ts_ms for r in records]),
         pa.array([r.reconsume_times for r in records], pa.int32()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

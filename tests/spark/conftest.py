@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +15,6 @@ from ferry import Admin, Consumer, Message, Producer
 
 from tests.client.conftest import Mesh, start_mesh, unique
 from tests.support.procs import Etcd
-
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 SEND_CHUNK = 200
 
@@ -84,9 +81,3 @@ async def consume_all(namesrv: str, topic: str, count: int, timeout_s: float = 3
                 for records in batch.values():
                     got += records
     return got
-
-
-def workdir(tmp_path: Path, name: str) -> str:
-    path = tmp_path / name
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)

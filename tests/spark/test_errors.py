@@ -5,6 +5,7 @@ import asyncio
 import json
 
 import pytest
+from ferry.codec.limits import MAX_BODY_BYTES
 
 from tests.client.conftest import Mesh, unique
 from tests.spark.conftest import new_topic, send_messages
@@ -61,12 +62,12 @@ def test_offsets_out_of_range_fail_or_clamp(spark, spark_mesh: Mesh, small: str)
 ])
 def test_bad_read_options(spark, spark_mesh: Mesh, small: str, options: dict, match: str) -> None:
     with pytest.raises(Exception, match=match):
-        _read(spark, spark_mesh, small, **options).collect()
+        _read(spark, spark_mesh, small, **options)   # load() itself fails
 
 
 def test_missing_topic_option(spark, spark_mesh: Mesh) -> None:
     with pytest.raises(Exception, match="option topic is required"):
-        spark.read.format("ferry").option("namesrv", spark_mesh.namesrv).load().collect()
+        spark.read.format("ferry").option("namesrv", spark_mesh.namesrv).load()
 
 
 def test_write_needs_a_body_column(spark, spark_mesh: Mesh, small: str) -> None:
@@ -84,3 +85,11 @@ def test_stream_of_unknown_topic_fails_the_query(spark, spark_mesh: Mesh, tmp_pa
     with pytest.raises(Exception, match=f"topic '{name}' does not exist"):
         query.awaitTermination(60)
     query.stop()
+
+
+def test_failed_send_fails_the_write(spark, spark_mesh: Mesh, small: str) -> None:
+    too_big = bytes(MAX_BODY_BYTES + 1)
+    df = spark.createDataFrame([(too_big,)], "body binary")
+    with pytest.raises(Exception, match="MessageTooLargeError"):
+        df.write.format("ferry").option("namesrv", spark_mesh.namesrv) \
+            .option("topic", small).mode("append").save()

@@ -25,7 +25,8 @@ def loaded(spark_mesh: Mesh) -> tuple[str, list]:
 
 
 def _utc_ms(ts: dt.datetime) -> int:
-    return round(ts.replace(tzinfo=dt.UTC).timestamp() * 1000)
+    """Epoch ms of a collected timestamp (PySpark hands out naive datetimes in local time)."""
+    return round(ts.timestamp() * 1000)
 
 
 def test_batch_read_returns_exactly_every_message(spark, spark_mesh: Mesh, loaded) -> None:

@@ -3,8 +3,9 @@
 `FerryDataSource` only checks options and hands out readers and writers:
 `batch` (network or store-directory reads), `stream` (offsets per queue
 checkpointed by Spark), `writer` (rows sent as messages with the Producer).
-Options are checked on the driver when the query is planned, so a bad option,
-an unknown topic or an unreachable namesrv fails there with a clear message.
+A read's options are checked at `load()`; the topic and namesrv when the query
+is planned (its first action, or a stream's start). Each fails with a clear
+message there, before any task runs.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class FerryDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
+        """The fixed schema. Spark asks for it at `load()` of a read (not for writes), so
+        the options are checked here already: a bad one fails `load()` itself."""
+        read_options(self.options, stream=None)
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

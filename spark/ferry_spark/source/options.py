@@ -126,8 +126,11 @@ def _policy(opts: Mapping[str, str]) -> bool:
     return policy == "fail"
 
 
-def read_options(options: Mapping[str, str], *, stream: bool) -> ReadOptions:
-    """The checked options of a batch (`stream` False) or streaming read."""
+def read_options(options: Mapping[str, str], *, stream: bool | None) -> ReadOptions:
+    """The checked options of a batch (`stream` False) or streaming read.
+
+    `stream` None (at `load()`, before Spark says which) checks what both share.
+    """
     opts = _lower(options)
     _check_known(opts, READ_OPTIONS)
     topic = opts.get("topic")
@@ -144,15 +147,15 @@ def read_options(options: Mapping[str, str], *, stream: bool) -> ReadOptions:
         if namesrv is None:
             raise SourceOptionError("ferry source: option namesrv (or path/storeDir for an "
                                     "offline read of a broker data directory) is required")
-    if store_dir is not None and stream:
+    if store_dir is not None and stream is True:
         raise SourceOptionError("ferry source: path/storeDir (an offline store read) is for "
                                 "batch reads only")
-    if stream and "endingoffsets" in opts or stream and "endingtimestampms" in opts:
+    if stream is True and ("endingoffsets" in opts or "endingtimestampms" in opts):
         raise SourceOptionError("ferry source: endingOffsets/endingTimestampMs are for batch "
                                 "reads only")
-    if not stream and "maxoffsetspertrigger" in opts:
+    if stream is False and "maxoffsetspertrigger" in opts:
         raise SourceOptionError("ferry source: maxOffsetsPerTrigger is for streaming reads only")
-    start_default = EARLIEST if not stream else LATEST
+    start_default = LATEST if stream else EARLIEST
     starting = parse_offsets(opts.get("startingoffsets"), "startingOffsets", start_default)
     ending = parse_offsets(opts.get("endingoffsets"), "endingOffsets", LATEST,
                            allowed=("latest",))

@@ -1,9 +1,11 @@
 """Reading one queue range over the network, in a Spark task: PULL from `start` until `end`.
 
 The task runs its own event loop and drives it one PULL at a time, handing
-each answer's records to Spark before the next, so a range of any length takes
-the memory of one answer. It stops exactly at the range end: records at or
-past `end` in the last answer are dropped. The queue's broker is looked up in
+each answer's records to Spark before it takes the next, so a range of any
+length takes the memory of two answers: the next PULL is put on the wire
+before the records go to Spark, so the broker works while the task converts.
+It stops exactly at the range end: records at or past `end` in the last
+answer are dropped. The queue's broker is looked up in
 namesrv (its master, else a slave of the group), again after a failed pull.
 
 Statuses: FOUND and NO_MATCHED_MESSAGE (records expired by TTL are skipped)
@@ -45,8 +47,15 @@ STALL_RECHECK_S = 0.1             # while the queue ends before the range end, l
 STALL_TIMEOUT_MS = 60_000         # how long a range may wait for records it was planned with
 MAX_PULL_ATTEMPTS = 4             # attempts of one PULL against unreachable brokers
 RETRY_BACKOFF_S = 0.5
+# Loop turns that put a PULL on the wire (the task's first step, then the corked write).
+SEND_AHEAD_TURNS = 3
 _UNREACHABLE = (ConnectionLostError, RequestTimeoutError, NotMasterError)
 _ENDED = frozenset({"OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY", "NO_MESSAGE_IN_QUEUE"})
+
+
+async def _loop_turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
 
 
 class RangePuller:
@@ -64,11 +73,13 @@ class RangePuller:
 
     def chunks(self) -> Iterator[list[ConsumerRecord]]:
         loop = asyncio.new_event_loop()
+        ahead: asyncio.Task[tuple[list[ConsumerRecord], int, bool]] | None = None
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
             while offset < end:
-                records, offset, ended = loop.run_until_complete(self._pull(offset))
+                task, ahead = ahead or loop.create_task(self._pull(offset)), None
+                records, offset, ended = loop.run_until_complete(task)
                 if ended:
                     stalled_since = stalled_since or time.monotonic()
                     if (time.monotonic() - stalled_since) * 1000 > STALL_TIMEOUT_MS:
@@ -76,9 +87,17 @@ class RangePuller:
                         return
                     continue
                 stalled_since = None
+                if offset < end:
+                    # The next PULL goes out before Spark takes these records: the broker
+                    # reads and sends it while this task converts them.
+                    ahead = loop.create_task(self._pull(offset))
+                    loop.run_until_complete(_loop_turns(SEND_AHEAD_TURNS))
                 if records:
                     yield records
         finally:
+            if ahead is not None:
+                ahead.cancel()
+                loop.run_until_complete(asyncio.gather(ahead, return_exceptions=True))
             loop.run_until_complete(self._close())
             loop.close()
 
