@@ -113,3 +113,18 @@ def test_bad_job_arguments_are_refused_clearly(spark: Any,
         messages.export_topic(spark, "127.0.0.1:1", "t", "/nonexistent", mode="replace")
     assert lag.bucket_for(30) == 1 and lag.bucket_for(3600) == 30
     assert lag.bucket_for(10 ** 9) == lag.BUCKET_CHOICES_S[-1]
+
+
+def test_a_report_with_nothing_traced_or_sent_is_empty_not_an_error(
+        spark: Any, spark_mesh: Mesh, tmp_path: Path) -> None:
+    from ferry_spark.jobs.report import run_report
+
+    from tests.spark.conftest import new_topic
+    topic = new_topic(spark_mesh, "empty")
+    (tmp_path / "traces").mkdir()
+    rep = run_report(spark, spark_mesh.namesrv, str(tmp_path / "traces"), tmp_path / "out",
+                     topics=[topic], from_trace_topic=False)
+    assert (rep.messages, rep.spans) == (0, 0)
+    assert rep.e2e.empty and rep.hops.empty and rep.throughput.empty and rep.lag.empty
+    page = rep.html_path.read_text()
+    assert "<img" not in page and "nothing in this run" in page

@@ -9,6 +9,7 @@ The report runs once on local[2] Spark over the trace files and the topics.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,13 @@ def test_the_page_and_tables_are_written(report: Any, mesh_run: Any) -> None:
         assert len(back) == len(report.table(name))
     spans = pd.read_parquet(out.parent / "spans")
     assert len(spans) == report.spans
+
+
+def test_docs_list_every_table_with_its_columns(report: Any) -> None:
+    """docs/spark.md's table of the report's Parquet tables is the code's."""
+    from ferry_spark.jobs.report import TABLES
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
+    listed = dict(re.findall(r"^\| `(\w+)` \| ([a-z0-9_, ()`'-]+?) \|$", doc, re.M))
+    for name in TABLES:
+        want = [re.sub(r" \(.*", "", c).strip() for c in listed[name].split(", ")]
+        assert want == list(report.table(name).columns), name

@@ -93,21 +93,24 @@ def topics_and_groups(namesrv: str) -> tuple[list[str], list[str]]:
     return list(topics), list(groups)
 
 
-async def _existing(namesrv: str, topics: Sequence[str]) -> list[str]:
+async def _with_messages(namesrv: str, topics: Sequence[str]) -> list[str]:
     out = []
     async with Admin(namesrv=namesrv) as admin:
         for topic in topics:
             try:
-                if await admin.queue_infos(topic):
-                    out.append(topic)
+                infos = await admin.queue_infos(topic)
             except FerryError:   # no route: the topic was never written
                 continue
+            if any(q.max_offset > q.min_offset for q in infos):
+                out.append(topic)
     return out
 
 
-def existing_topics(namesrv: str, topics: Sequence[str]) -> list[str]:
-    """Those of `topics` that have a route (an internal topic exists once written to)."""
-    return list(run(_existing(namesrv, topics)))
+def topics_with_messages(namesrv: str, topics: Sequence[str]) -> list[str]:
+    """Those of `topics` that exist and hold a message (an internal topic exists once
+    written to; an empty topic is skipped: it adds nothing to a report, and the source
+    has no range to plan for it)."""
+    return list(run(_with_messages(namesrv, topics)))
 
 
 def retry_and_dlq_topics(group: str) -> tuple[str, str]:

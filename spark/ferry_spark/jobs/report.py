@@ -73,7 +73,7 @@ def discover_scope(namesrv: str, spans: DataFrame, topics: list[str] | None) -> 
 def read_messages(spark: SparkSession, namesrv: str, topics: list[str]) -> DataFrame | None:
     """The report's columns of every message of `topics` (those that exist)."""
     frames = [common.read_topic(spark, namesrv, t).select(*MESSAGE_COLUMNS)
-              for t in common.existing_topics(namesrv, topics)]
+              for t in common.topics_with_messages(namesrv, topics)]
     if not frames:
         return None
     out = frames[0]
@@ -90,7 +90,7 @@ def retry_counts(spark: SparkSession, namesrv: str, spans: DataFrame, sends: Dat
     for group in groups:
         for topic, column in zip(common.retry_and_dlq_topics(group), ("retried", "dead_lettered"),
                                  strict=True):
-            if common.existing_topics(namesrv, [topic]):
+            if common.topics_with_messages(namesrv, [topic]):
                 copies = common.read_topic(spark, namesrv, topic)
                 frames.append(to_pandas(metrics.settled_copies(copies, group, column)))
     frames.append(to_pandas(metrics.span_settles(spans, sends)))

@@ -86,7 +86,7 @@ def spans_from_dir(spark: SparkSession, trace_dir: str) -> DataFrame | None:
 
 def spans_from_topic(spark: SparkSession, namesrv: str) -> DataFrame | None:
     """The spans stored in `%TRACE%`, or None when no broker has written one yet."""
-    if not common.existing_topics(namesrv, [TRACE_TOPIC]):
+    if not common.topics_with_messages(namesrv, [TRACE_TOPIC]):
         return None
     df = common.read_topic(spark, namesrv, TRACE_TOPIC)
     return spans_from_json(df.select(F.col("body").cast("string").alias("value")))
