@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
+from ferry.client.message import ConsumerRecord
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ferry_spark.schema import to_batch
@@ -12,6 +13,10 @@ from ferry_spark.source.options import ReadOptions
 from ferry_spark.source.probe import topic_bounds
 from ferry_spark.source.pull import RangePuller
 from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges
+
+#: Rows per Arrow batch handed to Spark: several PULL answers, since every batch
+#: costs Spark a fixed overhead (an Arrow message to the JVM, its vectors loaded).
+ARROW_BATCH_ROWS = 8192
 
 
 def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
@@ -34,8 +39,14 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
         assert opts.namesrv is not None
         chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
                              request_timeout_ms=opts.request_timeout_ms).chunks()
+    pending: list[ConsumerRecord] = []
     for records in chunks:
-        yield to_batch(records, qr.topic)
+        pending += records
+        if len(pending) >= ARROW_BATCH_ROWS:
+            yield to_batch(pending, qr.topic)
+            pending = []
+    if pending:
+        yield to_batch(pending, qr.topic)
 
 
 class FerryBatchReader(DataSourceReader):
