@@ -8,7 +8,7 @@ STAMP := .venv/.setup-stamp
 BENCH ?=
 HA ?=
 
-.PHONY: setup up down test lint bench clean system-deps
+.PHONY: setup up down test lint bench spark-report clean system-deps
 
 setup: system-deps $(STAMP)
 
@@ -56,6 +56,13 @@ lint: setup
 
 bench: setup
 	@$(PY) bench/run.py $(BENCH)
+
+# The Spark report (docs/spark.md) on the mesh of `make up`: its namesrv, the spans under
+# var/traces and %TRACE%; Parquet tables and report.html under var/spark/.
+SPARK_VAR := $(or $(FERRY_MESH_VAR_DIR),var)
+spark-report: setup
+	@$(PY) spark/jobs/report.py --namesrv 127.0.0.1:$(or $(FERRY_MESH_NAMESRV_PORT),9876) \
+	   --trace-dir $(SPARK_VAR)/traces --out $(SPARK_VAR)/spark
 
 clean:
 	rm -rf .venv var .pytest_cache .mypy_cache .ruff_cache

@@ -22,7 +22,7 @@ def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
                         "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup",
-                        "jaeger", "console", "auth-init"}
+                        "jaeger", "console", "auth-init", "spark"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -76,3 +76,15 @@ def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> Non
     assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 8
     assert "/opt/ferry/deploy/auth_init.py" in resolved
     assert "2379:2379" not in resolved
+
+
+def test_the_spark_service_reports_on_the_mesh_into_a_volume() -> None:
+    """The Spark report (docs/spark.md) runs in its own image with a JRE, against namesrv."""
+    resolved = compose("config")
+    spark = resolved[resolved.index("\n  spark:"):]
+    spark = spark[:spark.index("\n  txn-checker:")] if "\n  txn-checker:" in spark else spark
+    assert "dockerfile: deploy/Dockerfile.spark" in spark
+    assert "FERRY_NAMESRV: namesrv:9876" in spark
+    assert "spark/jobs/report.py" in spark and "/out" in spark and "spark-out" in spark
+    dockerfile = (COMPOSE.parent / "Dockerfile.spark").read_text()
+    assert "openjdk-17-jre-headless" in dockerfile and "./spark" in dockerfile
