@@ -33,10 +33,25 @@ def test_queue_history_lookups() -> None:
     assert qh.divergence("La", 12, 0, 40) == 10
     assert qh.divergence("La", 10, 0, 40) is None
     assert qh.divergence("E5", 40, 0, 40) is None
-    assert qh.divergence("E5", 45, 0, 40) == 40   # past the end of the open history
-    # An unknown history (the broker lost it): the oldest stored offset.
-    assert qh.divergence("Lzz", 45, 0, 40) == 0
-    assert qh.divergence("Lzz", 45, 7, 40) == 7
+    # Past the end of the open history: this replica has not caught up, no rewind.
+    assert qh.divergence("E5", 45, 0, 40) is None
+
+
+def test_unknown_histories_rewind_only_when_lost() -> None:
+    qh = QueueHistory(["La", "E3", "E4", "E5"], [0, 10, 10, 25])
+    # A newer term than any here (a slave not synced yet): not caught up, no rewind.
+    assert qh.divergence("E6", 45, 0, 40) is None
+    # An older term this replica never had: lost here, back to the oldest record.
+    assert qh.divergence("E2", 45, 0, 40) == 0
+    assert qh.divergence("E2", 45, 7, 40) == 7
+    # Another replica's local run: the records before the first epoch.
+    assert qh.divergence("Lzz", 45, 0, 40) == 10
+    assert qh.divergence("Lzz", 8, 0, 40) is None
+    # Without epochs an unknown run was lost with the disk: the oldest stored offset.
+    local = QueueHistory(["La", "Lb"], [0, 20])
+    assert local.divergence("Lzz", 45, 0, 40) == 0
+    assert local.divergence("Lzz", 45, 7, 40) == 7
+    assert local.divergence("E1", 45, 3, 40) == 3
 
 
 def test_new_store_starts_a_run_and_a_clean_reopen_keeps_it(tmp_path: Path) -> None:

@@ -100,16 +100,48 @@ class QueueHistory:
     def divergence(self, hist: str, offset: int, min_offset: int, max_offset: int) -> int | None:
         """Where a reader at `offset`, whose last record was in `hist`, must go back to, or None.
 
-        Unknown `hist` (the broker lost that history: a new disk): the start of the
-        oldest history still stored. A known one: its end here, when `offset` lies
-        past it (records written after it replaced what the reader saw); for the
-        open (newest) history, its end is `max_offset`.
+        None also when this replica has not caught up with the reader (it may serve it
+        later): `hist` is the newest history here and `offset` lies past `max_offset`
+        (a slave behind), or `hist` is an epoch newer than every epoch here (a slave or
+        a rejoining old master that has not synced that term yet).
+
+        A known `hist`: its end here, when `offset` lies past it (records written
+        after it replaced what the reader saw). A local run unknown here while this
+        replica has epochs: records written before the first epoch (each replica names
+        its own runs), so it ends where the first epoch begins. Any other unknown
+        `hist` (the broker lost that history: a new disk): the start of the oldest
+        history still stored. Duplicates rather than a gap: when unsure, go back.
         """
         i = self._index.get(hist)
         if i is None:
-            return max(self.starts[0] if self.starts else 0, min_offset)
-        end = self.starts[i + 1] if i + 1 < len(self.starts) else max_offset
+            return self._unknown(hist, offset, min_offset)
+        if i + 1 == len(self.ids):
+            return None   # the open history: past its end is "not yet here", not a gap
+        end = self.starts[i + 1]
         return end if offset > end else None
+
+    def _unknown(self, hist: str, offset: int, min_offset: int) -> int | None:
+        """`divergence` for an id not in this queue's list."""
+        oldest = max(self.starts[0] if self.starts else 0, min_offset)
+        epoch = _epoch_of(hist)
+        first_e = next((j for j, h in enumerate(self.ids) if h.startswith("E")), None)
+        if first_e is None:
+            return oldest   # no epochs here: a local history this store never had (lost)
+        if epoch is not None:
+            newest = max(e for h in self.ids if (e := _epoch_of(h)) is not None)
+            if epoch > newest:
+                return None   # a term this replica has not synced yet: not caught up
+            return oldest     # an older term this replica never had: lost here
+        # A local run of another replica (or an older disk): the pre-epoch records.
+        end = max(self.starts[first_e], min_offset)
+        return end if offset > end else None
+
+
+def _epoch_of(hist: str) -> int | None:
+    """The epoch of an ``E<n>`` id, None for anything else."""
+    if hist.startswith("E") and hist[1:].isdigit():
+        return int(hist[1:])
+    return None
 
 
 class StoreHistories:
