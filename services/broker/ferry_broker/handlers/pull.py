@@ -27,10 +27,13 @@ Histories (issue 16, `ferry.store.histories`): `hist` names the history of the
 record before `offset` that the consumer last received. When the broker's log
 is not the continuation of that history, the answer is HISTORY_DIVERGED with
 `next_offset` where they part, and no records: the consumer goes back there.
-An answer never spans two histories, and says (`hist`) which history the
-record at `next_offset - 1` belongs to. A PULL without `hist` past the queue's
-end (OFFSET_OVERFLOW_BADLY) is sent to the start of the queue's newest history,
-never to its end: the records there were written after whatever it saw.
+The check runs again after a long poll (the log may have been truncated and
+rewritten meanwhile). A PULL with `hist` past the end of a history this replica
+continues is "not caught up": it waits there, it is not moved. An answer never
+spans two histories, and says (`hist`) which history the record at
+`next_offset - 1` belongs to. A PULL without `hist` past the queue's end
+(OFFSET_OVERFLOW_BADLY) is sent to the queue's oldest stored record, never to
+its end: nothing says how many histories began since it read.
 """
 from __future__ import annotations
 
@@ -106,24 +109,29 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                                 got.max_offset)
         if got.records and (limit := confirmed_offset(ctx)) is not None:
             got = _confirmed_only(got, limit)
+        elif hist is not None and got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+            # Past the end of a history this replica continues (checked below): it has not
+            # caught up with the reader yet; the pull waits there, it is not moved back.
+            got = GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], at, got.min_offset,
+                            got.max_offset)
         return got
 
     got = get(offset)
     where = (group, topic, queue_id)
     if hist is not None:
-        back = history.divergence(hist, offset, got.min_offset, got.max_offset)
-        if back is not None and back < offset:
-            ctx.histories.event("diverged", *where, offset, back,
-                                f"the queue's history {hist} ends at {back} on this broker"
-                                if hist in history.ids else f"history {hist} is unknown here")
-            return response(req, _fields(HISTORY_DIVERGED, back, got, history))
+        if (diverged := _diverged(ctx, req, where, hist, offset, got, history)) is not None:
+            return diverged
     elif got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
-        start = min(max(history.newest_start, got.min_offset), got.max_offset)
-        ctx.histories.event("overflow_rewound", *where, offset, start,
-                            "offset past the queue's end and no history given")
-        return response(req, _fields(got.status.name, start, got, history))
+        return _overflow(ctx, req, where, offset, got, history)
     if _caught_up(got) and max_wait_ms > 0 and not ctx.long_poll.closing:
         got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get)
+        # The log may have been truncated and rewritten while the pull was parked (a
+        # demoted master rejoining): the reloaded history is checked again.
+        if hist is not None:
+            if (diverged := _diverged(ctx, req, where, hist, offset, got, history)) is not None:
+                return diverged
+        elif got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+            return _overflow(ctx, req, where, offset, got, history)
     fields = _fields(got.status.name, got.next_queue_offset, got, history)
     if not got.records:
         return response(req, fields)
@@ -132,6 +140,29 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     # One copy out of the commit log's mmap: a view handed to the transport could
     # outlive the mapping (retention unmaps old segments).
     return response(req, fields, b"".join(got.records))
+
+
+def _diverged(ctx: BrokerContext, req: Frame, where: tuple[str, str, int], hist: str,
+              offset: int, got: GetResult, history: QueueHistory) -> Frame | None:
+    """The HISTORY_DIVERGED answer when this log does not continue `hist` at `offset`."""
+    back = history.divergence(hist, offset, got.min_offset, got.max_offset)
+    if back is None or back >= offset:
+        return None
+    ctx.histories.event("diverged", *where, offset, back,
+                        f"the queue's history {hist} ends at {back} on this broker"
+                        if hist in history.ids else f"history {hist} is unknown here")
+    return response(req, _fields(HISTORY_DIVERGED, back, got, history))
+
+
+def _overflow(ctx: BrokerContext, req: Frame, where: tuple[str, str, int], offset: int,
+              got: GetResult, history: QueueHistory) -> Frame:
+    """The answer to a PULL without `hist` past the queue's end: nothing says how many
+    histories began since the reader read, so back to the oldest stored record
+    (duplicates, never a gap)."""
+    start = got.min_offset
+    ctx.histories.event("overflow_rewound", *where, offset, start,
+                        "offset past the queue's end and no history given")
+    return response(req, _fields(got.status.name, start, got, history))
 
 
 def _fields(status: str, next_offset: int, got: GetResult,
