@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple
 
+from ferry.client.consumer import Consumer
 from ferry.client.fetcher import FetchConfig, QueueFetcher
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import BrokerRoute, TopicRoute
@@ -95,3 +96,54 @@ async def test_a_seek_forgets_the_history() -> None:
     await f.seek(10)
     await f.stop()   # before its pull loop ran
     assert f.hist is None and f.hist_at(9) is None
+
+
+async def test_an_internal_rewind_keeps_the_history_of_the_record_before() -> None:
+    # A consumer re-handing records out (run() cancelled, a lock regained) rewinds with
+    # the history kept: a log replaced meanwhile still sends the next PULL back.
+    broker = Broker({"status": "HISTORY_DIVERGED", "next_offset": 0, "min_offset": 0,
+                     "max_offset": 2000})
+    f, rewound = _fetcher(broker, hist="La")
+    f._mark("La")
+    f._push(_records(0, 600), 600)
+    f.fetch_offset = 600
+    f._mark("Lb")
+    f._push(_records(600, 1000), 1000)
+    f.fetch_offset = 1000
+    f.take(1000)
+    await f.seek(950, keep_hist=True)
+    await f.stop()
+    assert f.hist == "Lb" and f.hist_at(599) == "La" and f.hist_at(949) == "Lb"
+    await f._pull_once()
+    assert broker.asked[0]["hist"] == "Lb" and broker.asked[0]["offset"] == 950
+    assert f.fetch_offset == 0 and rewound == [(TQ, 0)]
+
+
+async def test_an_internal_rewind_below_a_history_change_names_the_older_one() -> None:
+    f, _ = _fetcher(hist="La")
+    f._push(_records(0, 600), 600)
+    f.fetch_offset = 600
+    f._mark("Lb")
+    f._push(_records(600, 1000), 1000)
+    f.fetch_offset = 1000
+    f.take(1000)
+    await f.seek(300, keep_hist=True)
+    await f.stop()
+    assert f.hist == "La" and f.hist_at(299) == "La" and f.hist_at(700) == "La"
+    # A user's seek forgets it all.
+    await f.seek(200)
+    await f.stop()
+    assert f.hist is None and f.hist_at(100) is None
+
+
+async def test_consumer_rewind_keeps_the_history() -> None:
+    consumer = Consumer("t", group="g", namesrv="http://127.0.0.1:1")
+    f, _ = _fetcher(hist="E3")
+    f._push(_records(0, 10), 10)
+    f.fetch_offset = 10
+    f.take(10)
+    consumer._fetchers[TQ] = f
+    consumer._started = True
+    await consumer.rewind(TQ, 4)
+    await f.stop()
+    assert f.delivered == 4 and f.hist == "E3"

@@ -387,10 +387,13 @@ class Consumer(Positions):
             self._runners.discard(runner)
 
     async def rewind(self, tq: TopicQueue, offset: int) -> None:
-        """Hand out `tq` again from `offset` if it is earlier than this consumer's position."""
+        """Hand out `tq` again from `offset` if it is earlier than this consumer's position.
+
+        The queue's history is kept (issue 16): the records below `offset` were read,
+        so a log replaced meanwhile still sends the fetcher back."""
         fetcher = self._fetchers.get(tq)
         if self._started and fetcher is not None and offset < fetcher.delivered:
-            await self.seek(tq, offset)
+            await self.seek(tq, offset, keep_hist=True)
 
     # -- membership and rebalance -----------------------------------------------------------
     def _subscribe(self) -> None:

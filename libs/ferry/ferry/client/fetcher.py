@@ -228,14 +228,24 @@ class QueueFetcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def seek(self, offset: int) -> None:
-        """Drop the buffer and continue from `offset`."""
+    async def seek(self, offset: int, keep_hist: bool = False) -> None:
+        """Drop the buffer and continue from `offset`.
+
+        A user's seek names no history (the broker checks none: the user chose the
+        offset). An internal one (`keep_hist`: the consumer handing records out again,
+        runner.py) keeps what this fetcher knows below `offset`, so that the next PULL
+        still carries the history of the record before it: a log replaced meanwhile
+        sends it back instead of serving it past records it never read."""
         await self.stop()
         self._chunks.clear()
         self._buffered = 0
         self._space.set()
+        if keep_hist and offset > 0:
+            self.hist = self.hist_at(offset - 1)
+            self._marks = [m for m in self._marks if m[0] < offset]
+        else:
+            self.hist, self._marks = None, []
         self.fetch_offset = self.delivered = offset
-        self.hist, self._marks = None, []   # a seek names no history: the broker checks none
         self.start()
 
     def take(self, max_records: int) -> list[ConsumerRecord]:

@@ -85,12 +85,13 @@ class Positions:
         """The next offset this consumer hands out from `tq`."""
         return self._fetchers[tq].delivered
 
-    async def seek(self, tq: TopicQueue, offset: int) -> None:
-        """Continue `tq` from `offset` (its buffer is dropped)."""
+    async def seek(self, tq: TopicQueue, offset: int, *, keep_hist: bool = False) -> None:
+        """Continue `tq` from `offset` (its buffer is dropped). `keep_hist` (internal
+        rewinds): the fetcher keeps the history of the record before `offset`."""
         fetcher = self._fetchers.get(tq)
         if fetcher is None:
             raise ValueError(f"{tq} is not assigned to this consumer")
-        await fetcher.seek(offset)
+        await fetcher.seek(offset, keep_hist=keep_hist)
         self._consumed[tq] = offset
 
     async def seek_to_beginning(self, *tqs: TopicQueue) -> None:
