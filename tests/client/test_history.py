@@ -233,3 +233,50 @@ async def test_topic_deleted_and_created_again_under_a_live_consumer(one_broker:
     skipped, _ = traffic.report(1, "topic re-created, after")
     assert traffic.acked[1] and not skipped and not skipped0
     assert traffic.first_deliveries_in_key_order(1)
+
+
+async def _send_all(mesh: Mesh, topic: str, bodies: list[bytes]) -> None:
+    """Send each body once acknowledged (a broker just restarted may refuse a while)."""
+    async with Producer(namesrv=mesh.namesrv, request_timeout_ms=3000,
+                        broker_backoff_ms=500) as producer:
+        for body in bodies:
+            for _ in range(100):
+                try:
+                    await producer.send_and_wait(topic, body)
+                    break
+                except FerryError:
+                    await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"could not send {body!r}")
+
+
+async def _bodies(consumer: Consumer, want: int, timeout_s: float) -> set[bytes]:
+    loop = asyncio.get_running_loop()
+    deadline, got = loop.time() + timeout_s, set()
+    while len(got) < want and loop.time() < deadline:
+        for records in (await consumer.getmany(timeout_ms=200)).values():
+            got.update(r.body for r in records)
+    return got
+
+
+async def test_broadcasting_member_restarted_after_a_lost_disk_skips_nothing(
+        one_broker: Mesh, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Its own offset file keeps the history of each position: its first PULL after the
+    restart names it, and the broker's new log (further than that offset) sends it back."""
+    mesh, topic, group = one_broker, unique("hist"), unique("g")
+    path = tmp_path / "offsets.json"
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_topic(topic, queues=1)
+    await _send_all(mesh, topic, [b"old:%d" % i for i in range(30)])
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, mode="broadcasting",
+                        offset_store_path=path, auto_offset_reset="earliest", **FAST) as c:
+        assert len(await _bodies(c, 30, 20)) == 30
+    _lose_disk(mesh, "broker-a", Traffic())
+    mesh.start_broker("broker-a")
+    new = [b"new:%d" % i for i in range(50)]   # past the member's saved offset 30
+    await _send_all(mesh, topic, new)
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, mode="broadcasting",
+                        offset_store_path=path, auto_offset_reset="earliest", **FAST) as c:
+        got = await _bodies(c, 50, 20)
+        assert got == set(new)
+        assert c.describe()["history_rewinds"] >= 1

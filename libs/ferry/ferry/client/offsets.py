@@ -116,35 +116,53 @@ class RemoteOffsetStore:
 
 
 class LocalOffsetStore:
-    """Offsets kept by this consumer alone, optionally persisted to a JSON file."""
+    """Offsets kept by this consumer alone, optionally persisted to a JSON file.
+
+    Each offset is kept with the history of the record before it (issue 16), so that
+    the first PULL after a restart carries it: a broker whose log was replaced since
+    (a lost disk, an unclean restart) sends the consumer back instead of serving it
+    past records it never read. A file from before issue 16 has no `hist`: those
+    pulls are checked only against the queue's end."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._offsets: dict[TopicQueue, int] = {}
+        self._hists: dict[TopicQueue, str] = {}
         if self.path is not None and self.path.exists():
             data = json.loads(self.path.read_text())
             for item in data.get("offsets", []):
                 tq = TopicQueue(str(item["topic"]), str(item["broker"]), int(item["queue_id"]))
                 self._offsets[tq] = int(item["offset"])
+                if isinstance(hist := item.get("hist"), str):
+                    self._hists[tq] = hist
 
     async def load(self, tq: TopicQueue) -> int | None:
         return self._offsets.get(tq)
 
     async def load_with_hist(self, tq: TopicQueue) -> Committed:
-        # A local position names no history: its first PULL is checked only against
-        # the queue's end (OFFSET_OVERFLOW_BADLY goes to the newest history's start).
-        return Committed(self._offsets.get(tq), None)
+        offset = self._offsets.get(tq)
+        return Committed(offset, self._hists.get(tq) if offset is not None else None)
 
     async def commit(self, offsets: dict[TopicQueue, int],
                      hists: dict[TopicQueue, str] | None = None) -> None:
         self._offsets.update(offsets)
+        for tq in offsets:   # an offset committed without a history forgets the old one
+            if hists and (hist := hists.get(tq)) is not None:
+                self._hists[tq] = hist
+            else:
+                self._hists.pop(tq, None)
         self._persist()
 
     def _persist(self) -> None:
         if self.path is None:
             return
-        items = [{"topic": t, "broker": b, "queue_id": q, "offset": o}
-                 for (t, b, q), o in sorted(self._offsets.items())]
+        items: list[dict[str, object]] = []
+        for tq, o in sorted(self._offsets.items()):
+            item: dict[str, object] = {"topic": tq.topic, "broker": tq.broker,
+                                       "queue_id": tq.queue_id, "offset": o}
+            if (hist := self._hists.get(tq)) is not None:
+                item["hist"] = hist
+            items.append(item)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_text(json.dumps({"offsets": items}, indent=1))
