@@ -6,6 +6,7 @@ import hmac
 
 import pytest
 from ferry.auth.credentials import Credentials, derive_signing_key, generate_secret
+from ferry.auth.registry import User
 from ferry.errors import MalformedRequestError
 
 SECRET = "s3cret-s3cret-s3cret"
@@ -22,6 +23,13 @@ def test_repr_hides_the_secret() -> None:
     creds = Credentials("alice", SECRET)
     assert SECRET not in repr(creds) and SECRET not in str(creds)
     assert "alice" in repr(creds)
+
+
+def test_registry_user_repr_hides_the_signing_key() -> None:
+    key = derive_signing_key("alice", SECRET)
+    user = User("alice", key, 1)
+    assert repr(key) not in repr(user) and "signing_key" not in repr(user)
+    assert "alice" in repr(user)
 
 
 @pytest.mark.parametrize("access_key", ["ab", "a" * 65, "al ice", "al:ice", "", 12])

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ferry.auth.acl import Acl, Rule, parse_rules
@@ -39,7 +39,7 @@ class User:
     """One identity as servers know it: its derived signing key, never its secret."""
 
     access_key: str
-    signing_key: bytes
+    signing_key: bytes = field(repr=False)   # a log line or traceback never shows it
     created_ms: int
     description: str = ""
     enabled: bool = True
