@@ -49,6 +49,13 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
         yield to_batch(pending, qr.topic, qr.broker)
 
 
+def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A task's rows. When planning found nothing to read (an empty topic or range) Spark
+    still runs one task, with a plain InputPartition: it reads no rows."""
+    if isinstance(partition, QueueRange):
+        yield from read_range(opts, partition)
+
+
 class FerryBatchReader(DataSourceReader):
     """`spark.read.format("ferry")`: every queue of a topic between two offsets (or times)."""
 
@@ -60,5 +67,4 @@ class FerryBatchReader(DataSourceReader):
         return plan_ranges(o.topic, bounds_of(o), o.starting, o.ending, o.fail_out_of_range)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        yield from read_range(self.opts, partition)
+        yield from read_partition(self.opts, partition)
