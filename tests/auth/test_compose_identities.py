@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KEYS = ("admin", "svc-broker", "svc-delay-scheduler", "svc-txn-checker", "svc-dedup",
-        "svc-console")
+        "svc-console", "svc-spark")
 
 
 def _init(etcd: Etcd, prefix: str, secrets: Path, **env: str) -> subprocess.CompletedProcess[str]:

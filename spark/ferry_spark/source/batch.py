@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ferry_spark.schema import to_batch
 from ferry_spark.source import store_dir
-from ferry_spark.source.options import ReadOptions
+from ferry_spark.source.options import ReadOptions, signing_credentials
 from ferry_spark.source.probe import topic_bounds
 from ferry_spark.source.pull import RangePuller
 from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges
@@ -27,7 +27,8 @@ def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
         return store_dir.store_bounds(opts.store_dir, broker, opts.topic, start_ts, end_ts)
     assert opts.namesrv is not None
     return topic_bounds(opts.namesrv, opts.topic, start_ts_ms=start_ts, end_ts_ms=end_ts,
-                        request_timeout_ms=opts.request_timeout_ms)
+                        request_timeout_ms=opts.request_timeout_ms,
+                        credentials=signing_credentials(opts.credentials))
 
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -38,7 +39,8 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     else:
         assert opts.namesrv is not None
         chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
-                             request_timeout_ms=opts.request_timeout_ms).chunks()
+                             request_timeout_ms=opts.request_timeout_ms,
+                             credentials=signing_credentials(opts.credentials)).chunks()
     pending: list[StoredMessage] = []
     for records in chunks:
         pending += records
