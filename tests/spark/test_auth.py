@@ -117,3 +117,17 @@ def test_half_a_key_pair_is_refused_at_load(spark, auth_mesh: Mesh) -> None:
     _refused(lambda: spark.read.format("ferry").option("namesrv", auth_mesh.namesrv)
              .option("topic", "sa-x").option("accessKey", "reader")
              .option("secretKey", "short").load(), "secret key must have", "short")
+
+
+def test_options_keep_the_secret_out_of_their_repr_and_ship_it_to_tasks() -> None:
+    import pickle
+
+    from ferry_spark.source.options import read_options, write_options
+    given = {"namesrv": "h:1", "topic": "sa-x", "accessKey": READER.access_key,
+             "secretKey": READER.secret_key}
+    read, write = read_options(given, stream=False), write_options(given)
+    for opts in (read, write):
+        assert READER.secret_key not in repr(opts)
+        shipped = pickle.loads(pickle.dumps(opts))   # what a task gets
+        assert shipped.credentials == READER
+        assert shipped.credentials.signing_key == READER.signing_key
