@@ -11,8 +11,9 @@ etcd holds no identity it creates, directly in etcd (as `ferry user add
   with generated secrets;
 
 and writes each secret to `<secrets dir>/<access key>` (mode 0600, a volume
-only the Ferry containers mount). On a later start it only checks that the
-secret files are there. Secrets are never printed; read the admin's with
+only the Ferry containers mount). On a later start it checks that the
+secret files are there and creates only the service identities added since
+(an upgraded mesh). Secrets are never printed; read the admin's with
 `docker compose exec namesrv cat /run/ferry-auth/admin`.
 """
 from __future__ import annotations
@@ -50,6 +51,12 @@ SERVICES: dict[str, tuple[Rule, ...]] = {
     "svc-dedup": (Rule("allow", "admin", ("read",)), _TRACE),
     # the console's own identity only samples topic rates; users log in with their own
     "svc-console": (Rule("allow", "admin", ("read",)),),
+    # the Spark report (spark/ferry_spark/jobs/report.py): lists topics and groups, reads
+    # every topic's bounds and messages (%TRACE%, %RETRY%*, %DLQ%* included) and the groups'
+    # committed offsets. admin read covers each of these and nothing more: a PULL needs
+    # sub + consume or admin read, GET_MIN_MAX / OFFSET_FOR_TIME sub or admin read,
+    # QUERY_OFFSET consume or admin read, namesrv's lists admin read. It sends nothing.
+    "svc-spark": (Rule("allow", "admin", ("read",)),),
 }
 
 
@@ -60,26 +67,42 @@ async def init(etcd: str, prefix: str, secrets_dir: Path) -> int:
         auth = AuthRegistry(registry)
         existing = {u.access_key for u in await auth.list_users()}
         if existing:
-            missing = [k for k in (ADMIN, *SERVICES) if not (secrets_dir / k).is_file()]
-            if missing:
-                print(f"auth-init: identities exist in etcd but the secrets of {missing} are "
-                      f"not in {secrets_dir}; remove those users (`ferry user remove`) or "
-                      "restore the volume", file=sys.stderr)
-                return 1
-            print("auth-init: identities exist; nothing to do")
-            return 0
+            return await _check_existing(auth, existing, secrets_dir)
         secrets_dir.mkdir(parents=True, exist_ok=True)
         admin = Credentials(ADMIN, os.environ.get("FERRY_ADMIN_SECRET") or generate_secret())
         _write(secrets_dir, admin)
         await auth.bootstrap_admin(ADMIN, admin.signing_key, admin_rules())
-        for access_key, rules in SERVICES.items():
-            creds = Credentials(access_key, generate_secret())
-            _write(secrets_dir, creds)
-            await auth.add_user(access_key, creds.signing_key, "compose service identity", rules)
+        for access_key in SERVICES:
+            await _add_service(auth, secrets_dir, access_key)
         print(f"auth-init: created {ADMIN} and {', '.join(SERVICES)}; secrets in {secrets_dir}")
         return 0
     finally:
         await registry.stop()
+
+
+async def _check_existing(auth: AuthRegistry, existing: set[str], secrets_dir: Path) -> int:
+    """A later start: every identity's secret must be there; a service identity added
+    since the first start (svc-spark) is created now, so an upgraded mesh gets it."""
+    missing = [k for k in (ADMIN, *SERVICES) if (k == ADMIN or k in existing)
+               and not (secrets_dir / k).is_file()]
+    if missing:
+        print(f"auth-init: identities exist in etcd but the secrets of {missing} are "
+              f"not in {secrets_dir}; remove those users (`ferry user remove`) or "
+              "restore the volume", file=sys.stderr)
+        return 1
+    new = [k for k in SERVICES if k not in existing]
+    for access_key in new:
+        await _add_service(auth, secrets_dir, access_key)
+    print(f"auth-init: identities exist; created {', '.join(new)}" if new
+          else "auth-init: identities exist; nothing to do")
+    return 0
+
+
+async def _add_service(auth: AuthRegistry, secrets_dir: Path, access_key: str) -> None:
+    creds = Credentials(access_key, generate_secret())
+    _write(secrets_dir, creds)
+    await auth.add_user(access_key, creds.signing_key, "compose service identity",
+                        SERVICES[access_key])
 
 
 def _write(secrets_dir: Path, creds: Credentials) -> None:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KEYS = ("admin", "svc-broker", "svc-delay-scheduler", "svc-txn-checker", "svc-dedup",
-        "svc-console")
+        "svc-console", "svc-spark")
 
 
 def _init(etcd: Etcd, prefix: str, secrets: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -57,6 +57,33 @@ def test_auth_init_creates_every_identity_once(etcd: Etcd, tmp_path: Path) -> No
     (secrets / "svc-dedup").unlink()
     lost = _init(etcd, prefix, secrets)
     assert lost.returncode == 1 and "svc-dedup" in lost.stderr
+
+
+async def _remove_user(etcd: Etcd, prefix: str, access_key: str) -> None:
+    registry = EtcdRegistry(etcd.endpoint, prefix=prefix)
+    await registry.start()
+    try:
+        await AuthRegistry(registry).remove_user(access_key)
+    finally:
+        await registry.stop()
+
+
+def test_auth_init_adds_a_service_identity_new_since_the_first_start(
+        etcd: Etcd, tmp_path: Path) -> None:
+    """An upgraded mesh: etcd has the identities of an older release, not svc-spark."""
+    prefix, secrets = f"/init-{uuid4().hex[:8]}/", tmp_path / "secrets"
+    assert _init(etcd, prefix, secrets).returncode == 0
+    asyncio.run(_remove_user(etcd, prefix, "svc-spark"))
+    (secrets / "svc-spark").unlink()
+    before = {k: (secrets / k).read_text() for k in KEYS if k != "svc-spark"}
+    upgraded = _init(etcd, prefix, secrets)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "created svc-spark" in upgraded.stdout
+    users = asyncio.run(_users(etcd, prefix))
+    assert set(users) == set(KEYS)
+    assert users["svc-spark"] == derive_signing_key("svc-spark",
+                                                    (secrets / "svc-spark").read_text())
+    assert all((secrets / k).read_text() == v for k, v in before.items()), "others untouched"
 
 
 def test_with_identity_runs_the_service_with_its_secret(tmp_path: Path) -> None:

@@ -67,13 +67,15 @@ def test_every_ferry_service_exports_spans_to_jaeger() -> None:
 def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> None:
     """FERRY_AUTH=on in the 9 Ferry processes (namesrv, 4 brokers, scheduler, checker, dedup,
     console); all but namesrv start through with-identity.sh with their own access key,
-    whose secret auth-init wrote to the auth-secrets volume; etcd is not published."""
+    whose secret auth-init wrote to the auth-secrets volume, and so does the Spark report
+    (a client: svc-spark); etcd is not published."""
     resolved = compose("config")
     assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 9
     assert resolved.count("- svc-broker") == 4
-    for key in ("svc-delay-scheduler", "svc-txn-checker", "svc-dedup", "svc-console"):
+    for key in ("svc-delay-scheduler", "svc-txn-checker", "svc-dedup", "svc-console",
+                "svc-spark"):
         assert resolved.count(f"- {key}\n") == 1, key
-    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 8
+    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 9
     assert "/opt/ferry/deploy/auth_init.py" in resolved
     assert "2379:2379" not in resolved
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from ferry import Admin, Consumer, Message, Producer
+from ferry.auth.credentials import Credentials
 
 from tests.client.conftest import Mesh, start_mesh, unique
 from tests.support.procs import Etcd
@@ -59,10 +60,11 @@ def message(i: int) -> Message:
                    properties={"n": str(i)} if i % 7 else {})
 
 
-async def send_messages(namesrv: str, topic: str, numbers: range) -> list[Any]:
+async def send_messages(namesrv: str, topic: str, numbers: range,
+                        credentials: Credentials | None = None) -> list[Any]:
     """Send message(i) for each i in chunks; their SendResults in order."""
     out = []
-    async with Producer(namesrv=namesrv) as producer:
+    async with Producer(namesrv=namesrv, credentials=credentials) as producer:
         items = list(numbers)
         for at in range(0, len(items), SEND_CHUNK):
             chunk = [message(i) for i in items[at:at + SEND_CHUNK]]

@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ferry_spark.schema import to_batch
 from ferry_spark.source import store_dir
-from ferry_spark.source.options import ReadOptions
+from ferry_spark.source.options import ReadOptions, signing_credentials
 from ferry_spark.source.probe import topic_bounds
 from ferry_spark.source.pull import RangePuller
 from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges
@@ -27,7 +27,8 @@ def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
         return store_dir.store_bounds(opts.store_dir, broker, opts.topic, start_ts, end_ts)
     assert opts.namesrv is not None
     return topic_bounds(opts.namesrv, opts.topic, start_ts_ms=start_ts, end_ts_ms=end_ts,
-                        request_timeout_ms=opts.request_timeout_ms)
+                        request_timeout_ms=opts.request_timeout_ms,
+                        credentials=signing_credentials(opts.credentials))
 
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -38,7 +39,8 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     else:
         assert opts.namesrv is not None
         chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
-                             request_timeout_ms=opts.request_timeout_ms).chunks()
+                             request_timeout_ms=opts.request_timeout_ms,
+                             credentials=signing_credentials(opts.credentials)).chunks()
     pending: list[StoredMessage] = []
     for records in chunks:
         pending += records
@@ -47,6 +49,13 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
             pending = []
     if pending:
         yield to_batch(pending, qr.topic, qr.broker)
+
+
+def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A task's rows. When planning found nothing to read (an empty topic or range) Spark
+    still runs one task, with a plain InputPartition: it reads no rows."""
+    if isinstance(partition, QueueRange):
+        yield from read_range(opts, partition)
 
 
 class FerryBatchReader(DataSourceReader):
@@ -60,5 +69,4 @@ class FerryBatchReader(DataSourceReader):
         return plan_ranges(o.topic, bounds_of(o), o.starting, o.ending, o.fail_out_of_range)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        yield from read_range(self.opts, partition)
+        yield from read_partition(self.opts, partition)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ferry.auth.credentials import Credentials
+from ferry.errors import MalformedRequestError
 from ferry.names import validate_topic
 
 from ferry_spark.errors import SourceOptionError
@@ -25,8 +27,9 @@ QueueOffsets = dict[tuple[str, int], int]
 READ_OPTIONS = frozenset({
     "namesrv", "topic", "startingoffsets", "endingoffsets", "startingtimestampms",
     "endingtimestampms", "offsetoutofrange", "maxoffsetspertrigger", "path", "storedir",
-    "broker", "requesttimeoutms"})
-WRITE_OPTIONS = frozenset({"namesrv", "topic", "requesttimeoutms", "path"})
+    "broker", "requesttimeoutms", "accesskey", "secretkey"})
+WRITE_OPTIONS = frozenset({"namesrv", "topic", "requesttimeoutms", "path", "accesskey",
+                           "secretkey"})
 # Options Spark itself may pass along with the user's.
 _SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
@@ -58,6 +61,8 @@ class ReadOptions:
     fail_out_of_range: bool
     max_offsets_per_trigger: int | None
     request_timeout_ms: int
+    #: accessKey/secretKey; None: each process (driver, executor) signs with its environment's
+    credentials: Credentials | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -70,6 +75,29 @@ def _check_known(opts: Mapping[str, str], known: frozenset[str]) -> None:
     if unknown:
         raise SourceOptionError(f"ferry source: unknown option(s) {', '.join(unknown)}; "
                                 f"known: {', '.join(sorted(known))}")
+
+
+def _credentials(opts: Mapping[str, str], what: str) -> Credentials | None:
+    """The accessKey/secretKey options as Credentials (None when neither is given).
+
+    The secret never goes into a message: Credentials keeps it out of its repr,
+    and a bad secret is reported without its value.
+    """
+    access_key, secret_key = opts.get("accesskey") or "", opts.get("secretkey") or ""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise SourceOptionError(f"ferry {what}: options accessKey and secretKey go together")
+    try:
+        return Credentials(access_key, secret_key)
+    except MalformedRequestError as exc:
+        raise SourceOptionError(f"ferry {what}: option accessKey/secretKey: {exc}") from None
+
+
+def signing_credentials(given: Credentials | None) -> Credentials | None:
+    """What a client of the source signs with: the options' credentials, else
+    FERRY_ACCESS_KEY/FERRY_SECRET_KEY of this process (driver or executor), else none."""
+    return given if given is not None else Credentials.from_env()
 
 
 def _int(opts: Mapping[str, str], name: str, minimum: int) -> int | None:
@@ -175,7 +203,8 @@ def read_options(options: Mapping[str, str], *, stream: bool | None) -> ReadOpti
         topic=topic, namesrv=namesrv, store_dir=store_dir, broker=opts.get("broker") or None,
         starting=starting, ending=ending, fail_out_of_range=_policy(opts),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
-        request_timeout_ms=_int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS)
+        request_timeout_ms=_int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS,
+        credentials=_credentials(opts, "source"))
 
 
 @dataclass(frozen=True)
@@ -185,6 +214,7 @@ class WriteOptions:
     namesrv: str
     topic: str | None
     request_timeout_ms: int
+    credentials: Credentials | None = None   # as ReadOptions.credentials
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -200,4 +230,5 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         except ValueError as exc:
             raise SourceOptionError(f"ferry sink: option topic: {exc}") from None
     return WriteOptions(namesrv, topic,
-                        _int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS)
+                        _int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS,
+                        _credentials(opts, "sink"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
@@ -22,11 +23,14 @@ from ferry_spark.source.ranges import QueueBounds
 class MeshProbe:
     """Routes and queue bounds of topics, over one namesrv client and connection pool."""
 
-    def __init__(self, namesrv: str, request_timeout_ms: int) -> None:
+    def __init__(self, namesrv: str, request_timeout_ms: int,
+                 credentials: Credentials | None = None) -> None:
+        """`credentials` sign every namesrv and broker request (None: unsigned)."""
         self.namesrv = namesrv
-        self._client = NamesrvClient(namesrv)
+        self._client = NamesrvClient(namesrv, credentials=credentials)
         self.routes = RouteCache(self._client, refresh_interval_ms=0)
-        self.pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self.pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
+                                   credentials=credentials)
 
     async def close(self) -> None:
         await self.pool.close()
@@ -64,8 +68,9 @@ class MeshProbe:
 
 
 async def _topic_bounds(namesrv: str, topic: str, start_ts_ms: int | None,
-                        end_ts_ms: int | None, request_timeout_ms: int) -> list[QueueBounds]:
-    probe = MeshProbe(namesrv, request_timeout_ms)
+                        end_ts_ms: int | None, request_timeout_ms: int,
+                        credentials: Credentials | None) -> list[QueueBounds]:
+    probe = MeshProbe(namesrv, request_timeout_ms, credentials)
     try:
         queues = await probe.queues(topic)
         return list(await asyncio.gather(*(probe.bounds(tq, start_ts_ms, end_ts_ms)
@@ -76,6 +81,8 @@ async def _topic_bounds(namesrv: str, topic: str, start_ts_ms: int | None,
 
 def topic_bounds(namesrv: str, topic: str, *, start_ts_ms: int | None = None,
                  end_ts_ms: int | None = None,
-                 request_timeout_ms: int = 30_000) -> list[QueueBounds]:
+                 request_timeout_ms: int = 30_000,
+                 credentials: Credentials | None = None) -> list[QueueBounds]:
     """The bounds of every readable queue of `topic`, from the mesh (blocking)."""
-    return asyncio.run(_topic_bounds(namesrv, topic, start_ts_ms, end_ts_ms, request_timeout_ms))
+    return asyncio.run(_topic_bounds(namesrv, topic, start_ts_ms, end_ts_ms, request_timeout_ms,
+                                     credentials))

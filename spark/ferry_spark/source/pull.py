@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
@@ -62,13 +63,15 @@ class RangePuller:
     """Pulls one QueueRange; iterate `chunks()` for its records, in offset order."""
 
     def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
-                 request_timeout_ms: int) -> None:
+                 request_timeout_ms: int, credentials: Credentials | None = None) -> None:
+        """`credentials` sign every namesrv and broker request (None: unsigned)."""
         self.qr = qr
         self.tq = TopicQueue(qr.topic, qr.broker, qr.queue_id)
         self.fail_out_of_range = fail_out_of_range
-        self._client = NamesrvClient(namesrv)
+        self._client = NamesrvClient(namesrv, credentials=credentials)
         self._routes = RouteCache(self._client, refresh_interval_ms=0)
-        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms)
+        self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
+                                    credentials=credentials)
         self._addr: str | None = None
 
     def chunks(self) -> Iterator[list[StoredMessage]]:

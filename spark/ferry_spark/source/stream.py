@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ferry_spark.errors import SourceOptionError
-from ferry_spark.source.batch import bounds_of, read_range
+from ferry_spark.source.batch import bounds_of, read_partition
 from ferry_spark.source.options import ReadOptions
 from ferry_spark.source.ranges import QueueBounds, QueueRange, check_in_range
 
@@ -131,8 +131,7 @@ class FerryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if (broker, qid) in begin and offset > begin[(broker, qid)]]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueRange)
-        yield from read_range(self.opts, partition)
+        yield from read_partition(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the source keeps no state of its own (Spark's checkpoint has it)."""

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import BinaryType, DataType, MapType, StringType, StructType
 
 from ferry_spark.errors import SourceOptionError
-from ferry_spark.source.options import WriteOptions
+from ferry_spark.source.options import WriteOptions, signing_credentials
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ async def _send_rows(opts: WriteOptions, rows: Iterator[Row]) -> dict[str, int]:
         pending.add(asyncio.ensure_future(producer.send_batch(topic, chunk)))
         sent[topic] = sent.get(topic, 0) + len(chunk)
 
-    async with Producer(namesrv=opts.namesrv, request_timeout_ms=opts.request_timeout_ms) \
-            as producer:
+    async with Producer(namesrv=opts.namesrv, request_timeout_ms=opts.request_timeout_ms,
+                        credentials=signing_credentials(opts.credentials)) as producer:
         for row in rows:
             topic = opts.topic or row["topic"]
             if not topic:
