@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 
 import msgpack
+from blake3 import blake3
 import pytest
 from ferry.auth.credentials import Credentials
 from ferry.auth.nonces import ReplayGuard
@@ -31,7 +32,7 @@ def test_string_to_sign_is_the_documented_bytes() -> None:
     data = string_to_sign_wire("alice", 1700000000123, nonce, 10, FIELDS, BODY)
     fields_hash = hashlib.sha256(msgpack.packb(FIELDS, use_bin_type=True)).hexdigest()
     assert data == (b"FERRY1-WIRE\nalice\n1700000000123\n000102030405060708090a0b0c0d0e0f\n10\n"
-                    + fields_hash.encode() + b"\n" + hashlib.sha256(BODY).hexdigest().encode())
+                    + fields_hash.encode() + b"\n" + blake3(BODY).hexdigest().encode())
 
 
 def test_a_signed_request_verifies_once() -> None:
