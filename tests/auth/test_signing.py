@@ -4,8 +4,8 @@ from __future__ import annotations
 import hashlib
 
 import msgpack
-from blake3 import blake3
 import pytest
+from blake3 import blake3
 from ferry.auth.credentials import Credentials
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.signing import (
