@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,14 +34,6 @@ TASKS = 2_000
 TASK_SLEEP_S = 0.01
 
 
-@pytest.fixture
-def workers() -> Iterator[list[Proc]]:
-    procs: list[Proc] = []
-    yield procs
-    for proc in procs:
-        proc.stop()
-
-
 def done_ids(db: Path, host: str | None = None) -> set[str]:
     sql = "SELECT task_id FROM notes WHERE phase = 'done'"
     rows = query(db, sql + " AND host = ?", host) if host else query(db, sql)
@@ -51,12 +42,12 @@ def done_ids(db: Path, host: str | None = None) -> set[str]:
 
 @pytest.mark.slow
 def test_worker_killed_mid_run_loses_no_task(celery_mesh: CeleryMesh, tmp_path: Path,
-                                            workers: list[Proc]) -> None:
+                                            procs: list[Proc]) -> None:
     queue = unique("tasks")
     db = notes_db(tmp_path / "notes.db")
     env = proc_env(celery_mesh, queue, db)
-    workers.append(start_worker(celery_mesh, "wa", env))
-    workers.append(start_worker(celery_mesh, "wb", env))
+    procs.append(start_worker(celery_mesh, "wa", env))
+    procs.append(start_worker(celery_mesh, "wb", env))
     app = make_app(celery_mesh.namesrv, queue)
     ids: list[str] = []
 
@@ -66,7 +57,7 @@ def test_worker_killed_mid_run_loses_no_task(celery_mesh: CeleryMesh, tmp_path: 
     publisher = threading.Thread(target=publish)
     publisher.start()
     wait_for(lambda: len(done_ids(db, "wa@test")) >= 200, 90, "worker A ran 200 tasks")
-    kill9(workers[0])
+    kill9(procs[0])
     publisher.join(60)
     app.close()
     assert len(ids) == TASKS
@@ -80,11 +71,11 @@ def test_worker_killed_mid_run_loses_no_task(celery_mesh: CeleryMesh, tmp_path: 
 
 
 def test_countdown_and_retry_ride_on_delayed_messages(celery_mesh: CeleryMesh, tmp_path: Path,
-                                                      workers: list[Proc]) -> None:
+                                                      procs: list[Proc]) -> None:
     queue = unique("timed")
     db = notes_db(tmp_path / "notes.db")
     # prefork: the retry is sent from a pool child, on a connection made after the fork
-    workers.append(start_worker(celery_mesh, "wt", proc_env(celery_mesh, queue, db)))
+    procs.append(start_worker(celery_mesh, "wt", proc_env(celery_mesh, queue, db)))
     app = make_app(celery_mesh.namesrv, queue)
     applied = time.time()
     app.send_task("tests.celery.app.stamp", args=("later",), countdown=3)

@@ -23,7 +23,6 @@ import dataclasses
 import logging
 import os
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -33,6 +32,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from ferry import settings
+from ferry.admission import (
+    CONNECTIONS_OVER_PER_ADDR,
+    CONNECTIONS_OVER_TOTAL,
+    LOG_EVERY_S,
+    Admission,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +53,8 @@ MAX_CONNECTIONS = 4096
 MAX_CONNECTIONS_PER_ADDR = 512
 #: An idle keep-alive connection is closed after this (aiohttp's default is an hour).
 KEEPALIVE_TIMEOUT_S = 75.0
-#: A refusal is logged at most this often per kind.
-LOG_EVERY_S = 1.0
 
-# The counters of /v1/stats `limits.counts`.
-CONNECTIONS_OVER_TOTAL = "connections_over_total"
-CONNECTIONS_OVER_PER_ADDR = "connections_over_per_addr"
+# The counters of /v1/stats `limits.counts` (the two connection counters are ferry.admission's).
 BODIES_TOO_LARGE = "bodies_too_large"
 BAD_REQUESTS = "bad_requests"  # unparsable, or a line or header count over its limit
 COUNTERS = (CONNECTIONS_OVER_TOTAL, CONNECTIONS_OVER_PER_ADDR, BODIES_TOO_LARGE, BAD_REQUESTS)
@@ -89,15 +90,13 @@ class HttpLimits:
         return limits
 
 
-class HttpGuard:
-    """Applies one service's HttpLimits to its aiohttp app and counts the refusals."""
+class HttpGuard(Admission):
+    """Applies one service's HttpLimits to its aiohttp app and counts the refusals
+    (connection admission and counters: ferry.admission)."""
 
     def __init__(self, limits: HttpLimits) -> None:
+        super().__init__(limits.max_connections, limits.max_connections_per_addr, COUNTERS, log)
         self.limits = limits
-        self.counts: Counter[str] = Counter({name: 0 for name in COUNTERS})
-        self._per_addr: dict[str, int] = {}
-        self._open = 0
-        self._logged_at: dict[str, float] = {}
         _ParseErrorCounter.install()
 
     # -- the application -------------------------------------------------------------------
@@ -135,39 +134,10 @@ class HttpGuard:
         await site.start()
         return site
 
-    # -- connections and counters ----------------------------------------------------------
-
-    def admit(self, host: str) -> str | None:
-        """Take a connection from `host`; None if admitted, else the counter that refused it."""
-        if self._open >= self.limits.max_connections:
-            return CONNECTIONS_OVER_TOTAL
-        held = self._per_addr.get(host, 0)
-        if held >= self.limits.max_connections_per_addr:
-            return CONNECTIONS_OVER_PER_ADDR
-        self._per_addr[host] = held + 1
-        self._open += 1
-        return None
-
-    def release(self, host: str) -> None:
-        self._open -= 1
-        left = self._per_addr.get(host, 0) - 1
-        if left > 0:
-            self._per_addr[host] = left
-        else:
-            self._per_addr.pop(host, None)
-
-    def refuse(self, why: str, message: str, *args: object) -> None:
-        """Count a refusal; log it at most once a second per kind."""
-        self.counts[why] += 1
-        now = time.monotonic()
-        if now - self._logged_at.get(why, 0.0) >= LOG_EVERY_S:
-            self._logged_at[why] = now
-            log.warning(message + " (%s: %d so far)", *args, why, self.counts[why])
-
     def as_json(self) -> dict[str, Any]:
         """The `limits` section of /v1/stats."""
-        return {"settings": dataclasses.asdict(self.limits), "connections": self._open,
-                "client_addresses": len(self._per_addr), "counts": dict(self.counts)}
+        return {"settings": dataclasses.asdict(self.limits), "connections": self.open_connections,
+                "client_addresses": self.client_addresses, "counts": dict(self.counts)}
 
 
 class LimitedSite(web.TCPSite):

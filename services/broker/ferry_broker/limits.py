@@ -12,22 +12,18 @@ who is being refused and why.
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from typing import Any, Protocol
 
+from ferry.admission import CONNECTIONS_OVER_PER_ADDR, CONNECTIONS_OVER_TOTAL, Admission
 from ferry.wire.codes import MAX_HEADER_BYTES
 
 from ferry_broker.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
-#: A refusal is logged at most this often per kind: a flood must not fill the disk with logs.
-LOG_EVERY_S = 1.0
-
-# The counters /v1/stats shows (each also a `why` of `refuse`).
-CONNECTIONS_OVER_TOTAL = "connections_over_total"
-CONNECTIONS_OVER_PER_ADDR = "connections_over_per_addr"
+# The counters /v1/stats shows (each also a `why` of `refuse`); the two connection
+# counters are ferry.admission's.
 FRAMES_MALFORMED = "frames_malformed"
 RESPONSES_IGNORED = "responses_ignored"  # a client sent a response frame: dropped
 READING_PAUSED_INFLIGHT = "reading_paused_inflight"
@@ -94,51 +90,14 @@ class PendingFrameBudget:
         return len(self._waiting)
 
 
-class WireLimits:
-    """Connection admission per address and in total, and the refusal counters."""
+class WireLimits(Admission):
+    """The wire server's limits: connection admission and refusal counters (ferry.admission)
+    plus the pending-frame budget."""
 
     def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config.max_connections, config.max_connections_per_addr, COUNTERS, log)
         self.config = config
-        self.counts: Counter[str] = Counter({name: 0 for name in COUNTERS})
-        self._per_addr: dict[str, int] = {}
-        self._open = 0
-        self._logged_at: dict[str, float] = {}
         self.pending = PendingFrameBudget(config.max_pending_frame_bytes)
-
-    @property
-    def open_connections(self) -> int:
-        return self._open
-
-    def admit(self, host: str) -> str | None:
-        """Take a connection from `host`; None if admitted, else the counter it was refused by."""
-        if self._open >= self.config.max_connections:
-            return CONNECTIONS_OVER_TOTAL
-        held = self._per_addr.get(host, 0)
-        if held >= self.config.max_connections_per_addr:
-            return CONNECTIONS_OVER_PER_ADDR
-        self._per_addr[host] = held + 1
-        self._open += 1
-        return None
-
-    def release(self, host: str) -> None:
-        """An admitted connection from `host` closed."""
-        self._open -= 1
-        left = self._per_addr.get(host, 0) - 1
-        if left > 0:
-            self._per_addr[host] = left
-        else:
-            self._per_addr.pop(host, None)
-
-    def count(self, why: str) -> None:
-        self.counts[why] += 1
-
-    def refuse(self, why: str, message: str, *args: object) -> None:
-        """Count a refusal and log it, at most once a second per kind (with the count)."""
-        self.counts[why] += 1
-        now = time.monotonic()
-        if now - self._logged_at.get(why, 0.0) >= LOG_EVERY_S:
-            self._logged_at[why] = now
-            log.warning(message + " (%s: %d so far)", *args, why, self.counts[why])
 
     def as_json(self) -> dict[str, Any]:
         """The `limits` section of /v1/stats: the settings, what is in use, the refusals."""
@@ -156,9 +115,9 @@ class WireLimits:
                 "max_pending_frame_bytes": cfg.max_pending_frame_bytes,
                 "frame_timeout_ms": cfg.frame_timeout_ms,
             },
-            "connections": self._open,
+            "connections": self.open_connections,
             "pending_frame_bytes": self.pending.reserved,
             "waiting_for_pending_budget": self.pending.waiting,
-            "client_addresses": len(self._per_addr),
+            "client_addresses": self.client_addresses,
             "counts": dict(self.counts),
         }

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
+from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
@@ -99,7 +99,7 @@ class DedupApp:
         await self.namesrv.start()
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         self._runner = guard.runner(
-            build_app(self, auth=await self._start_auth(), guard=guard), access_log=None)
+            build_app(self, auth=await start_service_auth(self.auth), guard=guard), access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DEDUP_TLS_*): HTTPS only.
         site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
@@ -199,13 +199,6 @@ class DedupApp:
         except Exception as exc:   # logged, counted; the next round tries again
             log.warning("scheduled reconciliation of %s:%s failed: %s", target.topic,
                         target.group, exc)
-
-    async def _start_auth(self) -> HttpAuth | None:
-        """With auth on: load the identities from etcd (before the API answers anyone)."""
-        if self.auth is None:
-            return None
-        await self.auth.start()
-        return self.auth.http
 
     # -- stop ---------------------------------------------------------------------------
     async def stop(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
+from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
@@ -135,7 +135,7 @@ class SchedulerApp:
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
                         package_version("ferry-delay-scheduler"),
-                        auth=await self._start_auth(), guard=guard)
+                        auth=await start_service_auth(self.auth), guard=guard)
         self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DELAY_SCHEDULER_TLS_*): HTTPS only.
@@ -242,13 +242,6 @@ class SchedulerApp:
                         "closed_below_ms": wheel.closed_below * wheel.bucket_ms})
         doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
-
-    async def _start_auth(self) -> HttpAuth | None:
-        """With auth on: load the identities from etcd (before the API answers anyone)."""
-        if self.auth is None:
-            return None
-        await self.auth.start()
-        return self.auth.http
 
     # -- stop ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import HttpAuth, ServiceAuth, auth_stats, server_ssl
+from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
@@ -91,7 +91,7 @@ class CheckerApp:
         guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
         app = build_app(self.book, self.stats_document, lambda: self.ready,
                         package_version("ferry-txn-checker"),
-                        auth=await self._start_auth(), guard=guard)
+                        auth=await start_service_auth(self.auth), guard=guard)
         self._runner = guard.runner(app, access_log=None)
         await self._runner.setup()
         # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_TXN_CHECKER_TLS_*): HTTPS only.
@@ -166,13 +166,6 @@ class CheckerApp:
                           for name, s in book.brokers.items()}
         doc["auth"] = auth_stats(self.auth.http if self.auth is not None else None)
         return doc
-
-    async def _start_auth(self) -> HttpAuth | None:
-        """With auth on: load the identities from etcd (before the API answers anyone)."""
-        if self.auth is None:
-            return None
-        await self.auth.start()
-        return self.auth.http
 
     # -- stop ------------------------------------------------------------------------
 

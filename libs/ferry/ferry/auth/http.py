@@ -343,6 +343,15 @@ class ServiceAuth:
         await self.etcd.stop()
 
 
+async def start_service_auth(auth: ServiceAuth | None) -> HttpAuth | None:
+    """With auth on (`auth` given): load the identities from etcd before the API answers
+    anyone, and return the middleware's HttpAuth; None with auth off."""
+    if auth is None:
+        return None
+    await auth.start()
+    return auth.http
+
+
 def registry_auth(registry: AuthRegistry, table: RouteTable) -> HttpAuth:
     """An HttpAuth asking `registry` (a `ferry.auth.registry.AuthRegistry`) for keys and rules.
 

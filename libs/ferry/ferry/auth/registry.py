@@ -25,11 +25,11 @@ from typing import Any
 from ferry.auth.acl import Acl, Rule, parse_rules
 from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
 from ferry.errors import AlreadyExistsError, MalformedRequestError
-from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
+from ferry.routing.follow import follow_prefix
+from ferry.routing.registry import EtcdRegistry
 
 log = logging.getLogger("ferry.auth.registry")
 
-_MAX_BACKOFF_S = 5.0
 #: The longest description kept with an identity.
 MAX_DESCRIPTION_CHARS = 256
 
@@ -134,28 +134,14 @@ class AuthRegistry:
         self._revision = int(got.header.revision)
 
     async def _run(self) -> None:
-        backoff_s = 0.2
-        while True:
-            try:
-                await self._watch()
-                log.warning("auth watch ended; reloading")
-            except EtcdUnavailable as exc:
-                log.warning("auth watch failed (%s); reloading in %.1fs", exc, backoff_s)
-            except Exception:
-                log.exception("auth watch failed; reloading")
-            self._watching = False
-            while True:
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-                try:
-                    await self._load()
-                    self.reloads += 1
-                    backoff_s = 0.2
-                    break
-                except RuntimeError:
-                    continue  # the etcd registry is stopped; stop() follows
-                except EtcdUnavailable as exc:
-                    log.warning("auth reload failed (%s); retrying in %.1fs", exc, backoff_s)
+        await follow_prefix(self.etcd, "auth registry", self._watch, self._load,
+                            self._watch_broken, self._reloaded)
+
+    def _watch_broken(self) -> None:
+        self._watching = False
+
+    def _reloaded(self) -> None:
+        self.reloads += 1
 
     async def _watch(self) -> None:
         watch = await self.etcd.client.watch_prefix(self._root.encode(),

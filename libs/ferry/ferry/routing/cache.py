@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ferry.routing.follow import follow_prefix
 from ferry.routing.models import BrokerInfo, GroupConfig, TopicConfig
-from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
+from ferry.routing.registry import EtcdRegistry
 
 log = logging.getLogger("ferry.routing.cache")
 
 BrokerKey = tuple[str, str, int]
-_MAX_BACKOFF_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -126,31 +126,14 @@ class RouteCache:
             await self._notify(change)
 
     async def _run(self) -> None:
-        backoff_s = 0.2
-        while True:
-            try:
-                await self._watch()
-                log.warning("etcd watch ended; reloading")
-            except EtcdUnavailable as exc:
-                log.warning("etcd watch failed (%s); reloading in %.1fs", exc, backoff_s)
-            except Exception:
-                log.exception("route cache watch failed; reloading")
-            self._watching = False
-            while True:
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
-                try:
-                    client = self.registry.client
-                    await self._load()
-                    self.reloads += 1
-                    backoff_s = 0.2
-                    break
-                except RuntimeError:
-                    continue  # the registry was stopped before this cache; wait for stop()
-                except EtcdUnavailable as exc:
-                    log.warning("etcd reload failed (%s); retrying in %.1fs", exc, backoff_s)
-                    if len(self.registry.endpoints) > 1:
-                        await self.registry.failover(client)
+        await follow_prefix(self.registry, "route cache", self._watch, self._load,
+                            self._watch_broken, self._reloaded)
+
+    def _watch_broken(self) -> None:
+        self._watching = False
+
+    def _reloaded(self) -> None:
+        self.reloads += 1
 
     async def _watch(self) -> None:
         watch = await self.registry.client.watch_prefix(self._prefix(),

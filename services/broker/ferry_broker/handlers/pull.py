@@ -118,20 +118,14 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
 
     got = get(offset)
     where = (group, topic, queue_id)
-    if hist is not None:
-        if (diverged := _diverged(ctx, req, where, hist, offset, got, history)) is not None:
-            return diverged
-    elif got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
-        return _overflow(ctx, req, where, offset, got, history)
+    if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
+        return answer
     if _caught_up(got) and max_wait_ms > 0 and not ctx.long_poll.closing:
         got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get)
         # The log may have been truncated and rewritten while the pull was parked (a
         # demoted master rejoining): the reloaded history is checked again.
-        if hist is not None:
-            if (diverged := _diverged(ctx, req, where, hist, offset, got, history)) is not None:
-                return diverged
-        elif got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
-            return _overflow(ctx, req, where, offset, got, history)
+        if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
+            return answer
     fields = _fields(got.status.name, got.next_queue_offset, got, history)
     if not got.records:
         return response(req, fields)
@@ -140,6 +134,18 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     # One copy out of the commit log's mmap: a view handed to the transport could
     # outlive the mapping (retention unmaps old segments).
     return response(req, fields, b"".join(got.records))
+
+
+def _history_answer(ctx: BrokerContext, req: Frame, where: tuple[str, str, int],
+                    hist: str | None, offset: int, got: GetResult,
+                    history: QueueHistory) -> Frame | None:
+    """The answer that moves the reader back (a diverged history, or an overflow without
+    one), or None when `got` can be answered as it is."""
+    if hist is not None:
+        return _diverged(ctx, req, where, hist, offset, got, history)
+    if got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
+        return _overflow(ctx, req, where, offset, got, history)
+    return None
 
 
 def _diverged(ctx: BrokerContext, req: Frame, where: tuple[str, str, int], hist: str,

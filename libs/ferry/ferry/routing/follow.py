@@ -1,0 +1,55 @@
+"""Following an etcd prefix: watch it, and when the watch breaks, reload it whole.
+
+The route cache (`ferry.routing.cache`) and the identities (`ferry.auth.registry`)
+both load a prefix, then watch it from the loaded revision. A watch that ends or
+fails leaves the cache stale, so it is reloaded with back-off (0.2 s doubling to
+5 s) until etcd answers, switching to another etcd endpoint when there is one;
+then watching starts again.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
+
+log = logging.getLogger("ferry.routing.follow")
+
+FIRST_BACKOFF_S = 0.2
+MAX_BACKOFF_S = 5.0
+
+
+async def follow_prefix(registry: EtcdRegistry, what: str,
+                        watch: Callable[[], Awaitable[None]],
+                        load: Callable[[], Awaitable[None]],
+                        on_broken: Callable[[], None],
+                        on_reloaded: Callable[[], None]) -> None:
+    """Run `watch` forever; after it ends or fails, call `on_broken`, then `load` until it
+    succeeds (then `on_reloaded`) and watch again. `what` names the cache in logs."""
+    backoff_s = FIRST_BACKOFF_S
+    while True:
+        try:
+            await watch()
+            log.warning("%s: etcd watch ended; reloading", what)
+        except EtcdUnavailable as exc:
+            log.warning("%s: etcd watch failed (%s); reloading in %.1fs", what, exc, backoff_s)
+        except Exception:
+            log.exception("%s: etcd watch failed; reloading", what)
+        on_broken()
+        while True:
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, MAX_BACKOFF_S)
+            try:
+                client = registry.client
+                await load()
+                on_reloaded()
+                backoff_s = FIRST_BACKOFF_S
+                break
+            except RuntimeError:
+                continue  # the registry was stopped before its follower; stop() follows
+            except EtcdUnavailable as exc:
+                log.warning("%s: etcd reload failed (%s); retrying in %.1fs", what, exc,
+                            backoff_s)
+                if len(registry.endpoints) > 1:
+                    await registry.failover(client)
