@@ -22,10 +22,17 @@ produces with FERRY_AUTH=on in the broker and namesrv and a producer that
 signs every request (an identity seeded in etcd), tracing at the default;
 `mesh.produce` with `"auth": "on"` and `mesh.auth_cost` (auth on / the
 default pass with auth off; target >= 0.85, the issue's "cost <= 15 %").
+
+Per-message sends (`mesh.produce_send`, docs/performance.md): in the same
+rounds, a fourth pass produces as a user writes it: `await producer.send()`
+per message, keeping up to 20,000 result futures in flight (the oldest is
+awaited once the window is full), 1 KiB messages, tracing at the default;
+beside Redis with redis-py pipelining XADD in batches of 1,000. Target >= 3.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -69,6 +76,8 @@ LATENCY_RATE = 2000
 LATENCY_SECONDS = float(os.environ.get("FERRY_BENCH_MESH_LATENCY_S", "10"))
 WARMUP_SENDS = 16  # two rounds over the topic's 8 queues
 SYNC_SENDERS = 64
+SEND_WINDOW = 20_000        # produce_send: result futures in flight at most
+REDIS_SEND_PIPELINE = 1000  # produce_send's Redis side: XADDs per pipeline
 SYNC_SECONDS = 5.0
 
 
@@ -159,6 +168,21 @@ async def ferry_produce(namesrv: str, topic: str, n: int,
         return n / (time.perf_counter() - t0)
 
 
+async def ferry_produce_send(namesrv: str, topic: str, n: int) -> float:
+    """One `await producer.send()` per message, at most SEND_WINDOW futures in flight."""
+    async with Producer(namesrv=namesrv) as producer:
+        in_flight: collections.deque[asyncio.Future[object]] = collections.deque()
+        send = producer.send
+        t0 = time.perf_counter()
+        for _ in range(n):
+            in_flight.append(await send(topic, BODY))
+            if len(in_flight) >= SEND_WINDOW:
+                await in_flight.popleft()
+        for fut in in_flight:
+            await fut
+        return n / (time.perf_counter() - t0)
+
+
 async def ferry_consume(namesrv: str, topic: str, n: int) -> float:
     async with Consumer(topic, group="bench", namesrv=namesrv,
                         auto_offset_reset="earliest", enable_auto_commit=True) as consumer:
@@ -197,11 +221,23 @@ def ferry_auth_pass(work: Path, etcd_endpoint: str) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def redis_produce(client: redis.Redis, stream: str, n: int) -> float:
+def ferry_send_pass(work: Path, etcd_endpoint: str) -> float:
+    """Produce TOTAL messages by per-message send() to a fresh namesrv + broker; msgs/s."""
+    procs, namesrv = start_ferry(work, etcd_endpoint, "async")
+    try:
+        asyncio.run(ferry_wait_route(namesrv, "bench"))
+        return asyncio.run(ferry_produce_send(namesrv, "bench", TOTAL))
+    finally:
+        for p in procs:
+            p.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def redis_produce(client: redis.Redis, stream: str, n: int, batch: int = BATCH) -> float:
     t0 = time.perf_counter()
-    for _ in range(n // BATCH):
+    for _ in range(n // batch):
         pipe = client.pipeline(transaction=False)
-        for _ in range(BATCH):
+        for _ in range(batch):
             pipe.xadd(stream, {"b": BODY})
         pipe.execute()
     return n / (time.perf_counter() - t0)
@@ -349,6 +385,9 @@ def main() -> None:
 
         r_prod = redis_produce(client, "bench", TOTAL)
         r_cons = redis_consume(client, "bench", TOTAL)
+        send_total = TOTAL // REDIS_SEND_PIPELINE * REDIS_SEND_PIPELINE
+        r_send = redis_produce(client, "bench-send", send_total, REDIS_SEND_PIPELINE)
+        client.delete("bench-send")
         # The modes take turns over ROUNDS rounds and report medians: one pass lasts a
         # second or two, too short to stand alone on a shared machine. Every pass gets a
         # fresh namesrv + broker on an empty store (removed after it), so each writes
@@ -356,12 +395,14 @@ def main() -> None:
         # of 600k messages wrote into new segments and produced up to a third slower.
         runs: dict[str, list[tuple[float, float]]] = {mode: [] for mode in TRACING_MODES}
         auth_runs: list[float] = []
+        send_runs: list[float] = []
         for i in range(ROUNDS):
             for mode in TRACING_MODES:
                 use_tracing(mode)
                 runs[mode].append(ferry_pass(work / f"async-{mode}-{i}", etcd.endpoint))
             # Auth on right after its baseline (auth off, tracing default) in every round.
             auth_runs.append(ferry_auth_pass(work / f"async-auth-{i}", etcd.endpoint))
+            send_runs.append(ferry_send_pass(work / f"async-send-{i}", etcd.endpoint))
         rates = {mode: (statistics.median(r[0] for r in runs[mode]),
                         statistics.median(r[1] for r in runs[mode])) for mode in TRACING_MODES}
         for mode, (f_prod, f_cons) in rates.items():
@@ -379,6 +420,10 @@ def main() -> None:
              ratio=round(auth_prod / r_prod, 2))
         emit(bench="mesh.auth_cost", produce_ratio=round(auth_prod / rates["default"][0], 3),
              target=AUTH_COST_TARGET)
+        f_send = statistics.median(send_runs)
+        emit(bench="mesh.produce_send", tracing="default", messages=TOTAL, rounds=ROUNDS,
+             window=SEND_WINDOW, msgs_s=round(f_send), redis_msgs_s=round(r_send),
+             redis_pipeline=REDIS_SEND_PIPELINE, ratio=round(f_send / r_send, 2), target=3)
         use_tracing("default")   # latency runs at the default
         mesh_procs, namesrv = start_ferry(work / "latency", etcd.endpoint, "async")
         procs.extend(mesh_procs)
