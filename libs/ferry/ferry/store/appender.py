@@ -159,6 +159,9 @@ class Appender:
         start = cl.write_offset
         seg = cl.active()
         rel = start - seg.start_offset  # (where staging started: nothing moved since)
+        warmer = self._warmer
+        if warmer is not None:  # (zeroing ahead in sync mode: never over this batch)
+            warmer.before_write(seg.start_offset + len(seals) * cl.segment_bytes + end_rel)
         done = 0
         for at, seal_rel in seals:
             if at > done:
@@ -169,7 +172,6 @@ class Appender:
             seg.write(mv[done:used], rel)
         end = seg.start_offset + end_rel
         cl.advance(end)
-        warmer = self._warmer
         if warmer is not None and end >= warmer.next_kick_offset:
             warmer.wrote_to(end)
         if len(self._ctx.buf) > KEEP_STAGING_BYTES:

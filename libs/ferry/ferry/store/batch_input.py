@@ -49,6 +49,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     store_len = len(store_b)
     prefix = topic_b + born_b + store_b
     fixed = HEADER_SIZE + len(prefix) - _ENTRY_SIZE  # record size = entry length + fixed
+    payload_at = HEADER_SIZE + len(prefix)  # where tags|keys|props|body start in a record
     pack = ctx.prefix_format(len(prefix))
     seg_start, rel, pos = st.seg_start, st.rel, st.pos
     limit = seg_bytes - BLANK_SIZE
@@ -57,7 +58,9 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     seals = st.seals
     add_entry, add_item = q.entries.append, st.items.append
     first_qoff = qoff = q.next_offset
+    qoff_limit = first_qoff + max_count
     src, at, stop = memoryview(data), 0, len(data)
+    id_crc = ID_KEY_CRC
     while at < stop:
         if stop - at < _ENTRY_SIZE:
             raise MalformedRequestError(f"message batch truncated: {stop - at} bytes left at "
@@ -73,7 +76,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
         if flags & refuse_flags:
             raise MalformedRequestError(f"message at {at} carries flag(s) {flags & refuse_flags} "
                                         "that the SEND does not announce")
-        if qoff - first_qoff >= max_count:
+        if qoff >= qoff_limit:
             raise MalformedRequestError(f"the batch has more than {max_count} messages")
         p = at + _ENTRY_SIZE
         if tags_len:
@@ -97,12 +100,13 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
         pack(buf, pos, size, RECORD_MAGIC, 0, flags, qid, qoff, phy, born_ts, ts,
              prepared_offset, reconsume_times, th, msg_id, topic_len, born_len, store_len, 0,
              tags_len, keys_len, props_len, body_len, prefix)
-        buf[end - length + _ENTRY_SIZE:end] = src[p:at + length]  # tags|keys|props|body as given
+        # tags|keys|props|body as given (a memoryview slice assignment: a plain memcpy)
+        mv[pos + payload_at:end] = src[p:at + length]
         _pack_crc(buf, pos + AT_CRC, crc32c(mv[pos + CRC_START:end]))
         pos = end
         rel += size
         add_entry(_pack_cq(phy, size, th))
-        add_item((crc32c(msg_id, ID_KEY_CRC), phy, ts))
+        add_item((crc32c(msg_id, id_crc), phy, ts))
         if keys_len:
             keys_b = data[p + tags_len:p + tags_len + keys_len]
             if not keys_b.isascii():

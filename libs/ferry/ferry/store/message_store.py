@@ -71,7 +71,8 @@ class MessageStore:
         self._warmer: PageWarmer | None = None
         if config.warm_ahead_bytes:
             self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
-                                      config.warm_ahead_bytes, self._cl.write_offset)
+                                      config.warm_ahead_bytes, self._cl.write_offset,
+                                      zero=config.flush_mode is FlushMode.SYNC)
         self._dispatcher = LiveDispatch(self._cl, self._cqs, self._index, self._dispatch_failed)
         self._appender = Appender(self._cl, self._cqs, self._dispatcher, config.max_message_bytes,
                                   config.store_host, self._warmer)
@@ -400,6 +401,8 @@ class MessageStore:
             if chunk.end == phy_offset:
                 return phy_offset
             try:
+                if self._warmer is not None:
+                    self._warmer.before_write(chunk.end)
                 replica.write_chunk(self._cl, data, chunk)
             except BaseException as exc:
                 self._failed = exc
