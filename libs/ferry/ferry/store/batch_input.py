@@ -17,7 +17,14 @@ from ferry.codec.record import AT_CRC, BLANK_SIZE, CRC_START, HEADER_SIZE, RECOR
 from ferry.errors import MalformedRequestError
 
 from .consume_queue import CQ_ENTRY
-from .encode_context import ID_KEY_CRC, EncodeContext, QueueRun, StageState
+from .encode_context import (
+    ID_RUN_KEY_CRC,
+    ID_RUN_PREFIX_BYTES,
+    MAX_ID_RUN,
+    EncodeContext,
+    QueueRun,
+    StageState,
+)
 
 _ENTRY_SIZE = ENTRY_HEAD_SIZE
 _unpack_entry = ENTRY_HEAD.unpack_from
@@ -60,7 +67,10 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     first_qoff = qoff = q.next_offset
     qoff_limit = first_qoff + max_count
     src, at, stop = memoryview(data), 0, len(data)
-    id_crc = ID_KEY_CRC
+    # The id run being staged (see encode_context.MAX_ID_RUN): its id prefix and how many
+    # more records it may take; a batch, a segment roll or another prefix starts a new one.
+    run_prefix, run_left = b"", 0
+    run_crc, run_cut = ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES
     while at < stop:
         if stop - at < _ENTRY_SIZE:
             raise MalformedRequestError(f"message batch truncated: {stop - at} bytes left at "
@@ -95,6 +105,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
             seals.append((pos, rel))
             seg_start += seg_bytes
             rel = 0
+            run_left = 0
         phy = seg_start + rel
         # The header in HEADER_LAYOUT order (crc 0 until computed), then topic|born|store.
         pack(buf, pos, size, RECORD_MAGIC, 0, flags, qid, qoff, phy, born_ts, ts,
@@ -106,7 +117,12 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
         pos = end
         rel += size
         add_entry(_pack_cq(phy, size, th))
-        add_item((crc32c(msg_id, id_crc), phy, ts))
+        id_prefix = msg_id[:run_cut]
+        if run_left and id_prefix == run_prefix:
+            run_left -= 1
+        else:  # the first record of an id run: its index key
+            add_item((crc32c(id_prefix, run_crc), phy, ts))
+            run_prefix, run_left = id_prefix, MAX_ID_RUN - 1
         if keys_len:
             keys_b = data[p + tags_len:p + tags_len + keys_len]
             if not keys_b.isascii():

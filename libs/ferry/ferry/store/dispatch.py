@@ -1,8 +1,9 @@
 """Dispatch: turning appended records into consume-queue entries and index keys.
 
 Every record becomes one CQ_ENTRY in the consume queue of its (topic, queue_id)
-and index keys: `b"I" + msg_id` for its unique id and `b"K" + topic + b"\\x00" + key`
-for each space-separated key. `LiveDispatch` queues what each written batch
+and index keys: `b"K" + topic + b"\\x00" + key` for each space-separated key, and
+its id is covered by an id run (`id_index.py`): the first record of a run gets
+`b"R" + msg_id[:ID_RUN_PREFIX_BYTES]`. `LiveDispatch` queues what each written batch
 yields and applies it in one consume-queue write per queue and one index call;
 recovery re-dispatches from the commit log with `redispatch`.
 """
@@ -39,7 +40,7 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_KEY_CRC, QueueEntries
+from .encode_context import ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES, MAX_ID_RUN, QueueEntries
 from .index_file import IndexService
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,9 @@ _pack_entry = CQ_ENTRY.pack
 _REDISPATCH_CHUNK = 4096
 
 
-def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes) -> list[bytes]:
-    """The index keys of one record."""
-    out = [b"I" + msg_id]
+def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes, run_start: bool = True) -> list[bytes]:
+    """The index keys of one record (its id-run key when it starts a run)."""
+    out = [b"R" + msg_id[:ID_RUN_PREFIX_BYTES]] if run_start else []
     if keys_b:
         prefix = b"K" + topic_b + b"\x00"
         out.extend(prefix + k for k in keys_b.split(b" ") if k)
@@ -66,11 +67,16 @@ class PendingDispatch:
     descriptor left), the rest stays for the next `apply` (re-applying is idempotent).
     """
 
-    __slots__ = ("queues", "index_items")
+    __slots__ = ("queues", "index_items", "_run_prefix", "_run_left", "_run_next")
 
     def __init__(self) -> None:
         self.queues: dict[tuple[str, int], QueueEntries] = {}
         self.index_items: list[tuple[int, int, int]] = []  # (key hash, phy, store ts)
+        # The id run `add_keys` continues: its prefix, records it may still take, and
+        # where the next record must start to continue it (back to back).
+        self._run_prefix = b""
+        self._run_left = 0
+        self._run_next = -1
 
     def add_entry(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int,
                   th: int) -> None:
@@ -82,9 +88,17 @@ class PendingDispatch:
             run.entries.append(_pack_entry(phy, size, th))
 
     def add_keys(self, topic_b: bytes, keys_b: bytes, msg_id: bytes, phy: int,
-                 store_ts_ms: int) -> None:
+                 store_ts_ms: int, size: int = 0) -> None:
+        """Queue the index keys of the record at `phy` (`size` bytes; 0: unknown, it
+        then starts an id run of its own)."""
         items = self.index_items
-        items.append((crc32c(msg_id, ID_KEY_CRC), phy, store_ts_ms))
+        prefix = msg_id[:ID_RUN_PREFIX_BYTES]
+        if self._run_left and phy == self._run_next and prefix == self._run_prefix:
+            self._run_left -= 1
+        else:
+            items.append((crc32c(prefix, ID_RUN_KEY_CRC), phy, store_ts_ms))
+            self._run_prefix, self._run_left = prefix, MAX_ID_RUN - 1
+        self._run_next = phy + size if size else -1
         if keys_b:
             prefix = crc32c(b"K" + topic_b + b"\x00")
             for k in keys_b.split(b" "):
@@ -127,7 +141,7 @@ class LiveDispatch:
         the append does not fail) and stays queued.
         """
         pending = self._pending
-        if not pending.index_items:  # (every record queues its id key: empty = nothing pending)
+        if not pending.index_items:  # (every batch queues an id-run key: empty = nothing pending)
             self._pending_from = start_offset
             pending.index_items = items
         else:
@@ -225,7 +239,7 @@ def add_record(batch: PendingDispatch, buf: bytes | memoryview, off: int, pos: i
     if keys:
         k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
         batch.add_keys(topic_b, bytes(buf[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
-                       h[H_STORE_TS_MS])
+                       h[H_STORE_TS_MS], h[H_TOTAL_SIZE])
 
 
 def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None:

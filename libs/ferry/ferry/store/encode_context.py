@@ -27,6 +27,13 @@ KEEP_STAGING_BYTES = 8 << 20
 # Header + (topic, born host, store host) structs cached per prefix length.
 MAX_PREFIX_FORMATS = 256
 ID_KEY_CRC = crc32c(b"I")  # index key b"I" + msg_id hashes as crc32c(msg_id, ID_KEY_CRC)
+# Message ids are indexed by run (docs/store-format.md, "Index keys"): one index key
+# b"R" + msg_id[:ID_RUN_PREFIX_BYTES] for a run of at most MAX_ID_RUN records that lie
+# back to back in the commit log and share those first bytes (a producer's ids: 8
+# random bytes, then a big-endian counter, so a batch's ids share all but the last byte).
+ID_RUN_PREFIX_BYTES = 15
+MAX_ID_RUN = 256
+ID_RUN_KEY_CRC = crc32c(b"R")  # key b"R" + prefix hashes as crc32c(prefix, ID_RUN_KEY_CRC)
 _MAX_CACHED = 100_000
 
 PackRecord = Callable[..., None]

@@ -32,6 +32,7 @@ from .dispatch import LiveDispatch
 from .encode_context import Staged
 from .flush import FlushService
 from .histories import QueueHistory, StoreHistories
+from .id_index import find_by_id
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
 from .reader import RecordMatch, read_checked, read_entries, read_message
@@ -341,11 +342,7 @@ class MessageStore:
         with self._lock:
             self._check_readable()
             self._dispatch()
-            for phy in self._index.query(b"I" + bytes(msg_id), 0, 2**62, 8):
-                msg = read_message(self._cl, phy)
-                if msg is not None and msg.msg_id == msg_id:
-                    return msg
-            return None
+            return find_by_id(self._cl, self._index, bytes(msg_id))
 
     @os_errors_as_store_errors
     def topic_queues(self) -> dict[str, list[int]]:

@@ -60,7 +60,7 @@ from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
 from .dispatch import PendingDispatch, check_unit
-from .encode_context import ID_KEY_CRC, QueueEntries
+from .encode_context import ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES, MAX_ID_RUN, QueueEntries
 from .index_file import IndexService
 from .mapped_file import MappedFile
 
@@ -218,6 +218,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     items: list[tuple[int, int, int]] = []  # (index key hash, phy, store ts)
     off = last_ts = 0
     marker_at = -1
+    id_run, id_left = b"", 0  # the id run being continued (see id_index.py)
     while off < n:
         pos = phy_offset + off
         if off + _MIN_RECORD_ROOM <= room_end and off + HEADER_SIZE <= n:
@@ -241,7 +242,12 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                     ts = h[H_STORE_TS_MS]
                     if ts > last_ts:
                         last_ts = ts
-                    items.append((crc32c(h[H_MSG_ID], ID_KEY_CRC), pos, ts))
+                    id_prefix = h[H_MSG_ID][:ID_RUN_PREFIX_BYTES]  # (back to back: see id_index)
+                    if id_left and id_prefix == id_run:
+                        id_left -= 1
+                    else:
+                        items.append((crc32c(id_prefix, ID_RUN_KEY_CRC), pos, ts))
+                        id_run, id_left = id_prefix, MAX_ID_RUN - 1
                     if h[H_KEYS_LEN]:
                         _add_keys(items, buf, off, h, run.key_crc, pos, ts)
                     off = nxt

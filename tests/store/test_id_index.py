@@ -1,0 +1,86 @@
+"""Message ids indexed by run (id_index.py): few index entries per batch, every id found."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ferry.codec.entry import append_entry
+from ferry.codec.msg_id import new_msg_id
+from ferry.store import MessageIn, MessageStore, StoreConfig, decode_record
+from ferry.store.checkpoint import Checkpoint, write_checkpoint
+from ferry.store.index_file import IndexService
+
+SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
+             index_max_slots=512, index_max_entries=4096)
+
+
+def _config(root: Path) -> StoreConfig:
+    return StoreConfig(root_dir=str(root), **SMALL)  # type: ignore[arg-type]
+
+
+def _send_body(ids: list[bytes], size: int = 300) -> bytes:
+    parts: list[bytes] = []
+    for msg_id in ids:
+        append_entry(parts, msg_id, 1, 0, b"", b"", b"", msg_id * (size // 16))
+    return b"".join(parts)
+
+
+def _index_entries(store: MessageStore) -> int:
+    index: IndexService = store._index
+    return sum(f.count for f in index._files)
+
+
+def test_a_batch_of_consecutive_ids_takes_one_or_two_index_entries(tmp_path: Path) -> None:
+    ids = [new_msg_id() for _ in range(256)]
+    with MessageStore(_config(tmp_path)) as s:
+        s.put_encoded_batch("t", 0, _send_body(ids))
+        s.query_by_id(ids[0])  # (applies the dispatch)
+        # 256 consecutive counters span at most two 15-byte prefixes; segment rolls
+        # (300-byte records, 256 KiB segments) cut a run too.
+        assert _index_entries(s) <= 3
+        assert all(s.query_by_id(i) is not None and s.query_by_id(i).msg_id == i for i in ids)
+        # store-assigned ids (all zero in the entry) are found as well
+        res = s.put_encoded_batch("t", 1, _send_body([bytes(16)] * 40))
+        got = s.get_messages("t", 1, res.first_queue_offset, 40)
+        for raw in got.records:
+            rec = decode_record(raw)
+            assert s.query_by_id(rec.msg_id).phy_offset == rec.phy_offset  # type: ignore[union-attr]
+
+
+def test_mixed_and_repeated_ids_are_all_found(tmp_path: Path) -> None:
+    # user ids with no common prefix, runs cut every MAX_ID_RUN, an id stored twice
+    odd = [bytes([i]) * 16 for i in range(1, 30)]
+    many = [new_msg_id() for _ in range(700)]
+    with MessageStore(_config(tmp_path)) as s:
+        s.put_encoded_batch("t", 0, _send_body(odd + many[:300] + odd[:3]))
+        s.put_batch([MessageIn("u", 2, b"x", msg_id=i) for i in many[300:]])
+        for msg_id in odd + many:
+            found = s.query_by_id(msg_id)
+            assert found is not None and found.msg_id == msg_id
+        assert s.query_by_id(b"\xee" * 16) is None
+
+
+def test_recovery_rebuilds_id_runs_that_find_every_id(tmp_path: Path) -> None:
+    ids = [new_msg_id() for _ in range(600)]
+    with MessageStore(_config(tmp_path)) as s:
+        for at in range(0, 600, 100):
+            s.put_encoded_batch("t", at // 100 % 3, _send_body(ids[at:at + 100], 900))
+    shutil.rmtree(tmp_path / "index")
+    write_checkpoint(str(tmp_path), Checkpoint(0, 0, False))  # re-dispatch everything
+    with MessageStore(_config(tmp_path)) as s:
+        assert s.recovery.records_redispatched == 600
+        assert all(s.query_by_id(i) is not None for i in ids)
+
+
+def test_ids_indexed_one_by_one_by_older_stores_are_still_found(tmp_path: Path) -> None:
+    ids = [new_msg_id() for _ in range(5)]
+    with MessageStore(_config(tmp_path)) as s:
+        s.put_encoded_batch("t", 0, _send_body(ids))
+        stored = [s.query_by_id(i) for i in ids]
+        phys = [m.phy_offset for m in stored]  # type: ignore[union-attr]
+        # an older store's index: no run keys, one b"I" + msg_id key per record
+        s._index.drop_from(0)
+        assert s.query_by_id(ids[2]) is None
+        s._index.put_many([(b"I" + m.msg_id, m.phy_offset, m.store_ts_ms)  # type: ignore[union-attr]
+                           for m in stored])
+        assert [s.query_by_id(i).phy_offset for i in ids] == phys  # type: ignore[union-attr]
