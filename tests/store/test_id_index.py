@@ -84,3 +84,23 @@ def test_ids_indexed_one_by_one_by_older_stores_are_still_found(tmp_path: Path) 
         s._index.put_many([(b"I" + m.msg_id, m.phy_offset, m.store_ts_ms)  # type: ignore[union-attr]
                            for m in stored])
         assert [s.query_by_id(i).phy_offset for i in ids] == phys  # type: ignore[union-attr]
+
+
+def test_a_producers_one_message_puts_are_found_reading_each_record_once(tmp_path: Path) -> None:
+    # Half messages: one put per message, each its own run, all of one id prefix.
+    ids = [new_msg_id() for _ in range(200)]
+    with MessageStore(_config(tmp_path)) as s:
+        for msg_id in ids:
+            s.put_batch([MessageIn("%HALF%", 0, b"h", msg_id=msg_id)])
+        cl = s._cl
+        reads = 0
+        real_read = cl.read
+
+        def counting_read(phy: int, size: int) -> object:
+            nonlocal reads
+            reads += 1
+            return real_read(phy, size)
+
+        cl.read = counting_read  # type: ignore[method-assign]
+        assert s.query_by_id(ids[0]).msg_id == ids[0]  # type: ignore[union-attr]
+        assert reads < 3 * len(ids)  # not len(ids) ** 2 / 2

@@ -35,10 +35,15 @@ def run_key(msg_id: bytes) -> bytes:
 
 def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessage | None:
     """The stored message with this 16-byte id (its record checked), or None."""
+    # Candidates come newest first and runs never overlap, so each walk stops where the
+    # newer candidate starts: every record is read at most once (the half messages of
+    # one producer, each its own run, must not make a query quadratic).
+    stop = cl.write_offset
     for phy in index.query(run_key(msg_id), 0, 2**62, MAX_ID_RUNS_QUERIED):
-        found = _find_in_run(cl, phy, msg_id)
+        found = _find_in_run(cl, phy, stop, msg_id)
         if found is not None:
             return found
+        stop = min(stop, phy)
     for phy in index.query(b"I" + msg_id, 0, 2**62, MAX_ID_KEYS_QUERIED):  # older stores
         msg = read_message(cl, phy)
         if msg is not None and msg.msg_id == msg_id:
@@ -46,10 +51,13 @@ def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessa
     return None
 
 
-def _find_in_run(cl: CommitLog, phy: int, msg_id: bytes) -> StoredMessage | None:
-    """Walk the id run starting at `phy` (back-to-back records sharing the id prefix)."""
+def _find_in_run(cl: CommitLog, phy: int, stop: int, msg_id: bytes) -> StoredMessage | None:
+    """Walk the id run starting at `phy` (back-to-back records sharing the id prefix),
+    not past `stop`."""
     prefix = msg_id[:ID_RUN_PREFIX_BYTES]
     for _ in range(MAX_ID_RUN):
+        if phy >= stop:
+            return None
         head = cl.read(phy, HEADER_SIZE)
         if head is None:
             return None
