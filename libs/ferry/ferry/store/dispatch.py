@@ -100,10 +100,10 @@ class PendingDispatch:
             self._run_prefix, self._run_left = prefix, MAX_ID_RUN - 1
         self._run_next = phy + size if size else -1
         if keys_b:
-            prefix = crc32c(b"K" + topic_b + b"\x00")
+            key_crc = crc32c(b"K" + topic_b + b"\x00")
             for k in keys_b.split(b" "):
                 if k:
-                    items.append((crc32c(k, prefix), phy, store_ts_ms))
+                    items.append((crc32c(k, key_crc), phy, store_ts_ms))
 
     def apply(self, cqs: ConsumeQueues, index: IndexService) -> None:
         queues = self.queues
