@@ -82,8 +82,12 @@ def test_zeroing_writes_zeros_ahead_and_a_writer_waits_for_its_claim(tmp_path: P
     with warmer._cond:
         warmer._claim_lo = 500 * 1024
     released: list[float] = []
-    t = threading.Thread(target=lambda: (warmer.before_write(600 * 1024),
-                                         released.append(time.monotonic())))
+
+    def write() -> None:
+        warmer.before_write(600 * 1024)
+        released.append(time.monotonic())
+
+    t = threading.Thread(target=write)
     t.start()
     time.sleep(0.05)
     assert not released
