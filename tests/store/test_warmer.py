@@ -58,22 +58,14 @@ def test_store_appends_and_reads_with_or_without_warming(tmp_path: Path, ahead: 
 
 def test_zeroing_writes_zeros_ahead_and_a_writer_waits_for_its_claim(tmp_path: Path) -> None:
     path = tmp_path / segment_name(0)
-    with open(path, "wb") as f:
-        f.truncate(SEG)
-    with open(path, "r+b") as f:
-        f.write(b"\xff" * SEG)  # so that the zeros written ahead show
+    path.write_bytes(b"\xff" * SEG)  # a full segment, so that the zeros written ahead show
     warmer = PageWarmer(str(tmp_path), SEG, ahead_bytes=256 * 1024, write_offset=200 * 1024,
                         zero=True)
     warmer.start()  # zeroes [200 KiB, 456 KiB) at once
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with open(path, "rb") as f:
-            f.seek(400 * 1024)
-            if f.read(1) == b"\x00":
-                break
+    while time.monotonic() < deadline and path.read_bytes()[400 * 1024] != 0:
         time.sleep(0.01)
-    with open(path, "rb") as f:
-        data = f.read()
+    data = path.read_bytes()
     assert data[400 * 1024] == 0 and data[:200 * 1024] == b"\xff" * (200 * 1024)
     # A claim below the writer's end holds the writer until it clears (set once the
     # warmer has finished its own step and waits for a kick).
@@ -100,8 +92,7 @@ def test_zeroing_writes_zeros_ahead_and_a_writer_waits_for_its_claim(tmp_path: P
     # ... and the warmer never zeroes below an end the writer announced.
     warmer.wrote_to(700 * 1024)
     warmer.stop()
-    with open(path, "rb") as f:
-        data = f.read()
+    data = path.read_bytes()
     assert data[:200 * 1024] == b"\xff" * (200 * 1024)
 
 
