@@ -47,10 +47,13 @@ WARM_STEP_BYTES = 8 << 20
 # Zeroing mode: zeros written (and fdatasync'd) per step; a writer that catches up
 # with the warmer waits at most for one step.
 ZERO_STEP_BYTES = 2 << 20
+# Zeros go out in pwrites of this size: each holds the file's write lock, which the
+# writer's own pwrite then waits for, so they are kept short.
+ZERO_WRITE_BYTES = 256 << 10
 # A writer never waits longer than this for a zeroing step (a stuck disk): it fails.
 ZERO_WAIT_S = 10.0
 _NO_CLAIM = 1 << 62
-_ZEROS = bytes(ZERO_STEP_BYTES)
+_ZEROS = memoryview(bytes(ZERO_WRITE_BYTES))
 
 
 class PageWarmer:
@@ -156,7 +159,12 @@ class PageWarmer:
         try:
             if self._writer_end > lo:
                 return self._writer_end
-            os.pwrite(fd, memoryview(_ZEROS)[:hi - lo], lo - seg_start)
+            at = lo
+            while at < hi:
+                n = os.pwrite(fd, _ZEROS[:min(hi - at, ZERO_WRITE_BYTES)], at - seg_start)
+                if n <= 0:
+                    raise OSError(f"pwrite of zeros wrote nothing at {at}")
+                at += n
             os.fdatasync(fd)
             return hi
         finally:
