@@ -34,7 +34,7 @@ def run_key(msg_id: bytes) -> bytes:
 
 
 def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessage | None:
-    """The stored message with this 16-byte id (its record checked), or None."""
+    """The newest stored message with this 16-byte id (its record checked), or None."""
     # Candidates come newest first and runs never overlap, so each walk stops where the
     # newer candidate starts: every record is read at most once (the half messages of
     # one producer, each its own run, must not make a query quadratic).
@@ -52,23 +52,30 @@ def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessa
 
 
 def _find_in_run(cl: CommitLog, phy: int, stop: int, msg_id: bytes) -> StoredMessage | None:
-    """Walk the id run starting at `phy` (back-to-back records sharing the id prefix),
-    not past `stop`."""
+    """The newest record with `msg_id` in the id run starting at `phy` (back-to-back
+    records sharing the id prefix), not past `stop`.
+
+    Newest, like every id query: a run built by re-dispatch or on a replica can hold a
+    transaction's half and its committed copy (same id), and the newer one answers."""
     prefix = msg_id[:ID_RUN_PREFIX_BYTES]
+    matches: list[int] = []
     for _ in range(MAX_ID_RUN):
         if phy >= stop:
-            return None
+            break
         head = cl.read(phy, HEADER_SIZE)
         if head is None:
-            return None
+            break
         size, magic = SIZE_MAGIC.unpack_from(head, 0)
         if magic != RECORD_MAGIC or size <= HEADER_SIZE:
-            return None  # a blank marker (the run ended with its segment) or no record
+            break  # a blank marker (the run ended with its segment) or no record
         rid = bytes(head[AT_MSG_ID:_ID_END])
         if rid == msg_id:
-            msg = read_message(cl, phy)  # checks the whole record (CRC, its own offset)
-            return msg if msg is not None and msg.msg_id == msg_id else None
-        if rid[:ID_RUN_PREFIX_BYTES] != prefix:
-            return None  # the run ended (or the key was another prefix's hash)
+            matches.append(phy)
+        elif rid[:ID_RUN_PREFIX_BYTES] != prefix:
+            break  # the run ended (or the key was another prefix's hash)
         phy += size
+    for at in reversed(matches):
+        msg = read_message(cl, at)  # checks the whole record (CRC, its own offset)
+        if msg is not None and msg.msg_id == msg_id:
+            return msg
     return None
