@@ -101,7 +101,7 @@ def test_a_producers_one_message_puts_are_found_reading_each_record_once(tmp_pat
             reads += 1
             return real_read(phy, size)
 
-        cl.read = counting_read  # type: ignore[method-assign]
+        cl.read = counting_read  # type: ignore[method-assign,assignment]
         assert s.query_by_id(ids[0]).msg_id == ids[0]  # type: ignore[union-attr]
         assert reads < 3 * len(ids)  # not len(ids) ** 2 / 2
 
