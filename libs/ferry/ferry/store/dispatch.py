@@ -132,6 +132,9 @@ class LiveDispatch:
         self._pending = PendingDispatch()
         # Commit-log offset at or below the first record whose dispatch is pending.
         self._pending_from = cl.write_offset
+        # Records queued since the last apply: with id runs a batch of 256 queues one or
+        # two keys, so the backlog is also counted in records (the apply stays small).
+        self._queued_records = 0
 
     def add(self, start_offset: int, runs: Mapping[tuple[str, int], QueueEntries],
             items: list[tuple[int, int, int]]) -> None:
@@ -148,13 +151,16 @@ class LiveDispatch:
             pending.index_items.extend(items)
         # (PendingDispatch.add_runs, inlined: this runs once per append)
         queues = pending.queues
+        records = self._queued_records
         for key, q in runs.items():
+            records += len(q.entries)
             queued = queues.get(key)
             if queued is None:
                 queues[key] = q  # the batch is written: its run is no longer staged into
             else:
                 queued.entries.extend(q.entries)  # consecutive queue offsets: one run
-        if len(pending.index_items) >= DISPATCH_BACKLOG:
+        self._queued_records = records
+        if len(pending.index_items) >= DISPATCH_BACKLOG or records >= DISPATCH_BACKLOG:
             try:
                 self.dispatch()
             except Exception as exc:
@@ -175,6 +181,7 @@ class LiveDispatch:
         """
         if self._pending.index_items:
             self._pending.apply(self._cqs, self._index)
+        self._queued_records = 0
 
 
 class RedispatchResult(NamedTuple):
