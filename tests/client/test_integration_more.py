@@ -79,3 +79,29 @@ async def test_bad_input_is_refused_before_sending(mesh: Mesh) -> None:
         await Producer(namesrv=mesh.namesrv).send("t", b"x")   # not started
     with pytest.raises(ValueError):
         Consumer("t", group="g", pull_max_wait_ms=15_000, request_timeout_ms=10_000)
+
+
+async def test_async_for_yields_each_record_once_and_ends_when_the_consumer_stops(
+        mesh: Mesh) -> None:
+    """Iteration waits for records with no deadline of its own: stop() must end it."""
+    topic = unique("iter")
+    async with Producer(namesrv=mesh.namesrv) as producer:
+        await asyncio.gather(*[await producer.send(topic, b"%d" % i) for i in range(20)])
+    consumer = Consumer(topic, group=unique("g"), namesrv=mesh.namesrv,
+                        auto_offset_reset="earliest", **FAST)
+    await consumer.start()
+    got: list[bytes] = []
+    twenty = asyncio.Event()
+
+    async def iterate() -> None:
+        async for rec in consumer:
+            got.append(rec.body)
+            if len(got) == 20:
+                twenty.set()
+
+    task = asyncio.create_task(iterate())
+    await asyncio.wait_for(twenty.wait(), 30)
+    await asyncio.sleep(0.2)   # parked in the iteration, nothing left to yield
+    await consumer.stop()
+    await asyncio.wait_for(task, 5)   # ended by StopAsyncIteration, not cancelled
+    assert sorted(got) == sorted(b"%d" % i for i in range(20))

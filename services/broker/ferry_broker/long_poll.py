@@ -12,8 +12,7 @@ the pull fails with BusyError (retriable) instead of piling up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 from ferry.errors import BusyError
 
@@ -42,9 +41,16 @@ class LongPollManager:
     def closing(self) -> bool:
         return self._closing
 
-    @asynccontextmanager
-    async def slot(self, conn_id: int) -> AsyncIterator[None]:
-        """Count one held pull against the limits for as long as the block runs."""
+    def slot(self, conn_id: int) -> _Slot:
+        """Count one held pull against the limits for as long as the block runs
+        (`with` or `async with`; BusyError on entry when a limit is reached).
+
+        A plain object rather than an asynccontextmanager: every parked pull takes
+        one, thousands a second, and a generator-based manager costs several times
+        as much on the broker's loop, on the way to every woken pull's answer."""
+        return _Slot(self, conn_id)
+
+    def _take_slot(self, conn_id: int) -> None:
         held = self._held_by_conn.get(conn_id, 0)
         if held >= self._max_per_conn:
             self.on_refuse("held_pulls_over_per_conn")
@@ -54,15 +60,14 @@ class LongPollManager:
             raise BusyError(f"too many held pulls on this broker (limit {self._max_total})")
         self._held_by_conn[conn_id] = held + 1
         self._held_total += 1
-        try:
-            yield
-        finally:
-            self._held_total -= 1
-            left = self._held_by_conn[conn_id] - 1
-            if left:
-                self._held_by_conn[conn_id] = left
-            else:
-                del self._held_by_conn[conn_id]
+
+    def _give_slot(self, conn_id: int) -> None:
+        self._held_total -= 1
+        left = self._held_by_conn[conn_id] - 1
+        if left:
+            self._held_by_conn[conn_id] = left
+        else:
+            del self._held_by_conn[conn_id]
 
     async def wait(self, topic: str, queue_id: int, timeout_s: float) -> bool:
         """Park until a put on this queue (True) or the timeout / shutdown (False)."""
@@ -97,6 +102,28 @@ class LongPollManager:
         for waiters in self._waiters.values():
             for fut in waiters:
                 _resolve(fut, False)
+
+
+class _Slot:
+    """One held pull counted against the limits (see `LongPollManager.slot`)."""
+
+    __slots__ = ("_manager", "_conn_id")
+
+    def __init__(self, manager: LongPollManager, conn_id: int) -> None:
+        self._manager = manager
+        self._conn_id = conn_id
+
+    def __enter__(self) -> None:
+        self._manager._take_slot(self._conn_id)
+
+    def __exit__(self, *exc: object) -> None:
+        self._manager._give_slot(self._conn_id)
+
+    async def __aenter__(self) -> None:
+        self._manager._take_slot(self._conn_id)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._manager._give_slot(self._conn_id)
 
 
 def _ignore(_: str) -> None:

@@ -241,12 +241,17 @@ class Consumer(Positions):
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        # getmany(max_records=1) without its timer: nothing here needs a deadline, since
+        # stop() sets the wakeup too. One record per call, so the timer and the Event
+        # wait it saves are a large part of what iterating costs per message.
+        self._promote()
         while True:
-            batch = await self.getmany(timeout_ms=1_000, max_records=1)
-            for records in batch.values():
+            for records in self._take(1).values():
                 return records[0]
             if not self._started:
                 raise StopAsyncIteration
+            self._wakeup.clear()   # no await since the take: nothing was buffered meanwhile
+            await self._wakeup.wait()
 
     async def getmany(self, timeout_ms: int = 0,
                       max_records: int | None = None) -> dict[TopicQueue, list[ConsumerRecord]]:

@@ -338,7 +338,12 @@ class QueueFetcher:
                 log.exception("pull loop of %s failed unexpectedly; retrying", self.tq)
                 await asyncio.sleep(_ERROR_BACKOFF_S)
                 continue
-            if not got and time.monotonic() - started < _EMPTY_FAST_S:
+            if got:
+                # The records just buffered go to the application first: the consumer
+                # waiting for them runs before this fetcher encodes and writes its
+                # next PULL (one loop turn later; that PULL waits at the broker anyway).
+                await asyncio.sleep(0)
+            elif time.monotonic() - started < _EMPTY_FAST_S:
                 await asyncio.sleep(_EMPTY_FAST_S)
 
     async def _group(self) -> BrokerRoute | None:

@@ -225,7 +225,7 @@ async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: i
     # A sync master also looks again now and then: records become visible when a slave
     # confirms them, and a write whose wait failed (or a smaller in-sync set) wakes nobody.
     recheck_s = CONFIRMED_RECHECK_S if confirmed_offset(ctx) is not None else None
-    async with ctx.long_poll.slot(conn.conn_id):
+    with ctx.long_poll.slot(conn.conn_id):
         while _caught_up(got):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or ctx.long_poll.closing:
