@@ -28,6 +28,8 @@ Environment (for quick runs):
   FERRY_BENCH_BACKLOG_SECONDS   length of each paced phase (default 30)
   FERRY_BENCH_BACKLOG_RATE      the paced producer's msgs/s (default 20,000)
   FERRY_BENCH_BACKLOG_FILL_PROCS producer processes that fill the backlog (default 2)
+  FERRY_BENCH_BACKLOG_COLD      0: keep the page cache (a "warm" reader, to tell the
+                                disk's share of phase 2's cost from the CPU's)
 Each case prints one JSON line with a `bench` field.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ MESSAGES = int(os.environ.get("FERRY_BENCH_BACKLOG_MESSAGES", "20000000"))
 SECONDS = float(os.environ.get("FERRY_BENCH_BACKLOG_SECONDS", "30"))
 PACED_RATE = int(os.environ.get("FERRY_BENCH_BACKLOG_RATE", "20000"))
 FILL_PROCS = int(os.environ.get("FERRY_BENCH_BACKLOG_FILL_PROCS", "2"))
+COLD = os.environ.get("FERRY_BENCH_BACKLOG_COLD", "1") != "0"
 FILL_BATCH = 1000          # messages per send_batch (256 KiB of bodies)
 FILL_WINDOW = 8            # batches in flight per fill process
 PACED_YIELD_EVERY = 200    # the paced loop lets acks in at least this often while catching up
@@ -257,7 +260,7 @@ async def run_phases(namesrv: str, data_dir: Path) -> None:
         alone = await paced_phase(producer, PACED_RATE, SECONDS)
         emit(bench="backlog.paced", reader="none", rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **alone)
-        how = drop_cache(data_dir)
+        how = drop_cache(data_dir) if COLD else "none"
         ctx = mp.get_context("spawn")
         here, there = ctx.Pipe()
         reader = ctx.Process(target=_reader_proc, args=(namesrv, there))
@@ -279,7 +282,7 @@ async def run_phases(namesrv: str, data_dir: Path) -> None:
             reader.join(timeout=30)
             if reader.is_alive():
                 reader.kill()
-        emit(bench="backlog.paced", reader="cold", cache_drop=how, rate_target_msgs_s=PACED_RATE,
+        emit(bench="backlog.paced", reader="cold" if COLD else "warm", cache_drop=how, rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **cold)
         emit(bench="backlog.reader", messages=read, seconds=round(took, 1),
              msgs_s=round(read / took) if took else 0, cache_drop=how)
