@@ -154,6 +154,27 @@ def _written_part(seg: Path) -> int:
     return at
 
 
+# -- the broker's event loop --------------------------------------------------------------
+def loop_stats(pid: int) -> tuple[int, float]:
+    """(major page faults, CPU seconds) of the broker's main thread (its event loop) so
+    far: a major fault there is the whole broker waiting for the disk."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    # after the command: state(0) ... minflt(7) cminflt(8) majflt(9) cmajflt(10) utime(11) stime(12)
+    return int(fields[9]), (int(fields[11]) + int(fields[12])) / tick
+
+
+async def measured_phase(producer: Producer, broker_pid: int) -> dict[str, float]:
+    """paced_phase, with the broker loop's major faults and busy share meanwhile."""
+    faults0, cpu0 = loop_stats(broker_pid)
+    t0 = time.perf_counter()
+    got = await paced_phase(producer, PACED_RATE, SECONDS)
+    faults1, cpu1 = loop_stats(broker_pid)
+    return {**got, "broker_loop_major_faults": faults1 - faults0,
+            "broker_loop_cpu_share": round((cpu1 - cpu0) / (time.perf_counter() - t0), 2)}
+
+
 # -- cache drop -------------------------------------------------------------------------
 def drop_cache(data_dir: Path) -> str:
     """Take the broker's files out of the page cache; how it was done."""
@@ -253,11 +274,11 @@ async def paced_phase(producer: Producer, rate: int, seconds: float) -> dict[str
             "msgs_s": round(acked / took), **percentiles(latencies)}
 
 
-async def run_phases(namesrv: str, data_dir: Path) -> None:
+async def run_phases(namesrv: str, data_dir: Path, broker_pid: int) -> None:
     async with Producer(namesrv=namesrv) as producer:
         for _ in range(16):   # the route, the connection, every queue once
             await producer.send_and_wait(TOPIC, b"warm-up")
-        alone = await paced_phase(producer, PACED_RATE, SECONDS)
+        alone = await measured_phase(producer, broker_pid)
         emit(bench="backlog.paced", reader="none", rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **alone)
         how = drop_cache(data_dir) if COLD else "none"
@@ -273,7 +294,7 @@ async def run_phases(namesrv: str, data_dir: Path) -> None:
                         raise RuntimeError("the cold reader died")
                 got = here.recv()
                 assert got == expect, got
-            cold = await paced_phase(producer, PACED_RATE, SECONDS)
+            cold = await measured_phase(producer, broker_pid)
             here.send("stop")
             while not here.poll():
                 await asyncio.sleep(0.05)
@@ -311,7 +332,7 @@ def main() -> None:
              mb_s=round(total * BODY_BYTES / took / 1e6, 1))
         time.sleep(1.0)   # let the async flush catch up before measuring the disk
         disk_case(data_dir, total, commit_log_written(data_dir))
-        asyncio.run(run_phases(namesrv, data_dir))
+        asyncio.run(run_phases(namesrv, data_dir, mesh[0].popen.pid))
     finally:
         for p in reversed(procs):
             p.stop()
