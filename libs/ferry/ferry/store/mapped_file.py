@@ -27,6 +27,11 @@ SMALL_WRITE_BYTES = 4096
 PROBE_STEP_BYTES = 64 << 10
 # `load_span` reads in chunks of this size (one buffer, reused).
 LOAD_CHUNK_BYTES = 1 << 20
+# ...and asks the kernel to read this much past the span in the background
+# (POSIX_FADV_WILLNEED): a reader far behind reads on sequentially, so its next
+# pulls find their pages cached (or on their way) instead of each waiting for a
+# small read of its own (the file is opened afresh each time, without readahead state).
+LOAD_AHEAD_BYTES = 4 << 20
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
@@ -148,14 +153,15 @@ def load_span(path: str, rel: int, length: int) -> None:
     except OSError:
         return
     try:
-        buf = bytearray(min(length, LOAD_CHUNK_BYTES))
         end = rel + length
+        buf = bytearray(min(length, LOAD_CHUNK_BYTES))
         while rel < end:
             view = memoryview(buf)[:min(len(buf), end - rel)]
             n = os.preadv(fd, [view], rel)
             if n <= 0:
                 return
             rel += n
+        os.posix_fadvise(fd, end, LOAD_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
     except OSError:
         return
     finally:
