@@ -13,9 +13,10 @@ async flush and the production 1 GiB segments, under var/, deleted at the end):
    PACED_RATE msgs/s, one `send()` per message, for SECONDS; the latency of a
    send counts from its intended send time to its acknowledgement (a stalled
    producer is charged for the sends it delayed: no coordinated omission).
-3. The page cache is dropped (`sync; echo 1 > /proc/sys/vm/drop_caches`, as
-   root; otherwise POSIX_FADV_DONTNEED on every file of the broker's data
-   directory: `cache_drop` says which), so that the backlog is on disk only.
+3. The backlog leaves the page cache (fsync, then POSIX_FADV_DONTNEED on the old
+   commit-log and consume-queue segments; see backlog_files for why not
+   `/proc/sys/vm/drop_caches`), so that the reader reads it from disk;
+   `backlog_cached_at_start` is the fraction of the commit log still cached.
 4. Phase 2 (`backlog.paced`, `reader: "cold"`): the same producer and pace
    while a Consumer of a fresh group (auto_offset_reset="earliest"), in its
    own process (at nice READER_NICE: see _reader_proc), reads from the oldest
@@ -39,7 +40,6 @@ import contextlib
 import multiprocessing as mp
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -165,35 +165,73 @@ def loop_stats(pid: int) -> tuple[int, float]:
     return int(fields[9]), (int(fields[11]) + int(fields[12])) / tick
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the thread `pid` (a main thread) has waited for a CPU while runnable."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
 async def measured_phase(producer: Producer, broker_pid: int) -> dict[str, float]:
-    """paced_phase, with the broker loop's major faults and busy share meanwhile."""
+    """paced_phase, with the broker loop's major faults and busy share meanwhile, and the
+    share of the time the broker's loop and this producer waited for a CPU (on a shared
+    machine of few cores, that wait, not the broker, is often what the latency measures)."""
+    me = os.getpid()
     faults0, cpu0 = loop_stats(broker_pid)
+    waits0 = runqueue_wait_s(broker_pid), runqueue_wait_s(me)
     t0 = time.perf_counter()
     got = await paced_phase(producer, PACED_RATE, SECONDS)
+    took = time.perf_counter() - t0
     faults1, cpu1 = loop_stats(broker_pid)
+    waits1 = runqueue_wait_s(broker_pid), runqueue_wait_s(me)
     return {**got, "broker_loop_major_faults": faults1 - faults0,
-            "broker_loop_cpu_share": round((cpu1 - cpu0) / (time.perf_counter() - t0), 2)}
+            "broker_loop_cpu_share": round((cpu1 - cpu0) / took, 2),
+            "broker_loop_cpu_wait_share": round((waits1[0] - waits0[0]) / took, 3),
+            "producer_cpu_wait_share": round((waits1[1] - waits0[1]) / took, 3)}
 
 
 # -- cache drop -------------------------------------------------------------------------
-def drop_cache(data_dir: Path) -> str:
-    """Take the broker's files out of the page cache; how it was done."""
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-        return "drop_caches"
-    except OSError:
-        pass
-    for dirpath, _, files in os.walk(data_dir):
-        for name in files:
-            with contextlib.suppress(OSError):
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+def backlog_files(data_dir: Path) -> list[Path]:
+    """The files only a reader of old messages needs: every commit-log segment but the
+    active (last) one, and every consume-queue segment but each queue's last one. The
+    writer's working set (the active segments and the index files, whose hash slots
+    every append touches at random) stays: in a real broker the page cache's LRU keeps
+    it, and dropping it would charge the producer for its own cold index, not the reader."""
+    files = sorted((data_dir / "commitlog").iterdir())[:-1]
+    for queue_dir in (data_dir / "consumequeue").glob("*/*"):
+        files.extend(sorted(p for p in queue_dir.iterdir() if p.is_file())[:-1])
+    return files
+
+
+def drop_cache(data_dir: Path) -> float:
+    """Take the backlog out of the page cache (POSIX_FADV_DONTNEED after fsync: only the
+    pages of `backlog_files`); the fraction of the commit log still cached after."""
+    for path in backlog_files(data_dir):
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    return resident_fraction(sorted((data_dir / "commitlog").iterdir())[:-1])
+
+
+def resident_fraction(files: list[Path], step: int = 1 << 20) -> float:
+    """The fraction of `files` in the page cache, probed one byte every `step` without
+    reading anything from disk (preadv with RWF_NOWAIT)."""
+    probe, hits, total = bytearray(1), 0, 0
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for at in range(0, os.fstat(fd).st_size, step):
+                total += 1
                 try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
-    return "fadvise_dontneed"
+                    hits += os.preadv(fd, [probe], at, os.RWF_NOWAIT) == 1
+                except BlockingIOError:
+                    pass
+        finally:
+            os.close(fd)
+    return round(hits / total, 3) if total else 0.0
 
 
 # -- the cold reader (its own process) --------------------------------------------------
@@ -281,7 +319,7 @@ async def run_phases(namesrv: str, data_dir: Path, broker_pid: int) -> None:
         alone = await measured_phase(producer, broker_pid)
         emit(bench="backlog.paced", reader="none", rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **alone)
-        how = drop_cache(data_dir) if COLD else "none"
+        cached = drop_cache(data_dir) if COLD else 1.0
         ctx = mp.get_context("spawn")
         here, there = ctx.Pipe()
         reader = ctx.Process(target=_reader_proc, args=(namesrv, there))
@@ -303,10 +341,11 @@ async def run_phases(namesrv: str, data_dir: Path, broker_pid: int) -> None:
             reader.join(timeout=30)
             if reader.is_alive():
                 reader.kill()
-        emit(bench="backlog.paced", reader="cold" if COLD else "warm", cache_drop=how, rate_target_msgs_s=PACED_RATE,
+        emit(bench="backlog.paced", reader="cold" if COLD else "warm",
+             backlog_cached_at_start=cached, rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **cold)
         emit(bench="backlog.reader", messages=read, seconds=round(took, 1),
-             msgs_s=round(read / took) if took else 0, cache_drop=how)
+             msgs_s=round(read / took) if took else 0)
         emit(bench="backlog.cold_cost",
              rate_ratio=round(cold["msgs_s"] / alone["msgs_s"], 3),
              p99_ratio=round(cold["p99_ms"] / alone["p99_ms"], 2),
