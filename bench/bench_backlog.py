@@ -96,7 +96,9 @@ def fill(namesrv: str, total: int) -> float:
     """Write `total` messages (a whole number of batches per process); seconds taken."""
     ctx = mp.get_context("spawn")
     per_proc = total // FILL_PROCS
-    procs = [ctx.Process(target=_fill_proc, args=(namesrv, per_proc)) for _ in range(FILL_PROCS)]
+    # daemon: an interrupted bench ends them instead of waiting for them at exit
+    procs = [ctx.Process(target=_fill_proc, args=(namesrv, per_proc), daemon=True)
+             for _ in range(FILL_PROCS)]
     t0 = time.perf_counter()
     for p in procs:
         p.start()
@@ -322,7 +324,7 @@ async def run_phases(namesrv: str, data_dir: Path, broker_pid: int) -> None:
         cached = drop_cache(data_dir) if COLD else 1.0
         ctx = mp.get_context("spawn")
         here, there = ctx.Pipe()
-        reader = ctx.Process(target=_reader_proc, args=(namesrv, there))
+        reader = ctx.Process(target=_reader_proc, args=(namesrv, there), daemon=True)
         reader.start()
         try:
             for expect in ("joined", "reading"):
