@@ -16,7 +16,8 @@ async flush and the production 1 GiB segments, under var/, deleted at the end):
 3. The backlog leaves the page cache (fsync, then POSIX_FADV_DONTNEED on the old
    commit-log and consume-queue segments; see backlog_files for why not
    `/proc/sys/vm/drop_caches`), so that the reader reads it from disk;
-   `backlog_cached_at_start` is the fraction of the commit log still cached.
+   `backlog_cached_at_start` is the fraction of the old commit-log segments still
+   cached (null: no old segment, the backlog was not evicted: use >= 3M messages).
 4. Phase 2 (`backlog.paced`, `reader: "cold"`): the same producer and pace
    while a Consumer of a fresh group (auto_offset_reset="earliest"), in its
    own process (at nice READER_NICE: see _reader_proc), reads from the oldest
@@ -204,9 +205,10 @@ def backlog_files(data_dir: Path) -> list[Path]:
     return files
 
 
-def drop_cache(data_dir: Path) -> float:
+def drop_cache(data_dir: Path) -> float | None:
     """Take the backlog out of the page cache (POSIX_FADV_DONTNEED after fsync: only the
-    pages of `backlog_files`); the fraction of the commit log still cached after."""
+    pages of `backlog_files`); the fraction of the old commit-log segments still cached
+    after, None when there is none (a backlog within the active segment stays cached)."""
     for path in backlog_files(data_dir):
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_RDONLY)
@@ -215,7 +217,8 @@ def drop_cache(data_dir: Path) -> float:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-    return resident_fraction(sorted((data_dir / "commitlog").iterdir())[:-1])
+    old = sorted((data_dir / "commitlog").iterdir())[:-1]
+    return resident_fraction(old) if old else None
 
 
 def resident_fraction(files: list[Path], step: int = 1 << 20) -> float:
@@ -321,7 +324,7 @@ async def run_phases(namesrv: str, data_dir: Path, broker_pid: int) -> None:
         alone = await measured_phase(producer, broker_pid)
         emit(bench="backlog.paced", reader="none", rate_target_msgs_s=PACED_RATE,
              seconds=SECONDS, backlog_messages=MESSAGES, **alone)
-        cached = drop_cache(data_dir) if COLD else 1.0
+        cached = drop_cache(data_dir) if COLD else None
         ctx = mp.get_context("spawn")
         here, there = ctx.Pipe()
         reader = ctx.Process(target=_reader_proc, args=(namesrv, there), daemon=True)
