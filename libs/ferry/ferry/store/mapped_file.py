@@ -5,6 +5,12 @@ so that an append can never hit ENOSPC halfway through a record. A zero
 `total_size` marks where data ends. The appender writes each batch with one
 `pwrite` (`write`); readers get read-only memoryview slices of the mapping (zero
 copy), which shares the page cache with the file, so they see every write.
+
+A read through the mapping of a page that is not in the page cache blocks the
+reading thread on the disk (a major fault), so a server can ask first:
+`resident` probes a range without blocking (a one-byte `preadv` with
+RWF_NOWAIT per probe step), and `load_span` reads a range into the page cache
+from another thread, through its own file descriptor (see reader.py).
 """
 from __future__ import annotations
 
@@ -16,6 +22,17 @@ from ferry.errors import StoreError
 
 # Writes up to this size are copied into the mapping instead of pwrite (see write).
 SMALL_WRITE_BYTES = 4096
+# `resident` probes one byte every this many bytes: the kernel's readahead fills the
+# page cache in runs of at least this size, so a gap between probes is unlikely.
+PROBE_STEP_BYTES = 64 << 10
+# `load_span` reads in chunks of this size (one buffer, reused).
+LOAD_CHUNK_BYTES = 1 << 20
+# ...and asks the kernel to read this much past the span in the background
+# (POSIX_FADV_WILLNEED): a reader far behind reads on sequentially, so its next
+# pulls find their pages cached (or on their way) instead of each waiting for a
+# small read of its own (the file is opened afresh each time, without readahead state).
+LOAD_AHEAD_BYTES = 4 << 20
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 
 
 def segment_name(start_offset: int) -> str:
@@ -86,6 +103,27 @@ class MappedFile:
     def flush(self) -> None:
         os.fdatasync(self.fd)
 
+    def resident(self, rel: int, length: int) -> bool:
+        """Whether [rel, rel + length) is in the page cache (probed every
+        PROBE_STEP_BYTES and at its last byte), without ever blocking on the disk.
+        Where the probe is not supported, everything counts as resident (reads
+        then behave as before: through the mapping)."""
+        if not _NOWAIT or length <= 0:
+            return True
+        probe = bytearray(1)
+        last = rel + length - 1
+        at = rel
+        while True:
+            try:
+                os.preadv(self.fd, [probe], min(at, last), _NOWAIT)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+            if at >= last:
+                return True
+            at += PROBE_STEP_BYTES
+
     def _unmap(self) -> None:
         self.read_view.release()
         self.view.release()
@@ -102,6 +140,32 @@ class MappedFile:
     def delete(self) -> None:
         self.close()
         os.unlink(self.path)
+
+
+def load_span(path: str, rel: int, length: int) -> None:
+    """Read [rel, rel + length) of the segment file at `path` into the page cache.
+
+    Blocks on the disk: meant for a thread other than the one serving requests.
+    It opens the file by name, so it shares nothing with the store: a segment
+    deleted meanwhile (retention) is skipped, and a failure is only a lost hint."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        end = rel + length
+        buf = bytearray(min(length, LOAD_CHUNK_BYTES))
+        while rel < end:
+            view = memoryview(buf)[:min(len(buf), end - rel)]
+            n = os.preadv(fd, [view], rel)
+            if n <= 0:
+                return
+            rel += n
+        os.posix_fadvise(fd, end, LOAD_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def _create(path: str, size: int) -> int:

@@ -35,7 +35,7 @@ from .histories import QueueHistory, StoreHistories
 from .id_index import find_by_id
 from .index_file import IndexService
 from .io_errors import os_errors_as_store_errors
-from .reader import RecordMatch, read_checked, read_entries, read_message
+from .reader import FileSpan, RecordMatch, cold_spans, read_checked, read_entries, read_message
 from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, GetStatus, PutResult
 from .retention_runner import RetentionReport, run_retention
@@ -236,6 +236,19 @@ class MessageStore:
                                         tag_hashes, match, max_scan_ms)
             status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
             return GetResult(status, records, nxt, lo, hi)
+
+    @os_errors_as_store_errors
+    def cold_spans(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
+                   max_bytes: int = 1 << 20) -> list[FileSpan]:
+        """The commit-log file spans a get_messages from `queue_offset` would read that are
+        not in the page cache (reader.cold_spans); [] when there are none or nothing to
+        read. Give them to `reader.load_spans` on another thread, then call get_messages."""
+        with self._lock:
+            self._check_readable()
+            cq = self._cqs.find(topic, queue_id)
+            if cq is None or not cq.min_offset <= queue_offset < cq.max_offset:
+                return []
+            return cold_spans(self._cl, cq, queue_offset, cq.max_offset, max_count, max_bytes)
 
     @os_errors_as_store_errors
     def queue_history(self, topic: str, queue_id: int) -> QueueHistory:

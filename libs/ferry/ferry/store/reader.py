@@ -14,6 +14,15 @@ characters takes hundreds of microseconds a record), so a caller can bound a
 scan's time too (`max_scan_ms`): it is checked between runs of entries (sized
 by the cost seen so far), and the scan stops there with what it found and the
 offset reached.
+
+Cold reads (a consumer far behind, its records no longer in the page cache):
+read through the mapping, every page fault blocks the caller on the disk, and
+the caller is a broker's event loop, which then serves nobody meanwhile. So
+`cold_spans` says, without blocking, which parts of the commit log a read would
+touch that are not in the page cache, and `load_spans` reads them in (blocking:
+on another thread, without the store lock); the read that follows then only
+copies from memory. Both are hints: pages evicted in between are faulted in as
+before, and a span is bounded like the read itself (`max_count`, `max_bytes`).
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueue
+from .mapped_file import load_span
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +62,8 @@ _unpack_check = SIZE_MAGIC_CRC.unpack_from
 
 #: A predicate over one checked stored record (its bytes, as a view): keep it?
 RecordMatch = Callable[[memoryview], bool]
+#: A part of a commit-log segment file: (path, offset in the file, length in bytes).
+FileSpan = tuple[str, int, int]
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
@@ -133,6 +145,41 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
         if len(records) >= max_count:
             return nxt, True
     return nxt, False
+
+
+def cold_spans(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
+               max_bytes: int) -> list[FileSpan]:
+    """The parts of the commit log that read_entries from `queue_offset` (unfiltered, within
+    `max_count` and `max_bytes`) would read and that are not in the page cache; never blocks
+    on the commit log (the consume-queue entries are read through their mapping)."""
+    entries = cq.get(queue_offset, min(max_count, hi - queue_offset))
+    if not entries:
+        return []
+    lo, total, end = entries[0][0], 0, entries[0][0]
+    for phy, size, _ in entries:
+        if total + size > max_bytes and total:
+            break
+        total += size
+        end = max(end, phy + size)
+    end = min(end, cl.write_offset)
+    segs = cl.segments
+    base, seg_bytes = segs[0].start_offset, cl.segment_bytes
+    spans: list[FileSpan] = []
+    at = max(lo, base)
+    while at < end:
+        seg = segs[(at - base) // seg_bytes]
+        stop = min(end, seg.end_offset)
+        rel = at - seg.start_offset
+        if not seg.resident(rel, stop - at):
+            spans.append((seg.path, rel, stop - at))
+        at = stop
+    return spans
+
+
+def load_spans(spans: list[FileSpan]) -> None:
+    """Read `spans` into the page cache (blocking on the disk; thread-safe, lock-free)."""
+    for path, rel, length in spans:
+        load_span(path, rel, length)
 
 
 def _raw_at(cl: CommitLog, phy_offset: int) -> memoryview | None:

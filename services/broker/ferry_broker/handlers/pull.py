@@ -45,6 +45,7 @@ from ferry.store import GetResult, GetStatus
 from ferry.store.histories import QueueHistory
 from ferry.wire import Frame, response
 
+from ferry_broker.cold_reads import warm_for_read
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import (
     MAX_OFFSET,
@@ -116,6 +117,9 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                             got.max_offset)
         return got
 
+    # Records out of the page cache are read in on a thread first (cold_reads.py): a
+    # page fault here would stall the whole event loop on the disk.
+    await warm_for_read(ctx.store, topic, queue_id, offset, max_count, max_bytes)
     got = get(offset)
     where = (group, topic, queue_id)
     if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
