@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
-from ferry.client.accumulator import Pending, PendingGroup
+from ferry.client.accumulator import Entry, Pending, PendingGroup, PendingMessage, PendingRun
 from ferry.client.message import Message, SendResult, TopicQueue
 from ferry.codec import DELIVER_AT_MS, TRACEPARENT, TTL_MS, MessageFlag
 from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
 from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES
-from ferry.codec.msg_id import new_msg_id
+from ferry.codec.msg_id import msg_id_source, new_msg_id
 from ferry.codec.properties import encode_properties
 from ferry.errors import InvalidDelayError, MalformedRequestError, MessageTooLargeError
 from ferry.wire import Frame, WireMessage, encode_messages
@@ -28,6 +29,9 @@ DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
 _DELAY = int(MessageFlag.DELAY)
 _TTL = int(MessageFlag.TTL)
 _TRACED = int(MessageFlag.TRACED)
+#: Builds a SendResult without the NamedTuple's Python-level __new__ (a fourth of its cost):
+#: `_result(SendResult, (msg_id, topic, queue_id, queue_offset, broker))`.
+_result = tuple.__new__
 
 
 def trace_flag(properties: Mapping[str, str]) -> int:
@@ -120,6 +124,8 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
     born_ts_ms = int(time.time() * 1000)
     msg_ids: list[bytes] = []
     parts: list[bytes] = []
+    add_id, add_part = msg_ids.append, parts.append
+    prefix, next_count = msg_id_source()
     all_flags = 0
     for msg in msgs:
         body = msg.body
@@ -129,8 +135,8 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
         size = len(body)
         if size > MAX_MESSAGE_BYTES:
             check_body(body)
-        msg_id = new_msg_id()
-        msg_ids.append(msg_id)
+        msg_id = prefix + next_count().to_bytes(8, "big")
+        add_id(msg_id)
         if (msg.delay_ms is not None or msg.deliver_at_ms is not None
                 or msg.ttl_ms is not None):
             extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms,
@@ -146,24 +152,97 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
             parts.append(encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
                                                     msg.properties, msg_id, born_ts_ms, flags)]))
         else:
-            parts.append(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
-            parts.append(body)
+            add_part(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
+            add_part(body)
     return msg_ids, b"".join(parts), all_flags
+
+
+def encode_run(run: PendingRun) -> bytes:
+    """The SEND-batch bytes of a run's plain messages, made (with their ids) once."""
+    if not run.encoded:
+        prefix, next_count = msg_id_source()
+        born_ts_ms = run.born_ts_ms
+        msg_ids: list[bytes] = []
+        parts: list[bytes] = []
+        add_id, add_part = msg_ids.append, parts.append
+        for body in run.bodies:
+            size = len(body)
+            msg_id = prefix + next_count().to_bytes(8, "big")
+            add_id(msg_id)
+            add_part(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
+            add_part(body)
+        run.msg_ids = msg_ids
+        run.encoded = b"".join(parts)
+    return run.encoded
+
+
+def live_entries(items: list[Entry]) -> list[Entry]:
+    """The entries of a batch still to send: without those whose future is done (cancelled)."""
+    if len(items) == 1:   # the common case: one run, or one group
+        item = items[0]
+        if isinstance(item, PendingRun):
+            return [item] if item.prune() else []
+        return [] if item.future.done() else [item]
+    return [it for it in items
+            if (it.prune() if isinstance(it, PendingRun) else not it.future.done())]
+
+
+def entries_body(items: list[Entry]) -> bytes:
+    """The SEND body of `items`: their entries' bytes back to back."""
+    if len(items) == 1:
+        item = items[0]
+        return encode_run(item) if isinstance(item, PendingRun) else item.encoded
+    return b"".join([encode_run(it) if isinstance(it, PendingRun) else it.encoded
+                     for it in items])
+
+
+def split_runs(items: list[Entry], topic: str) -> list[Pending]:
+    """`items` with each run split into one `PendingMessage` per message still waiting.
+
+    A failed SEND's messages are retried (or failed) one by one; each keeps
+    its id and its bytes.
+    """
+    if not any(isinstance(it, PendingRun) for it in items):
+        return items  # type: ignore[return-value]
+    out: list[Pending] = []
+    for it in items:
+        if not isinstance(it, PendingRun):
+            out.append(it)
+            continue
+        encoded = encode_run(it)
+        start = 0
+        for body, msg_id, fut in zip(it.bodies, it.msg_ids, it.futures, strict=True):
+            end = start + HEAD_SIZE + len(body)
+            if not fut.done():
+                out.append(PendingMessage(WireMessage(body, msg_id, it.born_ts_ms), fut, topic,
+                                          encoded=encoded[start:end]))
+            start = end
+    return out
 
 
 def group_results(group: PendingGroup, tq: TopicQueue, queue_id: int,
                   first: int) -> list[SendResult]:
     """The SendResults of a group stored from queue offset `first` (-1: unknown)."""
-    ids = b"".join(group.msg_ids).hex().upper()
     topic, broker = tq.topic, tq.broker
     if first < 0:
-        return [SendResult(ids[32 * i:32 * i + 32], topic, queue_id, -1, broker)
-                for i in range(len(group.msg_ids))]
-    return [SendResult(ids[32 * i:32 * i + 32], topic, queue_id, first + i, broker)
-            for i in range(len(group.msg_ids))]
+        return [_result(SendResult, (m.hex().upper(), topic, queue_id, -1, broker))
+                for m in group.msg_ids]
+    return [_result(SendResult, (m.hex().upper(), topic, queue_id, offset, broker))
+            for m, offset in zip(group.msg_ids, range(first, first + len(group.msg_ids)),
+                                 strict=True)]
 
 
-def complete(tq: TopicQueue, items: list[Pending], resp: Frame) -> None:
+def _complete_run(run: PendingRun, tq: TopicQueue, queue_id: int, first: int) -> None:
+    """Resolve a run's futures: its messages were stored from queue offset `first` (-1: unknown)."""
+    topic, broker = tq.topic, tq.broker
+    offsets = range(first, first + len(run.futures)) if first >= 0 else repeat(-1)
+    for msg_id, fut, offset in zip(run.msg_ids, run.futures, offsets):  # noqa: B905 - repeat
+        if not fut.done():
+            fut.set_result(_result(SendResult, (msg_id.hex().upper(), topic, queue_id, offset,
+                                                broker)))
+
+
+def complete(tq: TopicQueue, items: list[Entry], resp: Frame) -> None:
     """Resolve each item's future from the SEND answer (first queue offset, then one each)."""
     first = int(resp.fields.get("queue_offset", -1))
     queue_id = int(resp.fields.get("queue_id", tq.queue_id))
@@ -173,18 +252,19 @@ def complete(tq: TopicQueue, items: list[Pending], resp: Frame) -> None:
         return
     offset = first
     for it in items:
-        if not it.future.done():
+        if isinstance(it, PendingRun):
+            _complete_run(it, tq, queue_id, offset)
+        elif not it.future.done():
             if isinstance(it, PendingGroup):
                 it.future.set_result(group_results(it, tq, queue_id, offset))
             else:
-                it.future.set_result(SendResult(
-                    msg_id=it.wire.msg_id.hex().upper(), topic=tq.topic, queue_id=queue_id,
-                    queue_offset=offset, broker=tq.broker))
+                it.future.set_result(_result(SendResult, (
+                    it.wire.msg_id.hex().upper(), tq.topic, queue_id, offset, tq.broker)))
         if first >= 0:
             offset += it.count
 
 
-def complete_each(tq: TopicQueue, items: list[Pending], queue_id: int,
+def complete_each(tq: TopicQueue, items: list[Entry], queue_id: int,
                   offsets: Sequence[int]) -> None:
     """Resolve futures from a flagged SEND's per-message `offsets` (-1: delayed, not yet stored).
 
@@ -196,7 +276,12 @@ def complete_each(tq: TopicQueue, items: list[Pending], queue_id: int,
 
     i = 0
     for it in items:
-        if not it.future.done():
+        if isinstance(it, PendingRun):
+            for k, (msg_id, fut) in enumerate(zip(it.msg_ids, it.futures, strict=True)):
+                if not fut.done():
+                    fut.set_result(SendResult(msg_id.hex().upper(), tq.topic, queue_id, at(i + k),
+                                              tq.broker))
+        elif not it.future.done():
             if isinstance(it, PendingGroup):
                 ids = b"".join(it.msg_ids).hex().upper()
                 it.future.set_result([

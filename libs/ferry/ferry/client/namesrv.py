@@ -251,6 +251,7 @@ def http_error(status: int, data: Any, url: str,
 
 
 _NAMESRV_BY_STATUS: Mapping[int, type[FerryError]] = {404: TopicNotFoundError}
+_monotonic = time.monotonic
 
 
 class RouteCache:
@@ -268,6 +269,14 @@ class RouteCache:
     def cached(self, topic: str) -> TopicRoute | None:
         entry = self._routes.get(topic)
         return entry[1] if entry else None
+
+    def fresh(self, topic: str) -> TopicRoute | None:
+        """The cached route while `route(topic)` would return it without asking namesrv,
+        else None: a sender's hot path looks it up without a coroutine."""
+        entry = self._routes.get(topic)
+        if entry is not None and _monotonic() - entry[0] < self.refresh_interval_ms / 1000:
+            return entry[1]
+        return None
 
     def invalidate(self, topic: str) -> None:
         """Make `route(topic)` ask namesrv again (after an error), rate-limited.

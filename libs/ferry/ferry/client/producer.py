@@ -19,10 +19,11 @@ before. `cancel_delayed` asks the delay scheduler (see `delay`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ferry.auth.credentials import Credentials
@@ -44,12 +45,11 @@ from ferry.client.encoding import (
     check_body,
     encode_group,
     make_wire,
-    pack_head,
     timing,
     to_wire,
 )
 from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache
+from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache, TopicRoute
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.client.send_retry import SendRetries
 from ferry.client.tracing import (
@@ -57,13 +57,12 @@ from ferry.client.tracing import (
     batch_trace,
     carry,
     end_on_result,
+    sample_gap,
     start_send,
-    wants_trace,
 )
-from ferry.codec.msg_id import new_msg_id
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_topic
-from ferry.telemetry import client_service_name, setup_tracing, tracing
+from ferry.telemetry import Tracing, client_service_name, setup_tracing, tracing
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 __all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector", "default_namesrv"]
@@ -121,11 +120,15 @@ class Producer(SendRetries):
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # per topic: the route it was built from, and a cycle over the batchers of its usable
+        # queues (plain messages' round robin while no broker is marked faulty)
+        self._lanes: dict[str, tuple[TopicRoute, Iterator[QueueBatcher]]] = {}
         self._valid_topics: set[str] = set()
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
         self._started = False
-        self._tracing = tracing()
+        self._tr: Tracing = tracing()
+        self._unsampled = -1   # see _sampled
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -187,41 +190,93 @@ class Producer(SendRetries):
             self._check_topic(topic)
         if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
+        if trace is None:   # sampled: a countdown, drawn once per traced message
+            left = self._unsampled
+            if left > 0:
+                self._unsampled = left - 1
+                traced = False
+            else:
+                traced = self._sample_next()
+        else:
+            traced = bool(trace) and self._tr.enabled
+        if (traced or key is not None or keys or tags or properties or priority
+                or queue_selector is not None or delay_ms is not None
+                or deliver_at_ms is not None or ttl_ms is not None):
+            return await self._send_one(topic, body, key, tags, properties, ordered,
+                                        queue_selector, keys, delay_ms, deliver_at_ms, ttl_ms,
+                                        priority, traced)
+        # A plain message, the common case: no object of its own (see accumulator).
+        if type(body) is not bytes:
+            body = bytes(body)
+        nbytes = HEAD_SIZE + len(body)
+        route = self._routes.fresh(topic) or await self._routes.route(topic)
+        lane = self._lanes.get(topic)
+        budget = self._budget
+        if (lane is None or lane[0] is not route or not self._chooser.all_healthy
+                or budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters):
+            return await self._send_plain(topic, body, nbytes, route)
+        budget.used_bytes += nbytes
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        next(lane[1]).add_plain(body, fut, nbytes)
+        return fut
+
+    async def _send_plain(self, topic: str, body: bytes, nbytes: int,
+                          route: TopicRoute) -> asyncio.Future[SendResult]:
+        """`send`'s plain message when its fast path does not apply: waits for buffer
+        room, skips brokers that failed recently, (re)builds the topic's round robin."""
+        budget = self._budget
+        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
+            await budget.take(nbytes, self.max_block_ms)   # BusyError after max_block_ms
+            route = self._routes.fresh(topic) or await self._routes.route(topic)
+        else:
+            budget.used_bytes += nbytes
+        try:
+            if self._chooser.all_healthy:
+                lane = self._lanes.get(topic)
+                if lane is None or lane[0] is not route:
+                    batchers = [self._batcher(tq) for tq in self._chooser.usable(topic, route)]
+                    lane = self._lanes[topic] = (route, itertools.cycle(batchers))
+                batcher = next(lane[1])
+            else:
+                batcher = self._batcher(self._chooser.round_robin(topic, route))
+        except BaseException:
+            budget.release(nbytes)
+            raise
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        batcher.add_plain(body, fut, nbytes)
+        return fut
+
+    async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
+                        properties: Mapping[str, str] | None, ordered: bool,
+                        queue_selector: QueueSelector | None, keys: Sequence[str],
+                        delay_ms: int | None, deliver_at_ms: int | None, ttl_ms: int | None,
+                        priority: int, traced: bool) -> asyncio.Future[SendResult]:
+        """`send` of a message with options: its own PendingMessage, encoded in full."""
         if priority:
             check_priority(priority)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        span = start_send(topic, len(body)) if wants_trace(self._tracing, trace) else None
-        if (span is None and key is None and not keys and not tags and not properties
-                and delay_ms is None and deliver_at_ms is None and ttl_ms is None):
-            # The common plain message: packed here, without the general encoder.
-            body = body if type(body) is bytes else bytes(body)
-            msg_id = new_msg_id()
-            born_ts_ms = int(time.time() * 1000)
-            size = len(body)
-            nbytes = HEAD_SIZE + size
-            item = PendingMessage(
-                WireMessage(body, msg_id, born_ts_ms), fut, topic,
-                encoded=pack_head(nbytes, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
-            flags = 0
-        else:
-            flags = 0
-            if span is not None:   # a traced message: its context travels in its properties
-                properties = carry(span, properties)
-                flags = TRACED
+        span = start_send(topic, len(body)) if traced else None
+        flags = 0
+        if span is not None:   # a traced message: its context travels in its properties
+            end_on_result(span, fut)   # ends with the broker's answer (or the send's failure)
+            properties = carry(span, properties)
+            flags = TRACED
+        try:
             if delay_ms is not None or deliver_at_ms is not None or ttl_ms is not None:
                 born_ts_ms = int(time.time() * 1000)
-                extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
-                                             born_ts_ms)
+                extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms,
+                                             self.max_delay_ms, born_ts_ms)
                 flags |= timing_flags
                 properties = {**properties, **extra} if properties else extra
                 wire = make_wire(body, key, tuple(keys), tags, properties,
                                  born_ts_ms=born_ts_ms, flags=flags)
             else:
                 wire = make_wire(body, key, tuple(keys), tags, properties, flags=flags)
-            item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
-            nbytes = len(item.encoded)
-            if span is not None:   # ends with the broker's answer (or the send's failure)
-                end_on_result(span, fut)
+        except BaseException:
+            fut.cancel()   # bad input: a traced message's span ends, never sent
+            raise
+        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
+        nbytes = len(item.encoded)
         if priority:
             item.priority = priority
         if ordered and (key or queue_selector is not None):
@@ -252,10 +307,45 @@ class Producer(SendRetries):
             budget.release(nbytes)
             fut.cancel()
             raise
-        if ordered and item.ordered:
+        if item.ordered:
             batcher.max_in_flight = 1
         batcher.add(item, flags)
         return fut
+
+    def _sample_next(self) -> bool:
+        """Whether the next unforced message is traced (`send`'s countdown ran out)."""
+        return bool(self._sampled(1))
+
+    def _sampled(self, n: int) -> list[int]:
+        """Which of the next `n` unforced (trace=None) messages are traced, by position.
+
+        `_unsampled` counts the unforced messages still to send untraced before
+        the next traced one (-1: not drawn yet); `sample_gap` draws each count.
+        """
+        picks: list[int] = []
+        i = 0
+        left = self._unsampled
+        while True:
+            if left < 0:
+                left = sample_gap(self._tr)
+            if i + left >= n:
+                self._unsampled = left - (n - i)
+                return picks
+            i += left
+            if self._tr.enabled:
+                picks.append(i)
+            i += 1
+            left = sample_gap(self._tr)
+
+    @property
+    def _tracing(self) -> Tracing:
+        """The tracing this producer's spans go to (replacing it restarts the sampling)."""
+        return self._tr
+
+    @_tracing.setter
+    def _tracing(self, tr: Tracing) -> None:
+        self._tr = tr
+        self._unsampled = -1   # drawn from the new tracing's ratio at the next message
 
     async def send_and_wait(self, topic: str, body: bytes, key: str | None = None,
                             tags: str | None = None, properties: Mapping[str, str] | None = None,
@@ -305,7 +395,7 @@ class Producer(SendRetries):
         for m in messages:
             if m.priority:
                 check_priority(m.priority)
-        traced = batch_trace(self._tracing, topic, messages)
+        traced = batch_trace(self._tr, topic, messages, self._sampled)
         if traced is None:
             return await self._send_group(topic, messages, ordered, queue_selector)
         try:
