@@ -74,7 +74,10 @@ class PendingGroup:
     """The messages of one `send_batch` call: one entry, one future, always in one frame.
 
     The future resolves to the list of their SendResults; `msg_ids` are their
-    16-byte ids in order, `encoded` their SEND-batch entries back to back.
+    16-byte ids in order, `encoded` their SEND-batch entries back to back, or
+    (from `send_batch`) `parts` the pieces of those entries and `nbytes` their
+    size, joined only into the frame that carries them: a frame of several
+    groups then copies each body once.
     """
 
     msg_ids: list[bytes]
@@ -87,10 +90,12 @@ class PendingGroup:
     ordered: bool = False
     flags: int = 0             # the OR of its messages' flags
     priority: int = 0          # its first message's: kept when moved to another queue
+    parts: list[bytes] = field(default_factory=list)
+    nbytes: int = 0            # the size of `parts` (when given)
 
     @property
     def size_bytes(self) -> int:
-        return len(self.encoded)
+        return self.nbytes if self.parts else len(self.encoded)
 
     @property
     def count(self) -> int:
@@ -105,11 +110,12 @@ class PendingRun:
 
     `bodies` and `futures` grow until the batch closes; `encoded` (their
     SEND-batch entries) and `msg_ids` are made once, by `encoding.encode_run`,
-    when the batch goes out. Never retried as a run: a failed run is split
-    into `PendingMessage`s (`encoding.split_runs`).
+    when the batch goes out: `parts`, the pieces of the entries, are joined
+    only into the frame. Never retried as a run: a failed run is split into
+    `PendingMessage`s (`encoding.split_runs`).
     """
 
-    __slots__ = ("bodies", "futures", "born_ts_ms", "size_bytes", "encoded", "msg_ids")
+    __slots__ = ("bodies", "futures", "born_ts_ms", "size_bytes", "parts", "msg_ids")
     flags = 0   # plain messages only
 
     def __init__(self, born_ts_ms: int) -> None:
@@ -117,8 +123,8 @@ class PendingRun:
         self.futures: list[asyncio.Future[object]] = []
         self.born_ts_ms = born_ts_ms
         self.size_bytes = 0          # its encoded size, counted as messages join
-        self.encoded = b""
-        self.msg_ids: list[bytes] = []
+        self.parts: list[bytes] = []
+        self.msg_ids: list[bytes] = []   # made with `parts`
 
     @property
     def count(self) -> int:
@@ -128,7 +134,7 @@ class PendingRun:
         """Drop the messages whose future is already done (cancelled) before it is encoded;
         whether any is left to send."""
         futures = self.futures
-        if not self.encoded and _any_done(futures):
+        if not self.msg_ids and _any_done(futures):
             keep = [i for i, f in enumerate(futures) if not f.done()]
             self.bodies = [self.bodies[i] for i in keep]
             self.futures = [futures[i] for i in keep]
@@ -195,7 +201,7 @@ class QueueBatcher:
         message (0) costs nothing more here.
         """
         loop = asyncio.get_running_loop()
-        size = len(item.encoded)
+        size = item.size_bytes
         count = item.count
         batch = self._open
         if batch.items and (batch.size_bytes + size > self.max_batch_bytes

@@ -6,7 +6,9 @@ that other messages share.
 """
 from __future__ import annotations
 
+import struct
 import time
+from asyncio import InvalidStateError
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
@@ -23,6 +25,9 @@ from ferry.wire import Frame, WireMessage, encode_messages
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 HEAD_SIZE = ENTRY_HEAD_SIZE
 pack_head = ENTRY_HEAD.pack
+# ENTRY_HEAD ("<I16sqIHHII") in two pieces around the 16-byte id, for encode_run.
+_pack_length = struct.Struct("<I").pack
+_pack_head_tail = struct.Struct("<qIHHII").pack
 #: The longest delay a producer accepts unless configured otherwise (the broker and the
 #: delay scheduler enforce their own maximum too).
 DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
@@ -114,8 +119,9 @@ def make_wire(body: bytes, key: str | None, keys: tuple[str, ...], tags: str | N
 
 
 def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_MS
-                 ) -> tuple[list[bytes], bytes, int]:
-    """The ids, the SEND-batch bytes and the OR of the flags of `msgs`, encoded in one pass.
+                 ) -> tuple[list[bytes], list[bytes], int, int]:
+    """The ids, the SEND-batch entries (as pieces to join), their size and the OR of the
+    flags of `msgs`, encoded in one pass.
 
     A message with no key, tags, properties, delay or TTL (the common case) is
     packed here directly; others go through the full encoder. Bad input raises
@@ -127,6 +133,7 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
     add_id, add_part = msg_ids.append, parts.append
     prefix, next_count = msg_id_source()
     all_flags = 0
+    nbytes = 0
     for msg in msgs:
         body = msg.body
         if type(body) is not bytes:
@@ -143,37 +150,53 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
                                   born_ts_ms)
             flags |= trace_flag(msg.properties)
             all_flags |= flags
-            parts.append(encode_messages([make_wire(
+            entry = encode_messages([make_wire(
                 body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra}, msg_id,
-                born_ts_ms, flags)]))
+                born_ts_ms, flags)])
+            add_part(entry)
+            nbytes += len(entry)
         elif msg.key or msg.keys or msg.tags or msg.properties:
             flags = trace_flag(msg.properties)
             all_flags |= flags
-            parts.append(encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
-                                                    msg.properties, msg_id, born_ts_ms, flags)]))
+            entry = encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
+                                               msg.properties, msg_id, born_ts_ms, flags)])
+            add_part(entry)
+            nbytes += len(entry)
         else:
             add_part(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
             add_part(body)
-    return msg_ids, b"".join(parts), all_flags
+            nbytes += HEAD_SIZE + size
+    return msg_ids, parts, nbytes, all_flags
 
 
-def encode_run(run: PendingRun) -> bytes:
-    """The SEND-batch bytes of a run's plain messages, made (with their ids) once."""
-    if not run.encoded:
+def encode_run(run: PendingRun) -> list[bytes]:
+    """The SEND-batch entries of a run's plain messages as pieces to join, made (with
+    their ids) once.
+
+    An entry's head is packed in two constant pieces around the id's counter
+    (`ENTRY_HEAD` = length | prefix + counter | born_ts_ms, flags, lengths): the
+    pieces depend only on the body's size, so a run of equal sizes packs them once.
+    """
+    if not run.msg_ids:
         prefix, next_count = msg_id_source()
         born_ts_ms = run.born_ts_ms
         msg_ids: list[bytes] = []
         parts: list[bytes] = []
-        add_id, add_part = msg_ids.append, parts.append
+        add_id = msg_ids.append
+        last_size = -1
+        before = after = b""
         for body in run.bodies:
             size = len(body)
-            msg_id = prefix + next_count().to_bytes(8, "big")
-            add_id(msg_id)
-            add_part(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
-            add_part(body)
+            if size != last_size:
+                last_size = size
+                before = _pack_length(HEAD_SIZE + size) + prefix
+                after = _pack_head_tail(born_ts_ms, 0, 0, 0, 0, size)
+            counter = next_count().to_bytes(8, "big")
+            add_id(prefix + counter)
+            parts += (before, counter, after, body)
         run.msg_ids = msg_ids
-        run.encoded = b"".join(parts)
-    return run.encoded
+        run.parts = parts
+    return run.parts
 
 
 def live_entries(items: list[Entry]) -> list[Entry]:
@@ -188,12 +211,23 @@ def live_entries(items: list[Entry]) -> list[Entry]:
 
 
 def entries_body(items: list[Entry]) -> bytes:
-    """The SEND body of `items`: their entries' bytes back to back."""
+    """The SEND body of `items`: their entries' bytes back to back, joined once."""
     if len(items) == 1:
         item = items[0]
-        return encode_run(item) if isinstance(item, PendingRun) else item.encoded
-    return b"".join([encode_run(it) if isinstance(it, PendingRun) else it.encoded
-                     for it in items])
+        if isinstance(item, PendingRun):
+            return b"".join(encode_run(item))
+        if isinstance(item, PendingGroup) and item.parts:
+            return b"".join(item.parts)
+        return item.encoded
+    parts: list[bytes] = []
+    for it in items:
+        if isinstance(it, PendingRun):
+            parts += encode_run(it)
+        elif isinstance(it, PendingGroup) and it.parts:
+            parts += it.parts
+        else:
+            parts.append(it.encoded)
+    return b"".join(parts)
 
 
 def split_runs(items: list[Entry], topic: str) -> list[Pending]:
@@ -209,7 +243,7 @@ def split_runs(items: list[Entry], topic: str) -> list[Pending]:
         if not isinstance(it, PendingRun):
             out.append(it)
             continue
-        encoded = encode_run(it)
+        encoded = b"".join(encode_run(it))
         start = 0
         for body, msg_id, fut in zip(it.bodies, it.msg_ids, it.futures, strict=True):
             end = start + HEAD_SIZE + len(body)
@@ -237,9 +271,11 @@ def _complete_run(run: PendingRun, tq: TopicQueue, queue_id: int, first: int) ->
     topic, broker = tq.topic, tq.broker
     offsets = range(first, first + len(run.futures)) if first >= 0 else repeat(-1)
     for msg_id, fut, offset in zip(run.msg_ids, run.futures, offsets):  # noqa: B905 - repeat
-        if not fut.done():
+        try:
             fut.set_result(_result(SendResult, (msg_id.hex().upper(), topic, queue_id, offset,
                                                 broker)))
+        except InvalidStateError:   # cancelled since: nobody waits for it
+            pass
 
 
 def complete(tq: TopicQueue, items: list[Entry], resp: Frame) -> None:

@@ -19,11 +19,12 @@ before. `cancel_delayed` asks the delay scheduler (see `delay`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ferry.auth.credentials import Credentials
@@ -49,7 +50,13 @@ from ferry.client.encoding import (
     to_wire,
 )
 from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache, TopicRoute
+from ferry.client.namesrv import (
+    DEFAULT_NAMESRV,
+    NamesrvClient,
+    RouteCache,
+    RouteEntry,
+    TopicRoute,
+)
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.client.send_retry import SendRetries
 from ferry.client.tracing import (
@@ -74,6 +81,8 @@ _MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not che
 # that the buffer bound also bounds the number of one-way tasks.
 ONEWAY_OVERHEAD_BYTES = 1024
 _DROP_LOG_INTERVAL_S = 1.0
+_monotonic = time.monotonic
+_get_running_loop = asyncio.get_running_loop
 
 
 def default_namesrv() -> str:
@@ -120,9 +129,11 @@ class Producer(SendRetries):
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)
         self._tasks: set[asyncio.Task[Any]] = set()
-        # per topic: the route it was built from, and a cycle over the batchers of its usable
-        # queues (plain messages' round robin while no broker is marked faulty)
-        self._lanes: dict[str, tuple[TopicRoute, Iterator[QueueBatcher]]] = {}
+        # per topic: plain messages' round robin (see _plain_batcher)
+        self._lanes: dict[str, tuple[RouteEntry, Iterator[QueueBatcher], float]] = {}
+        self._route_entries = self._routes.entries
+        self._loop: asyncio.AbstractEventLoop | None = None   # the loop _new_future serves
+        self._new_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
         self._valid_topics: set[str] = set()
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
@@ -209,42 +220,72 @@ class Producer(SendRetries):
         if type(body) is not bytes:
             body = bytes(body)
         nbytes = HEAD_SIZE + len(body)
-        route = self._routes.fresh(topic) or await self._routes.route(topic)
         lane = self._lanes.get(topic)
         budget = self._budget
-        if (lane is None or lane[0] is not route or not self._chooser.all_healthy
+        if (lane is None or self._route_entries.get(topic) is not lane[0]
+                or _monotonic() >= lane[2] or not self._chooser.all_healthy
                 or budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters):
-            return await self._send_plain(topic, body, nbytes, route)
+            return await self._send_plain(topic, body, nbytes)
         budget.used_bytes += nbytes
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = _get_running_loop()
+        if loop is not self._loop:
+            self._use_loop(loop)
+        fut: asyncio.Future[Any] = self._new_future()
         next(lane[1]).add_plain(body, fut, nbytes)
         return fut
 
-    async def _send_plain(self, topic: str, body: bytes, nbytes: int,
-                          route: TopicRoute) -> asyncio.Future[SendResult]:
-        """`send`'s plain message when its fast path does not apply: waits for buffer
-        room, skips brokers that failed recently, (re)builds the topic's round robin."""
+    def _use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make `send`'s futures for `loop`: asyncio's own loop builds them as its
+        `create_future` does, minus that Python call; any other loop by its own method."""
+        self._loop = loop
+        if type(loop).create_future is asyncio.BaseEventLoop.create_future:
+            self._new_future = functools.partial(asyncio.Future, loop=loop)
+        else:
+            self._new_future = loop.create_future
+
+    async def _send_plain(self, topic: str, body: bytes,
+                          nbytes: int) -> asyncio.Future[SendResult]:
+        """`send`'s plain message off its fast path: the route is fetched, the buffer
+        waited for, a broker that failed recently skipped, the topic's lane (re)built."""
+        route = await self._routes.route(topic)
         budget = self._budget
         if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
             await budget.take(nbytes, self.max_block_ms)   # BusyError after max_block_ms
-            route = self._routes.fresh(topic) or await self._routes.route(topic)
+            try:
+                route = await self._routes.route(topic)   # it may have changed meanwhile
+            except BaseException:
+                budget.release(nbytes)
+                raise
         else:
             budget.used_bytes += nbytes
         try:
-            if self._chooser.all_healthy:
-                lane = self._lanes.get(topic)
-                if lane is None or lane[0] is not route:
-                    batchers = [self._batcher(tq) for tq in self._chooser.usable(topic, route)]
-                    lane = self._lanes[topic] = (route, itertools.cycle(batchers))
-                batcher = next(lane[1])
-            else:
-                batcher = self._batcher(self._chooser.round_robin(topic, route))
+            batcher = self._plain_batcher(topic, route)
         except BaseException:
             budget.release(nbytes)
             raise
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         batcher.add_plain(body, fut, nbytes)
         return fut
+
+    def _plain_batcher(self, topic: str, route: TopicRoute) -> QueueBatcher:
+        """The next queue of the round robin, through the topic's lane when it can have one.
+
+        A lane is a cycle over the batchers of the route's usable queues, kept
+        with the route cache's entry it was built from and the time that entry
+        goes stale: `send` uses it while the entry is the cache's, fresh, and
+        no broker is marked faulty (then `QueueChooser` skips brokers itself).
+        """
+        if not self._chooser.all_healthy:
+            return self._batcher(self._chooser.round_robin(topic, route))
+        lane = self._lanes.get(topic)
+        entry = self._route_entries.get(topic)
+        if lane is None or lane[0] is not entry:
+            if entry is None or entry[1] is not route:   # the cache moved on: no lane now
+                return self._batcher(self._chooser.round_robin(topic, route))
+            batchers = [self._batcher(tq) for tq in self._chooser.usable(topic, route)]
+            stale_at = entry[0] + self._routes.refresh_interval_ms / 1000
+            lane = self._lanes[topic] = (entry, itertools.cycle(batchers), stale_at)
+        return next(lane[1])
 
     async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
                         properties: Mapping[str, str] | None, ordered: bool,
@@ -408,23 +449,28 @@ class Producer(SendRetries):
 
     async def _send_group(self, topic: str, messages: Sequence[Message], ordered: bool,
                           queue_selector: QueueSelector | None) -> list[SendResult]:
-        msg_ids, encoded, flags = encode_group(messages, self.max_delay_ms)
-        if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
+        msg_ids, parts, nbytes, flags = encode_group(messages, self.max_delay_ms)
+        if nbytes > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
             futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
                                        together=True)
             return list(await asyncio.gather(*futs))
         first = messages[0]
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        group = PendingGroup(msg_ids=msg_ids, encoded=encoded, future=fut, topic=topic,
+        group = PendingGroup(msg_ids=msg_ids, encoded=b"", parts=parts, nbytes=nbytes,
+                             future=fut, topic=topic,
                              first_body=bytes(first.body), key=first.key,
                              ordered=pinned(ordered, first.key, queue_selector), flags=flags,
                              priority=first.priority)
-        route = await self._routes.route(topic)
-        await self._budget.take(group.size_bytes, self.max_block_ms)
+        route = self._routes.fresh(topic) or await self._routes.route(topic)
+        budget = self._budget
+        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
+            await budget.take(nbytes, self.max_block_ms)
+        else:
+            budget.used_bytes += nbytes
         try:
             tq = self._chooser.choose(topic, route, first, ordered, queue_selector)
         except BaseException:
-            self._budget.release(group.size_bytes)
+            budget.release(nbytes)
             raise
         self._add(tq, group)
         results: list[SendResult] = await fut
