@@ -82,6 +82,8 @@ _MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not che
 ONEWAY_OVERHEAD_BYTES = 1024
 _DROP_LOG_INTERVAL_S = 1.0
 _monotonic = time.monotonic
+#: A lane lives at most this long (a route cache entry set far ahead is still re-read).
+_MAX_LANE_S = 60.0
 _get_running_loop = asyncio.get_running_loop
 
 
@@ -130,10 +132,11 @@ class Producer(SendRetries):
         self._chooser = QueueChooser(broker_backoff_ms)
         self._tasks: set[asyncio.Task[Any]] = set()
         # per topic: plain messages' round robin (see _plain_batcher)
-        self._lanes: dict[str, tuple[RouteEntry, Iterator[QueueBatcher], float]] = {}
+        self._lanes: dict[str, tuple[RouteEntry, Iterator[QueueBatcher]]] = {}
+        self._lane_timer: asyncio.TimerHandle | None = None
         self._route_entries = self._routes.entries
-        self._loop: asyncio.AbstractEventLoop | None = None   # the loop _new_future serves
-        self._new_future: Callable[[], asyncio.Future[Any]] = asyncio.Future
+        # makes send()'s futures in the producer's loop (see _bind_loop)
+        self._new_future: Callable[[], asyncio.Future[Any]] = self._first_future
         self._valid_topics: set[str] = set()
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
@@ -143,6 +146,7 @@ class Producer(SendRetries):
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        self._bind_loop(_get_running_loop())
         self._tracing = setup_tracing(client_service_name(), namesrv=self._namesrv_addr)
         await self._namesrv.start()
         self._started = True
@@ -159,6 +163,9 @@ class Producer(SendRetries):
             return
         self._started = False
         await self.flush()
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+        self._drop_lanes()
         await self._pool.close()
         await self._namesrv.close()
         await self._scheduler.close()
@@ -223,25 +230,32 @@ class Producer(SendRetries):
         lane = self._lanes.get(topic)
         budget = self._budget
         if (lane is None or self._route_entries.get(topic) is not lane[0]
-                or _monotonic() >= lane[2] or not self._chooser.all_healthy
+                or not self._chooser.all_healthy
                 or budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters):
             return await self._send_plain(topic, body, nbytes)
         budget.used_bytes += nbytes
-        loop = _get_running_loop()
-        if loop is not self._loop:
-            self._use_loop(loop)
         fut: asyncio.Future[Any] = self._new_future()
         next(lane[1]).add_plain(body, fut, nbytes)
         return fut
 
-    def _use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Make `send`'s futures for `loop`: asyncio's own loop builds them as its
-        `create_future` does, minus that Python call; any other loop by its own method."""
-        self._loop = loop
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make `send`'s futures for `loop`, the one the producer runs in (`start` binds it).
+
+        A producer lives in one loop (its connections and tasks do), so `send`
+        does not ask for the running loop each time: in CPython 3.11 that asks
+        the OS for the process id (a system call) on every call. asyncio's own
+        loop builds futures as its `create_future` does, minus that Python call;
+        any other loop (uvloop) by its own method.
+        """
         if type(loop).create_future is asyncio.BaseEventLoop.create_future:
             self._new_future = functools.partial(asyncio.Future, loop=loop)
         else:
             self._new_future = loop.create_future
+
+    def _first_future(self) -> asyncio.Future[Any]:
+        """`_new_future` before the producer is bound to a loop (not started by `start`)."""
+        self._bind_loop(_get_running_loop())
+        return self._new_future()
 
     async def _send_plain(self, topic: str, body: bytes,
                           nbytes: int) -> asyncio.Future[SendResult]:
@@ -263,7 +277,7 @@ class Producer(SendRetries):
         except BaseException:
             budget.release(nbytes)
             raise
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = self._new_future()
         batcher.add_plain(body, fut, nbytes)
         return fut
 
@@ -271,9 +285,10 @@ class Producer(SendRetries):
         """The next queue of the round robin, through the topic's lane when it can have one.
 
         A lane is a cycle over the batchers of the route's usable queues, kept
-        with the route cache's entry it was built from and the time that entry
-        goes stale: `send` uses it while the entry is the cache's, fresh, and
-        no broker is marked faulty (then `QueueChooser` skips brokers itself).
+        with the route cache's entry it was built from: `send` uses it while
+        that entry is the cache's and no broker is marked faulty (then
+        `QueueChooser` skips brokers itself). A timer drops the lane when the
+        entry goes stale, so that `send` reads no clock.
         """
         if not self._chooser.all_healthy:
             return self._batcher(self._chooser.round_robin(topic, route))
@@ -283,9 +298,21 @@ class Producer(SendRetries):
             if entry is None or entry[1] is not route:   # the cache moved on: no lane now
                 return self._batcher(self._chooser.round_robin(topic, route))
             batchers = [self._batcher(tq) for tq in self._chooser.usable(topic, route)]
-            stale_at = entry[0] + self._routes.refresh_interval_ms / 1000
-            lane = self._lanes[topic] = (entry, itertools.cycle(batchers), stale_at)
+            lane = self._lanes[topic] = (entry, itertools.cycle(batchers))
+            stale_in_s = entry[0] + self._routes.refresh_interval_ms / 1000 - _monotonic()
+            loop = _get_running_loop()
+            due = loop.time() + min(max(stale_in_s, 0.0), _MAX_LANE_S)
+            timer = self._lane_timer
+            if timer is None or timer.when() > due:   # one timer: the first lane to go stale
+                if timer is not None:
+                    timer.cancel()
+                self._lane_timer = loop.call_at(due, self._drop_lanes)
         return next(lane[1])
+
+    def _drop_lanes(self) -> None:
+        """A lane's route went stale: every lane is built again at its topic's next send."""
+        self._lane_timer = None
+        self._lanes.clear()
 
     async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
                         properties: Mapping[str, str] | None, ordered: bool,
