@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 import time
-from asyncio import InvalidStateError
+from asyncio import Future, InvalidStateError
+from collections import deque
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 
@@ -37,6 +38,9 @@ _TRACED = int(MessageFlag.TRACED)
 #: Builds a SendResult without the NamedTuple's Python-level __new__ (a fourth of its cost):
 #: `_result(SendResult, (msg_id, topic, queue_id, queue_offset, broker))`.
 _result = tuple.__new__
+_hex, _upper = bytes.hex, str.upper
+_SET_RESULT = Future.set_result
+_consume = deque(maxlen=0).extend   # runs an iterator to its end, in C
 
 
 def trace_flag(properties: Mapping[str, str]) -> int:
@@ -267,15 +271,28 @@ def group_results(group: PendingGroup, tq: TopicQueue, queue_id: int,
 
 
 def _complete_run(run: PendingRun, tq: TopicQueue, queue_id: int, first: int) -> None:
-    """Resolve a run's futures: its messages were stored from queue offset `first` (-1: unknown)."""
+    """Resolve a run's futures: its messages were stored from queue offset `first` (-1: unknown).
+
+    The SendResults are built and handed over by C-level iteration (`map`),
+    the run's hottest loop; a future cancelled meanwhile (or a loop whose
+    futures are no asyncio.Future) takes the careful loop instead.
+    """
     topic, broker = tq.topic, tq.broker
-    offsets = range(first, first + len(run.futures)) if first >= 0 else repeat(-1)
+    count = len(run.futures)
+    offsets = range(first, first + count) if first >= 0 else repeat(-1, count)
+    results = map(_result, repeat(SendResult), zip(
+        map(_upper, map(_hex, run.msg_ids)), repeat(topic), repeat(queue_id), offsets,
+        repeat(broker)))
+    try:
+        _consume(map(_SET_RESULT, run.futures, results))
+        return
+    except (InvalidStateError, TypeError):
+        pass
+    offsets = range(first, first + count) if first >= 0 else repeat(-1, count)
     for msg_id, fut, offset in zip(run.msg_ids, run.futures, offsets):  # noqa: B905 - repeat
-        try:
+        if not fut.done():
             fut.set_result(_result(SendResult, (msg_id.hex().upper(), topic, queue_id, offset,
                                                 broker)))
-        except InvalidStateError:   # cancelled since: nobody waits for it
-            pass
 
 
 def complete(tq: TopicQueue, items: list[Entry], resp: Frame) -> None:
