@@ -30,8 +30,9 @@ awaited once the window is full), 1 KiB messages, tracing at the default;
 beside Redis with redis-py pipelining XADD in batches of 1,000. Target >= 3.
 
 The produce passes (`mesh.produce`, `mesh.produce_send`) run their client under
-uvloop when it is importable (docs/client.md: clients may run under it), else
-asyncio; their lines say which in `"loop"`.
+asyncio, or under uvloop with FERRY_BENCH_CLIENT_LOOP=uvloop (docs/client.md:
+clients may run under it; it measured no faster, docs/perf/producer.md); their
+lines say which in `"loop"`.
 """
 from __future__ import annotations
 
@@ -86,13 +87,14 @@ REDIS_SEND_PIPELINE = 1000  # produce_send's Redis side: XADDs per pipeline
 SYNC_SECONDS = 5.0
 
 
-try:   # the produce passes' client loop (see the module docstring)
+# The produce passes' client loop (see the module docstring).
+CLIENT_LOOP = os.environ.get("FERRY_BENCH_CLIENT_LOOP", "asyncio")
+if CLIENT_LOOP not in ("asyncio", "uvloop"):
+    raise SystemExit(f"FERRY_BENCH_CLIENT_LOOP must be asyncio or uvloop, not {CLIENT_LOOP!r}")
+run_client: Callable[[Coroutine[Any, Any, float]], float] = asyncio.run
+if CLIENT_LOOP == "uvloop":
     import uvloop
-    CLIENT_LOOP = "uvloop"
-    run_client: Callable[[Coroutine[Any, Any, float]], float] = uvloop.run
-except ImportError:   # pragma: no cover - uvloop is a dev requirement
-    CLIENT_LOOP = "asyncio"
-    run_client = asyncio.run
+    run_client = uvloop.run
 
 
 def emit(**fields: object) -> None:
