@@ -40,7 +40,7 @@ _TRACED = int(MessageFlag.TRACED)
 _result = tuple.__new__
 _hex, _upper = bytes.hex, str.upper
 _SET_RESULT = Future.set_result
-_consume = deque(maxlen=0).extend   # runs an iterator to its end, in C
+_consume = deque[object](maxlen=0).extend   # runs an iterator to its end, in C
 
 
 def trace_flag(properties: Mapping[str, str]) -> int:
