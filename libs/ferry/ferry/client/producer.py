@@ -19,8 +19,6 @@ before. `cancel_delayed` asks the delay scheduler (see `delay`).
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import logging
 import os
 import time
@@ -55,8 +53,8 @@ from ferry.client.namesrv import (
     NamesrvClient,
     RouteCache,
     RouteEntry,
-    TopicRoute,
 )
+from ferry.client.plain import PlainPath, _get_running_loop
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.client.send_retry import SendRetries
 from ferry.client.tracing import (
@@ -64,7 +62,6 @@ from ferry.client.tracing import (
     batch_trace,
     carry,
     end_on_result,
-    sample_gap,
     start_send,
 )
 from ferry.errors import FerryError, TopicNotFoundError
@@ -81,17 +78,13 @@ _MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not che
 # that the buffer bound also bounds the number of one-way tasks.
 ONEWAY_OVERHEAD_BYTES = 1024
 _DROP_LOG_INTERVAL_S = 1.0
-_monotonic = time.monotonic
-#: A lane lives at most this long (a route cache entry set far ahead is still re-read).
-_MAX_LANE_S = 60.0
-_get_running_loop = asyncio.get_running_loop
 
 
 def default_namesrv() -> str:
     return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
 
 
-class Producer(SendRetries):
+class Producer(SendRetries, PlainPath):
     """Sends messages to topics. Use `async with Producer(namesrv=...) as p:`."""
 
     def __init__(self, *, namesrv: str | None = None, linger_ms: int = 1,
@@ -238,25 +231,6 @@ class Producer(SendRetries):
         next(lane[1]).add_plain(body, fut, nbytes)
         return fut
 
-    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Make `send`'s futures for `loop`, the one the producer runs in (`start` binds it).
-
-        A producer lives in one loop (its connections and tasks do), so `send`
-        does not ask for the running loop each time: in CPython 3.11 that asks
-        the OS for the process id (a system call) on every call. asyncio's own
-        loop builds futures as its `create_future` does, minus that Python call;
-        any other loop (uvloop) by its own method.
-        """
-        if type(loop).create_future is asyncio.BaseEventLoop.create_future:
-            self._new_future = functools.partial(asyncio.Future, loop=loop)
-        else:
-            self._new_future = loop.create_future
-
-    def _first_future(self) -> asyncio.Future[Any]:
-        """`_new_future` before the producer is bound to a loop (not started by `start`)."""
-        self._bind_loop(_get_running_loop())
-        return self._new_future()
-
     async def _send_plain(self, topic: str, body: bytes,
                           nbytes: int) -> asyncio.Future[SendResult]:
         """`send`'s plain message off its fast path: the route is fetched, the buffer
@@ -280,39 +254,6 @@ class Producer(SendRetries):
         fut: asyncio.Future[Any] = self._new_future()
         batcher.add_plain(body, fut, nbytes)
         return fut
-
-    def _plain_batcher(self, topic: str, route: TopicRoute) -> QueueBatcher:
-        """The next queue of the round robin, through the topic's lane when it can have one.
-
-        A lane is a cycle over the batchers of the route's usable queues, kept
-        with the route cache's entry it was built from: `send` uses it while
-        that entry is the cache's and no broker is marked faulty (then
-        `QueueChooser` skips brokers itself). A timer drops the lane when the
-        entry goes stale, so that `send` reads no clock.
-        """
-        if not self._chooser.all_healthy:
-            return self._batcher(self._chooser.round_robin(topic, route))
-        lane = self._lanes.get(topic)
-        entry = self._route_entries.get(topic)
-        if lane is None or lane[0] is not entry:
-            if entry is None or entry[1] is not route:   # the cache moved on: no lane now
-                return self._batcher(self._chooser.round_robin(topic, route))
-            batchers = [self._batcher(tq) for tq in self._chooser.usable(topic, route)]
-            lane = self._lanes[topic] = (entry, itertools.cycle(batchers))
-            stale_in_s = entry[0] + self._routes.refresh_interval_ms / 1000 - _monotonic()
-            loop = _get_running_loop()
-            due = loop.time() + min(max(stale_in_s, 0.0), _MAX_LANE_S)
-            timer = self._lane_timer
-            if timer is None or timer.when() > due:   # one timer: the first lane to go stale
-                if timer is not None:
-                    timer.cancel()
-                self._lane_timer = loop.call_at(due, self._drop_lanes)
-        return next(lane[1])
-
-    def _drop_lanes(self) -> None:
-        """A lane's route went stale: every lane is built again at its topic's next send."""
-        self._lane_timer = None
-        self._lanes.clear()
 
     async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
                         properties: Mapping[str, str] | None, ordered: bool,
@@ -379,41 +320,6 @@ class Producer(SendRetries):
             batcher.max_in_flight = 1
         batcher.add(item, flags)
         return fut
-
-    def _sample_next(self) -> bool:
-        """Whether the next unforced message is traced (`send`'s countdown ran out)."""
-        return bool(self._sampled(1))
-
-    def _sampled(self, n: int) -> list[int]:
-        """Which of the next `n` unforced (trace=None) messages are traced, by position.
-
-        `_unsampled` counts the unforced messages still to send untraced before
-        the next traced one (-1: not drawn yet); `sample_gap` draws each count.
-        """
-        picks: list[int] = []
-        i = 0
-        left = self._unsampled
-        while True:
-            if left < 0:
-                left = sample_gap(self._tr)
-            if i + left >= n:
-                self._unsampled = left - (n - i)
-                return picks
-            i += left
-            if self._tr.enabled:
-                picks.append(i)
-            i += 1
-            left = sample_gap(self._tr)
-
-    @property
-    def _tracing(self) -> Tracing:
-        """The tracing this producer's spans go to (replacing it restarts the sampling)."""
-        return self._tr
-
-    @_tracing.setter
-    def _tracing(self, tr: Tracing) -> None:
-        self._tr = tr
-        self._unsampled = -1   # drawn from the new tracing's ratio at the next message
 
     async def send_and_wait(self, topic: str, body: bytes, key: str | None = None,
                             tags: str | None = None, properties: Mapping[str, str] | None = None,
