@@ -28,6 +28,11 @@ rounds, a fourth pass produces as a user writes it: `await producer.send()`
 per message, keeping up to 20,000 result futures in flight (the oldest is
 awaited once the window is full), 1 KiB messages, tracing at the default;
 beside Redis with redis-py pipelining XADD in batches of 1,000. Target >= 3.
+
+The produce passes (`mesh.produce`, `mesh.produce_send`) run their client under
+asyncio, or under uvloop with FERRY_BENCH_CLIENT_LOOP=uvloop (docs/client.md:
+clients may run under it; it measured no faster, docs/perf/producer.md); their
+lines say which in `"loop"`.
 """
 from __future__ import annotations
 
@@ -42,8 +47,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import redis
 import redis.asyncio as aredis
@@ -79,6 +85,16 @@ SYNC_SENDERS = 64
 SEND_WINDOW = 20_000        # produce_send: result futures in flight at most
 REDIS_SEND_PIPELINE = 1000  # produce_send's Redis side: XADDs per pipeline
 SYNC_SECONDS = 5.0
+
+
+# The produce passes' client loop (see the module docstring).
+CLIENT_LOOP = os.environ.get("FERRY_BENCH_CLIENT_LOOP", "asyncio")
+if CLIENT_LOOP not in ("asyncio", "uvloop"):
+    raise SystemExit(f"FERRY_BENCH_CLIENT_LOOP must be asyncio or uvloop, not {CLIENT_LOOP!r}")
+run_client: Callable[[Coroutine[Any, Any, float]], float] = asyncio.run
+if CLIENT_LOOP == "uvloop":
+    import uvloop
+    run_client = uvloop.run
 
 
 def emit(**fields: object) -> None:
@@ -201,7 +217,7 @@ def ferry_pass(work: Path, etcd_endpoint: str) -> tuple[float, float]:
     procs, namesrv = start_ferry(work, etcd_endpoint, "async")
     try:
         asyncio.run(ferry_wait_route(namesrv, "bench"))
-        return (asyncio.run(ferry_produce(namesrv, "bench", TOTAL)),
+        return (run_client(ferry_produce(namesrv, "bench", TOTAL)),
                 asyncio.run(ferry_consume(namesrv, "bench", TOTAL)))
     finally:
         for p in procs:
@@ -214,7 +230,7 @@ def ferry_auth_pass(work: Path, etcd_endpoint: str) -> float:
     procs, namesrv = start_ferry(work, etcd_endpoint, "async", auth=True)
     try:
         asyncio.run(ferry_wait_route(namesrv, "bench", BENCH_CREDENTIALS))
-        return asyncio.run(ferry_produce(namesrv, "bench", TOTAL, BENCH_CREDENTIALS))
+        return run_client(ferry_produce(namesrv, "bench", TOTAL, BENCH_CREDENTIALS))
     finally:
         for p in procs:
             p.stop()
@@ -226,7 +242,7 @@ def ferry_send_pass(work: Path, etcd_endpoint: str) -> float:
     procs, namesrv = start_ferry(work, etcd_endpoint, "async")
     try:
         asyncio.run(ferry_wait_route(namesrv, "bench"))
-        return asyncio.run(ferry_produce_send(namesrv, "bench", TOTAL))
+        return run_client(ferry_produce_send(namesrv, "bench", TOTAL))
     finally:
         for p in procs:
             p.stop()
@@ -406,8 +422,8 @@ def main() -> None:
         rates = {mode: (statistics.median(r[0] for r in runs[mode]),
                         statistics.median(r[1] for r in runs[mode])) for mode in TRACING_MODES}
         for mode, (f_prod, f_cons) in rates.items():
-            emit(bench="mesh.produce", tracing=mode, messages=TOTAL, rounds=ROUNDS,
-                 msgs_s=round(f_prod), redis_msgs_s=round(r_prod), ratio=round(f_prod / r_prod, 2))
+            emit(bench="mesh.produce", tracing=mode, loop=CLIENT_LOOP, messages=TOTAL,
+                 rounds=ROUNDS, msgs_s=round(f_prod), redis_msgs_s=round(r_prod), ratio=round(f_prod / r_prod, 2))
             emit(bench="mesh.consume", tracing=mode, messages=TOTAL, rounds=ROUNDS,
                  msgs_s=round(f_cons), redis_msgs_s=round(r_cons), ratio=round(f_cons / r_cons, 2))
         emit(bench="mesh.tracing_cost",
@@ -415,13 +431,15 @@ def main() -> None:
              consume_ratio=round(rates["default"][1] / rates["off"][1], 3),
              target=TRACING_COST_TARGET)
         auth_prod = statistics.median(auth_runs)
-        emit(bench="mesh.produce", tracing="default", auth="on", messages=TOTAL, rounds=ROUNDS,
+        emit(bench="mesh.produce", tracing="default", auth="on", loop=CLIENT_LOOP,
+             messages=TOTAL, rounds=ROUNDS,
              msgs_s=round(auth_prod), redis_msgs_s=round(r_prod),
              ratio=round(auth_prod / r_prod, 2))
         emit(bench="mesh.auth_cost", produce_ratio=round(auth_prod / rates["default"][0], 3),
              target=AUTH_COST_TARGET)
         f_send = statistics.median(send_runs)
-        emit(bench="mesh.produce_send", tracing="default", messages=TOTAL, rounds=ROUNDS,
+        emit(bench="mesh.produce_send", tracing="default", loop=CLIENT_LOOP, messages=TOTAL,
+             rounds=ROUNDS,
              window=SEND_WINDOW, msgs_s=round(f_send), redis_msgs_s=round(r_send),
              redis_pipeline=REDIS_SEND_PIPELINE, ratio=round(f_send / r_send, 2), target=3)
         use_tracing("default")   # latency runs at the default

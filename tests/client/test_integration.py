@@ -186,3 +186,34 @@ async def test_commit_and_group_lag(mesh: Mesh) -> None:
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, **FAST) as consumer:
         got = (await collect([consumer], 1, timeout_s=10, settle_s=0.5))[0]
     assert [r.body for r in got] == [b"more"]
+
+
+def test_a_round_trip_under_uvloop(mesh: Mesh) -> None:
+    """The clients run under uvloop too (docs/client.md): plain sends (the fast path), a
+    batch and a keyed message, consumed back exactly where their SendResults say."""
+    uvloop = pytest.importorskip("uvloop")
+    topic = unique("uvloop")
+
+    async def round_trip() -> None:
+        assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+        async with Producer(namesrv=mesh.namesrv) as producer:
+            futs = [await producer.send(topic, f"p{i}".encode()) for i in range(100)]
+            assert all(isinstance(f, asyncio.Future) for f in futs)
+            sent = list(await asyncio.gather(*futs))
+            sent += await producer.send_batch(topic, [Message(f"b{i}".encode())
+                                                      for i in range(20)])
+            sent.append(await producer.send_and_wait(topic, b"keyed", key="k", tags="t"))
+        where = {r.msg_id: r for r in sent}
+        assert len(where) == 121
+        async with Consumer(topic, group=unique("g"), namesrv=mesh.namesrv,
+                            auto_offset_reset="earliest", **FAST) as consumer:
+            got = (await collect([consumer], 121))[0]
+        assert sorted(r.body for r in got) == sorted(
+            [f"p{i}".encode() for i in range(100)] + [f"b{i}".encode() for i in range(20)]
+            + [b"keyed"])
+        for rec in got:
+            r = where[rec.msg_id]
+            assert (rec.broker, rec.queue_id, rec.queue_offset) == \
+                (r.broker, r.queue_id, r.queue_offset)
+
+    uvloop.run(round_trip())

@@ -16,10 +16,19 @@ batch's body is the join of its entries' bytes. An entry is one message
 (`PendingMessage`, from `send`) or the messages of one `send_batch` call
 (`PendingGroup`): they travel together with one future, which saves the
 per-message futures and bookkeeping when the caller batches already.
+
+A plain message (`send` with no key, tags, properties, delay, trace, priority
+or queue selector: the common case) makes no object of its own: `add_plain`
+appends its body and future to the `PendingRun` at the end of the open batch,
+and the run's SEND-batch bytes and message ids are made in one pass when the
+batch goes out (`encoding.encode_run`). Its messages share one born timestamp,
+the time the run was opened (as a RocketMQ batch's messages do). A run that
+fails is split into `PendingMessage`s, so retries see no difference.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -65,7 +74,10 @@ class PendingGroup:
     """The messages of one `send_batch` call: one entry, one future, always in one frame.
 
     The future resolves to the list of their SendResults; `msg_ids` are their
-    16-byte ids in order, `encoded` their SEND-batch entries back to back.
+    16-byte ids in order, `encoded` their SEND-batch entries back to back, or
+    (from `send_batch`) `parts` the pieces of those entries and `nbytes` their
+    size, joined only into the frame that carries them: a frame of several
+    groups then copies each body once.
     """
 
     msg_ids: list[bytes]
@@ -78,10 +90,12 @@ class PendingGroup:
     ordered: bool = False
     flags: int = 0             # the OR of its messages' flags
     priority: int = 0          # its first message's: kept when moved to another queue
+    parts: list[bytes] = field(default_factory=list)
+    nbytes: int = 0            # the size of `parts` (when given)
 
     @property
     def size_bytes(self) -> int:
-        return len(self.encoded)
+        return self.nbytes if self.parts else len(self.encoded)
 
     @property
     def count(self) -> int:
@@ -91,11 +105,60 @@ class PendingGroup:
 Pending = PendingMessage | PendingGroup
 
 
+class PendingRun:
+    """Plain messages queued back to back on one queue by `send`: one entry, a future each.
+
+    `bodies` and `futures` grow until the batch closes; `encoded` (their
+    SEND-batch entries) and `msg_ids` are made once, by `encoding.encode_run`,
+    when the batch goes out: `parts`, the pieces of the entries, are joined
+    only into the frame. Never retried as a run: a failed run is split into
+    `PendingMessage`s (`encoding.split_runs`).
+    """
+
+    __slots__ = ("bodies", "futures", "born_ts_ms", "size_bytes", "parts", "msg_ids")
+    flags = 0   # plain messages only
+
+    def __init__(self, born_ts_ms: int) -> None:
+        self.bodies: list[bytes] = []
+        self.futures: list[asyncio.Future[object]] = []
+        self.born_ts_ms = born_ts_ms
+        self.size_bytes = 0          # its encoded size, counted as messages join
+        self.parts: list[bytes] = []
+        self.msg_ids: list[bytes] = []   # made with `parts`
+
+    @property
+    def count(self) -> int:
+        return len(self.futures)
+
+    def prune(self) -> bool:
+        """Drop the messages whose future is already done (cancelled) before it is encoded;
+        whether any is left to send."""
+        futures = self.futures
+        if not self.msg_ids and _any_done(futures):
+            keep = [i for i, f in enumerate(futures) if not f.done()]
+            self.bodies = [self.bodies[i] for i in keep]
+            self.futures = [futures[i] for i in keep]
+        return bool(self.futures)
+
+
+def _any_done(futures: list[asyncio.Future[object]]) -> bool:
+    try:   # the C method over the list: a few ns per future
+        return any(map(_FUTURE_DONE, futures))
+    except TypeError:   # a loop whose futures are no asyncio.Future
+        return any(f.done() for f in futures)
+
+
+_FUTURE_DONE = asyncio.Future.done
+
+#: What a batch holds: entries as `add` and `add_plain` queued them, in order.
+Entry = PendingMessage | PendingGroup | PendingRun
+
+
 @dataclass(slots=True)
 class Batch:
     """The entries that travel in one SEND frame."""
 
-    items: list[Pending] = field(default_factory=list)
+    items: list[Entry] = field(default_factory=list)
     size_bytes: int = 0
     count: int = 0      # messages (a group counts all of its own)
     flags: int = 0      # the OR of its entries' flags: the SEND's `flags` field
@@ -118,6 +181,7 @@ class QueueBatcher:
         self._in_flight = 0
         self._linger_handle: asyncio.TimerHandle | None = None
         self._soon_handle: asyncio.Handle | None = None
+        self._open_run: PendingRun | None = None   # the open batch's last entry, if a run
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -137,7 +201,7 @@ class QueueBatcher:
         message (0) costs nothing more here.
         """
         loop = asyncio.get_running_loop()
-        size = len(item.encoded)
+        size = item.size_bytes
         count = item.count
         batch = self._open
         if batch.items and (batch.size_bytes + size > self.max_batch_bytes
@@ -145,6 +209,7 @@ class QueueBatcher:
             self._close_open()
             batch = self._open
         batch.items.append(item)
+        self._open_run = None   # a plain message after this one starts a new run
         batch.size_bytes += size
         batch.count += count
         if flags:
@@ -159,7 +224,44 @@ class QueueBatcher:
         else:
             self._pump()
 
+    def add_plain(self, body: bytes, future: asyncio.Future[object], size: int) -> None:
+        """`add` for a plain message (`size`: its encoded size): its body and future join
+        the open batch's run, with no object of its own (the producer's hot path)."""
+        batch = self._open
+        run = self._open_run
+        if (run is None or batch.size_bytes + size > self.max_batch_bytes
+                or batch.count >= MAX_BATCH_MESSAGES):
+            run = self._new_run(size)
+            batch = self._open
+        run.bodies.append(body)
+        run.futures.append(future)
+        run.size_bytes += size
+        batch.size_bytes += size
+        batch.count += 1
+        if batch.size_bytes >= self.max_batch_bytes or batch.count >= MAX_BATCH_MESSAGES:
+            self._close_open()
+            self._pump()
+        elif self._in_flight == 0 and self._soon_handle is None:
+            self._soon_handle = asyncio.get_running_loop().call_soon(self._on_soon)
+
+    def _new_run(self, size: int) -> PendingRun:
+        """A run at the end of the open batch (closing the batch first when `size` won't fit)."""
+        batch = self._open
+        if batch.items and (batch.size_bytes + size > self.max_batch_bytes
+                            or batch.count >= MAX_BATCH_MESSAGES):
+            self._close_open()
+            self._pump()
+            batch = self._open
+        run = self._open_run = PendingRun(int(time.time() * 1000))
+        batch.items.append(run)
+        if len(batch.items) == 1:
+            self._idle.clear()
+            self._linger_handle = asyncio.get_running_loop().call_later(
+                self.linger_ms / 1000, self._on_linger)
+        return run
+
     def _close_open(self) -> None:
+        self._open_run = None
         if self._linger_handle is not None:
             self._linger_handle.cancel()
             self._linger_handle = None
@@ -224,7 +326,8 @@ class QueueBatcher:
         batches, self._ready = list(self._ready), deque()
         for batch in batches:
             for item in batch.items:
-                if not item.future.done():
-                    item.future.cancel()
+                for fut in item.futures if isinstance(item, PendingRun) else (item.future,):
+                    if not fut.done():
+                        fut.cancel()
         if self._in_flight == 0:
             self._idle.set()

@@ -251,6 +251,9 @@ def http_error(status: int, data: Any, url: str,
 
 
 _NAMESRV_BY_STATUS: Mapping[int, type[FerryError]] = {404: TopicNotFoundError}
+_monotonic = time.monotonic
+#: A RouteCache entry: (monotonic time its freshness counts from, the route).
+RouteEntry = tuple[float, TopicRoute]
 
 
 class RouteCache:
@@ -261,13 +264,25 @@ class RouteCache:
         self.client = client
         self.create_topics = create_topics
         self.refresh_interval_ms = refresh_interval_ms
-        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._routes: dict[str, RouteEntry] = {}
+        #: topic -> (time its freshness counts from, route), for reading only: an entry is
+        #: replaced whenever its route is fetched again or invalidated, so a caller may
+        #: keep one and test it by identity (the producer's lanes do).
+        self.entries: Mapping[str, RouteEntry] = self._routes
         self._fetched: dict[str, float] = {}   # topic -> monotonic time of its last fetch
         self._locks: dict[str, asyncio.Lock] = {}
 
     def cached(self, topic: str) -> TopicRoute | None:
         entry = self._routes.get(topic)
         return entry[1] if entry else None
+
+    def fresh(self, topic: str) -> TopicRoute | None:
+        """The cached route while `route(topic)` would return it without asking namesrv,
+        else None: a sender's hot path looks it up without a coroutine."""
+        entry = self._routes.get(topic)
+        if entry is not None and _monotonic() - entry[0] < self.refresh_interval_ms / 1000:
+            return entry[1]
+        return None
 
     def invalidate(self, topic: str) -> None:
         """Make `route(topic)` ask namesrv again (after an error), rate-limited.

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ferry.auth.credentials import Credentials
@@ -44,12 +44,17 @@ from ferry.client.encoding import (
     check_body,
     encode_group,
     make_wire,
-    pack_head,
     timing,
     to_wire,
 )
 from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient, RouteCache
+from ferry.client.namesrv import (
+    DEFAULT_NAMESRV,
+    NamesrvClient,
+    RouteCache,
+    RouteEntry,
+)
+from ferry.client.plain import PlainPath, _get_running_loop
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
 from ferry.client.send_retry import SendRetries
 from ferry.client.tracing import (
@@ -58,12 +63,10 @@ from ferry.client.tracing import (
     carry,
     end_on_result,
     start_send,
-    wants_trace,
 )
-from ferry.codec.msg_id import new_msg_id
 from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_topic
-from ferry.telemetry import client_service_name, setup_tracing, tracing
+from ferry.telemetry import Tracing, client_service_name, setup_tracing, tracing
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 __all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector", "default_namesrv"]
@@ -81,7 +84,7 @@ def default_namesrv() -> str:
     return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
 
 
-class Producer(SendRetries):
+class Producer(SendRetries, PlainPath):
     """Sends messages to topics. Use `async with Producer(namesrv=...) as p:`."""
 
     def __init__(self, *, namesrv: str | None = None, linger_ms: int = 1,
@@ -121,14 +124,22 @@ class Producer(SendRetries):
         self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # per topic: plain messages' round robin (see _plain_batcher)
+        self._lanes: dict[str, tuple[RouteEntry, Iterator[QueueBatcher]]] = {}
+        self._lane_timer: asyncio.TimerHandle | None = None
+        self._route_entries = self._routes.entries
+        # makes send()'s futures in the producer's loop (see _bind_loop)
+        self._new_future: Callable[[], asyncio.Future[Any]] = self._first_future
         self._valid_topics: set[str] = set()
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
         self._started = False
-        self._tracing = tracing()
+        self._tr: Tracing = tracing()
+        self._unsampled = -1   # see _sampled
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
+        self._bind_loop(_get_running_loop())
         self._tracing = setup_tracing(client_service_name(), namesrv=self._namesrv_addr)
         await self._namesrv.start()
         self._started = True
@@ -145,6 +156,9 @@ class Producer(SendRetries):
             return
         self._started = False
         await self.flush()
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+        self._drop_lanes()
         await self._pool.close()
         await self._namesrv.close()
         await self._scheduler.close()
@@ -187,41 +201,91 @@ class Producer(SendRetries):
             self._check_topic(topic)
         if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
+        if trace is None:   # sampled: a countdown, drawn once per traced message
+            left = self._unsampled
+            if left > 0:
+                self._unsampled = left - 1
+                traced = False
+            else:
+                traced = self._sample_next()
+        else:
+            traced = bool(trace) and self._tr.enabled
+        if (traced or key is not None or keys or tags or properties or priority
+                or queue_selector is not None or delay_ms is not None
+                or deliver_at_ms is not None or ttl_ms is not None):
+            return await self._send_one(topic, body, key, tags, properties, ordered,
+                                        queue_selector, keys, delay_ms, deliver_at_ms, ttl_ms,
+                                        priority, traced)
+        # A plain message, the common case: no object of its own (see accumulator).
+        if type(body) is not bytes:
+            body = bytes(body)
+        nbytes = HEAD_SIZE + len(body)
+        lane = self._lanes.get(topic)
+        budget = self._budget
+        if (lane is None or self._route_entries.get(topic) is not lane[0]
+                or not self._chooser.all_healthy
+                or budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters):
+            return await self._send_plain(topic, body, nbytes)
+        budget.used_bytes += nbytes
+        fut: asyncio.Future[Any] = self._new_future()
+        next(lane[1]).add_plain(body, fut, nbytes)
+        return fut
+
+    async def _send_plain(self, topic: str, body: bytes,
+                          nbytes: int) -> asyncio.Future[SendResult]:
+        """`send`'s plain message off its fast path: the route is fetched, the buffer
+        waited for, a broker that failed recently skipped, the topic's lane (re)built."""
+        route = await self._routes.route(topic)
+        budget = self._budget
+        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
+            await budget.take(nbytes, self.max_block_ms)   # BusyError after max_block_ms
+            try:
+                route = await self._routes.route(topic)   # it may have changed meanwhile
+            except BaseException:
+                budget.release(nbytes)
+                raise
+        else:
+            budget.used_bytes += nbytes
+        try:
+            batcher = self._plain_batcher(topic, route)
+        except BaseException:
+            budget.release(nbytes)
+            raise
+        fut: asyncio.Future[Any] = self._new_future()
+        batcher.add_plain(body, fut, nbytes)
+        return fut
+
+    async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
+                        properties: Mapping[str, str] | None, ordered: bool,
+                        queue_selector: QueueSelector | None, keys: Sequence[str],
+                        delay_ms: int | None, deliver_at_ms: int | None, ttl_ms: int | None,
+                        priority: int, traced: bool) -> asyncio.Future[SendResult]:
+        """`send` of a message with options: its own PendingMessage, encoded in full."""
         if priority:
             check_priority(priority)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        span = start_send(topic, len(body)) if wants_trace(self._tracing, trace) else None
-        if (span is None and key is None and not keys and not tags and not properties
-                and delay_ms is None and deliver_at_ms is None and ttl_ms is None):
-            # The common plain message: packed here, without the general encoder.
-            body = body if type(body) is bytes else bytes(body)
-            msg_id = new_msg_id()
-            born_ts_ms = int(time.time() * 1000)
-            size = len(body)
-            nbytes = HEAD_SIZE + size
-            item = PendingMessage(
-                WireMessage(body, msg_id, born_ts_ms), fut, topic,
-                encoded=pack_head(nbytes, msg_id, born_ts_ms, 0, 0, 0, 0, size) + body)
-            flags = 0
-        else:
-            flags = 0
-            if span is not None:   # a traced message: its context travels in its properties
-                properties = carry(span, properties)
-                flags = TRACED
+        span = start_send(topic, len(body)) if traced else None
+        flags = 0
+        if span is not None:   # a traced message: its context travels in its properties
+            end_on_result(span, fut)   # ends with the broker's answer (or the send's failure)
+            properties = carry(span, properties)
+            flags = TRACED
+        try:
             if delay_ms is not None or deliver_at_ms is not None or ttl_ms is not None:
                 born_ts_ms = int(time.time() * 1000)
-                extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms, self.max_delay_ms,
-                                             born_ts_ms)
+                extra, timing_flags = timing(delay_ms, deliver_at_ms, ttl_ms,
+                                             self.max_delay_ms, born_ts_ms)
                 flags |= timing_flags
                 properties = {**properties, **extra} if properties else extra
                 wire = make_wire(body, key, tuple(keys), tags, properties,
                                  born_ts_ms=born_ts_ms, flags=flags)
             else:
                 wire = make_wire(body, key, tuple(keys), tags, properties, flags=flags)
-            item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
-            nbytes = len(item.encoded)
-            if span is not None:   # ends with the broker's answer (or the send's failure)
-                end_on_result(span, fut)
+        except BaseException:
+            fut.cancel()   # bad input: a traced message's span ends, never sent
+            raise
+        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
+        nbytes = len(item.encoded)
         if priority:
             item.priority = priority
         if ordered and (key or queue_selector is not None):
@@ -252,7 +316,7 @@ class Producer(SendRetries):
             budget.release(nbytes)
             fut.cancel()
             raise
-        if ordered and item.ordered:
+        if item.ordered:
             batcher.max_in_flight = 1
         batcher.add(item, flags)
         return fut
@@ -305,7 +369,7 @@ class Producer(SendRetries):
         for m in messages:
             if m.priority:
                 check_priority(m.priority)
-        traced = batch_trace(self._tracing, topic, messages)
+        traced = batch_trace(self._tr, topic, messages, self._sampled)
         if traced is None:
             return await self._send_group(topic, messages, ordered, queue_selector)
         try:
@@ -318,23 +382,28 @@ class Producer(SendRetries):
 
     async def _send_group(self, topic: str, messages: Sequence[Message], ordered: bool,
                           queue_selector: QueueSelector | None) -> list[SendResult]:
-        msg_ids, encoded, flags = encode_group(messages, self.max_delay_ms)
-        if len(encoded) > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
+        msg_ids, parts, nbytes, flags = encode_group(messages, self.max_delay_ms)
+        if nbytes > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
             futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
                                        together=True)
             return list(await asyncio.gather(*futs))
         first = messages[0]
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        group = PendingGroup(msg_ids=msg_ids, encoded=encoded, future=fut, topic=topic,
+        group = PendingGroup(msg_ids=msg_ids, encoded=b"", parts=parts, nbytes=nbytes,
+                             future=fut, topic=topic,
                              first_body=bytes(first.body), key=first.key,
                              ordered=pinned(ordered, first.key, queue_selector), flags=flags,
                              priority=first.priority)
-        route = await self._routes.route(topic)
-        await self._budget.take(group.size_bytes, self.max_block_ms)
+        route = self._routes.fresh(topic) or await self._routes.route(topic)
+        budget = self._budget
+        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
+            await budget.take(nbytes, self.max_block_ms)
+        else:
+            budget.used_bytes += nbytes
         try:
             tq = self._chooser.choose(topic, route, first, ordered, queue_selector)
         except BaseException:
-            self._budget.release(group.size_bytes)
+            budget.release(nbytes)
             raise
         self._add(tq, group)
         results: list[SendResult] = await fut

@@ -51,6 +51,9 @@ class QueueChooser:
         self._round_robin: dict[str, int] = {}
         # broker name -> (monotonic time it may be used again, the master address that failed)
         self._faulty: dict[str, tuple[float, str | None]] = {}
+        #: No broker is marked faulty now: every usable queue takes plain messages (the
+        #: producer's per-topic round robin of queues is valid only while this holds).
+        self.all_healthy = True
         # per topic: the route the list was built from, and the list
         self._queue_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
         self._key_lists: dict[str, tuple[TopicRoute, list[TopicQueue]]] = {}
@@ -65,12 +68,14 @@ class QueueChooser:
         that master: a group that failed over to a new master is used again.
         """
         self._faulty[broker] = (time.monotonic() + self.broker_backoff_ms / 1000, addr)
+        self.all_healthy = False
 
     def _skipped(self, route: TopicRoute) -> set[str]:
         """The broker groups plain messages avoid now (expired marks are dropped)."""
         now = time.monotonic()
         for name in [n for n, (until, _) in self._faulty.items() if until <= now]:
             del self._faulty[name]
+        self.all_healthy = not self._faulty
         return {n for n, (_, addr) in self._faulty.items()
                 if addr is None or route.broker_addr(n) == addr}
 

@@ -31,10 +31,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ferry.client.accumulator import Batch, Pending
+from ferry.client.accumulator import Batch, Entry, Pending
 from ferry.client.buffer import ByteBudget
 from ferry.client.connection import ConnectionPool
-from ferry.client.encoding import complete
+from ferry.client.encoding import complete, entries_body, live_entries, split_runs
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.queues import QueueChooser
@@ -62,7 +62,7 @@ class SendRetries:
         """Send one batch; retry ordered messages here, hand the others to other brokers."""
         moved = 0   # bytes handed to other queues: their new batches release them
         try:
-            items = [it for it in batch.items if not it.future.done()]
+            items: list[Entry] = live_entries(batch.items)
             refresh = False
             while items:
                 addr = None
@@ -70,7 +70,9 @@ class SendRetries:
                     addr = await self._target(tq, refresh)
                     resp = await self._request(tq, addr, items, batch.flags)
                 except FerryError as exc:
-                    items, moved_now = self._on_failure(tq, items, exc, addr)
+                    again, moved_now = self._on_failure(tq, split_runs(items, tq.topic), exc,
+                                                        addr)
+                    items = list(again)
                     moved += moved_now
                     if items:
                         await asyncio.sleep(self.retry_backoff_ms / 1000)
@@ -78,7 +80,8 @@ class SendRetries:
                     continue
                 except Exception as exc:  # a bug must not leave futures pending forever
                     log.exception("send to %s failed unexpectedly", tq)
-                    self._on_failure(tq, items, SystemError_(f"unexpected client error: {exc!r}"))
+                    self._on_failure(tq, split_runs(items, tq.topic),
+                                     SystemError_(f"unexpected client error: {exc!r}"))
                     return
                 complete(tq, items, resp)
                 return
@@ -99,9 +102,9 @@ class SendRetries:
             raise TopicNotFoundError(f"broker {tq.broker} has no live master for {tq.topic}")
         return addr
 
-    async def _request(self, tq: TopicQueue, addr: str, items: list[Pending],
+    async def _request(self, tq: TopicQueue, addr: str, items: list[Entry],
                        flags: int) -> Frame:
-        body = items[0].encoded if len(items) == 1 else b"".join([it.encoded for it in items])
+        body = entries_body(items)
         fields = {"topic": tq.topic, "queue_id": tq.queue_id}
         if flags:   # the broker runs its before-put hooks only for a flagged SEND
             fields["flags"] = flags

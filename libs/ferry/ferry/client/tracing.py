@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,11 +41,29 @@ from ferry.telemetry.spans import (
 
 TRACED = int(MessageFlag.TRACED)
 _HEADER = 8   # ConsumerRecord's stored-header slot (see message.py)
+#: A gap that never runs out: nothing is sampled (tracing off, or a ratio of 0).
+NEVER = 1 << 62
 
 
 def wants_trace(tr: Tracing, trace_arg: bool | None) -> bool:
     """The producer's decision for one message: forced, refused, or sampled."""
     return tr.sample() if trace_arg is None else bool(trace_arg) and tr.enabled
+
+
+def sample_gap(tr: Tracing) -> int:
+    """How many unforced messages to send untraced before the next traced one.
+
+    Drawn from the geometric law of `tr.sample_ratio` p (P(gap >= k) = (1-p)^k):
+    a sequence of such gaps marks messages exactly as one `tr.sample()` per
+    message would, at one random draw per traced message instead of one per
+    message (the producer's hot path only counts down).
+    """
+    ratio = tr.sample_ratio
+    if not tr.enabled or ratio <= 0.0:
+        return NEVER
+    if ratio >= 1.0:
+        return 0
+    return int(math.log(1.0 - random.random()) / math.log(1.0 - ratio))  # noqa: S311
 
 
 def start_send(topic: str, body_size: int, hop: str = "send", batch_count: int | None = None,
@@ -121,12 +141,37 @@ class BatchTrace:
         end_with(self.batch, None, error)
 
 
-def batch_trace(tr: Tracing, topic: str, messages: Sequence[Message]) -> BatchTrace | None:
-    """The batch's trace, or None when no message of it is traced (the common case)."""
+def batch_trace(tr: Tracing, topic: str, messages: Sequence[Message],
+                sampled: Callable[[int], list[int]]) -> BatchTrace | None:
+    """The batch's trace, or None when no message of it is traced (the common case).
+
+    `sampled(n)`: which of the next n unforced messages the sampling traces, by
+    position among them (the producer's countdown, see `sample_gap`).
+    """
     if not tr.enabled:
         return None
-    decisions = [wants_trace(tr, m.trace) for m in messages]
-    return BatchTrace(topic, messages, decisions) if any(decisions) else None
+    forced = [m.trace for m in messages]
+    unforced = forced.count(None)
+    picks = sampled(unforced) if unforced else []
+    if unforced == len(forced):
+        if not picks:
+            return None
+        decisions = [False] * len(forced)
+        for i in picks:
+            decisions[i] = True
+    else:
+        picked = set(picks)
+        decisions = []
+        k = 0
+        for f in forced:
+            if f is None:
+                decisions.append(k in picked)
+                k += 1
+            else:
+                decisions.append(bool(f))
+        if not any(decisions):
+            return None
+    return BatchTrace(topic, messages, decisions)
 
 
 # -- consumer side ------------------------------------------------------------------------
