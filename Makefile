@@ -8,7 +8,7 @@ STAMP := .venv/.setup-stamp
 BENCH ?=
 HA ?=
 
-.PHONY: setup up down test lint bench spark-report clean system-deps
+.PHONY: setup up down test fuzz lint bench spark-report clean system-deps
 
 setup: system-deps $(STAMP)
 
@@ -49,6 +49,11 @@ down: setup
 
 test: setup
 	@$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fuzz tests at their full issue-13 sizes (1,000,000 wire frames, 100,000
+# HTTP requests); `make test` runs them smaller (docs/security.md, Fuzzing).
+fuzz: setup
+	@FERRY_FUZZ_FRAMES=1000000 FERRY_FUZZ_HTTP_REQUESTS=100000 $(PY) -m pytest -q -s tests/fuzz $(PYTEST_ARGS)
 
 lint: setup
 	@.venv/bin/ruff check libs services tests bench spark

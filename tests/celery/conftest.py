@@ -115,8 +115,17 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 @pytest.fixture
 def procs() -> Iterator[list[Proc]]:
-    """Processes a test starts (bridges, workers); each is stopped when the test ends."""
+    """Processes a test starts (bridges, workers); each is killed when the test ends.
+
+    Killed, not stopped: the test has checked what it checks by then (a test that
+    needs a clean stop, such as test_tracing's span flush, stops its processes
+    itself), and a Celery prefork worker's warm shutdown takes 5-7 s of its own
+    (the synloop's 2 s drain timeout, then billiard joining its pool threads).
+    Each test uses queues and groups of its own, so a member left registered at
+    the broker until it expires is in no other test's way.
+    """
     started: list[Proc] = []
     yield started
     for proc in started:
-        proc.stop()
+        if proc.alive():   # one the test killed or stopped is gone already
+            kill9(proc)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from ferry import Admin, Producer
+from ferry.cli.main import main as cli_main
 from ferry.cli.messages import parse_time_ms
 from ferry.errors import MalformedRequestError
 
@@ -105,7 +106,10 @@ async def test_cli_message_commands(mesh: Mesh) -> None:
     assert res.returncode == 2
 
 
-def test_message_help() -> None:
+def test_message_help(capsys: pytest.CaptureFixture[str]) -> None:
+    # Through the `ferry` entry point in-process (test_cli runs the installed script).
     for args in (["message"], ["message", "get"], ["message", "key"], ["message", "time"]):
-        res = ferry(None, *args, "--help")
-        assert res.returncode == 0 and "usage: ferry message" in res.stdout, (args, res.stderr)
+        with pytest.raises(SystemExit) as exited:
+            cli_main([*args, "--help"])
+        out, err = capsys.readouterr()
+        assert exited.value.code == 0 and "usage: ferry message" in out, (args, err)

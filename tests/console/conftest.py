@@ -51,7 +51,9 @@ def start_console(mesh: Mesh, scheduler: str, checker: str) -> tuple[Proc, int]:
     return proc, port
 
 
-@pytest.fixture(scope="module")
+# One for the package (test_guards and test_pages): each module uses topics and groups
+# of its own, and starting it costs two brokers, a scheduler, a checker and the console.
+@pytest.fixture(scope="package")
 def console_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleMesh]:
     mesh = Mesh(etcd, tmp_path_factory.mktemp("console-mesh"))
     procs: list[Proc] = []

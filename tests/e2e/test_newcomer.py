@@ -2,7 +2,8 @@
 
 This runs deploy/local_mesh.py — the very script `make up` runs — on free
 ports in a temporary directory, then the `ferry` command as a user types it,
-then stops the mesh the way `make down` does and checks it stopped cleanly.
+then stops the mesh the way `make down` does and checks it stopped cleanly
+(one mesh for the module's tests).
 """
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ FERRY = str(Path(sys.executable).parent / "ferry")
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def mesh(tmp_path: Path) -> Iterator[dict[str, str]]:
+# One `make up` for the module: the tests use topics (and groups) of their own, and
+# each start is nine processes; the stop at the end is checked as `make down` would.
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    tmp_path = tmp_path_factory.mktemp("newcomer")
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
              "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
@@ -97,7 +101,7 @@ def test_a_delayed_send_arrives_about_five_seconds_later(mesh: dict[str, str]) -
     ferry(mesh, "topic", "create", "later-demo")
     sent = time.time()
     ferry(mesh, "send", "later-demo", "later", "--delay-ms", "5000")
-    out = ferry(mesh, "consume", "later-demo", "--group", "g", "--from", "earliest",
+    out = ferry(mesh, "consume", "later-demo", "--group", "g-later", "--from", "earliest",
                 "--count", "1", "--timeout-ms", "30000")
     arrived = time.time()
     assert "later" in out

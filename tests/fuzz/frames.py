@@ -30,6 +30,11 @@ from ferry.wire.codes import MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_VERSION
 PREFIX = struct.Struct("<II")
 RESPONSE, ONEWAY = 1, 2
 CODES = [int(c) for c in RequestCode]
+#: Every kind `pipelined` and `closing` tally in `FrameFuzzer.counts`.
+PIPELINED_KINDS = ("unknown_code", "random_fields", "hostile_fields", "oneway", "stray_response")
+CLOSING_KINDS = ("oversized", "header_over_frame", "header_over_limit", "not_msgpack",
+                 "not_a_map", "wrong_version", "missing_keys", "bad_request_id", "bad_x",
+                 "bad_e_m", "random_bytes", "truncated", "short_frame")
 #: A few names so that valid-shaped requests reuse state instead of growing it.
 TOPICS = ["fuzz-a", "fuzz-b", "%RETRY%fuzz", "%DLQ%fuzz", "%SCHEDULE%", "%HALF%", "bad name",
           "", "x" * 200, "%TRACE%"]
@@ -123,6 +128,7 @@ class FrameFuzzer:
         self.forge_auth = forge_auth
         self.templates = _templates(self.rng)
         self.counts: dict[str, int] = {}
+        self.code_counts: dict[int, int] = {}  # request codes given fields (all but unknown)
         self._id = 0
         self._send_bodies = [self._send_body(i) for i in range(32)]
 
@@ -195,6 +201,7 @@ class FrameFuzzer:
             return rng.choice([0, 1, 9, 23, 29, 34, 99, 255, 2**31, rng.randrange(0, 2**32)]), \
                 {}, b""
         code = rng.choice(CODES)
+        self.code_counts[code] = self.code_counts.get(code, 0) + 1
         if roll < 0.35:
             self._count(kind or "random_fields")
             fields = {rng.choice(["topic", "group", "queue_id", "offset", "x", "msg_id", "key",
@@ -224,9 +231,7 @@ class FrameFuzzer:
     def closing(self) -> tuple[str, bytes]:
         """One byte string that makes the broker close the connection (or ends it truncated)."""
         rng = self.rng
-        kind = rng.choice(["oversized", "header_over_frame", "header_over_limit", "not_msgpack",
-                           "not_a_map", "wrong_version", "missing_keys", "bad_request_id",
-                           "bad_x", "bad_e_m", "random_bytes", "truncated", "short_frame"])
+        kind = rng.choice(CLOSING_KINDS)
         self._count("closing_" + kind)
         code = rng.choice(CODES)
         if kind == "oversized":

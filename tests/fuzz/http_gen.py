@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +22,7 @@ NAMES = ["fz-a", "fz-b", "fz-c", "%RETRY%fz-a", "%DLQ%fz-a"]
 HOSTILE_STRINGS = ["", " ", "..", "../../etc/passwd", "%00", "\x00", "a" * 300, "é∂ƒ©˙∆",
                    "<script>alert(1)</script>", "' OR 1=1 --", "${jndi:ldap://x}", "-1", "NaN",
                    "null", "{}", "[]", "\ud7ff", "A" * 5000]
+GARBAGE_KINDS = 9  # the families of raw garbage `garbage()` makes
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
 
@@ -35,6 +37,9 @@ class OpenApiFuzzer:
                     for method, op in sorted(item.items()) if isinstance(op, dict)
                     and method in ("get", "post", "put", "delete", "patch")]
         assert self.ops, "the document has no operations"
+        # What was generated, so that a smaller run can show it still reached everything.
+        self.op_counts: Counter[tuple[str, str]] = Counter()
+        self.garbage_counts: Counter[int] = Counter()
 
     def _resolve(self, obj: Any) -> Any:
         while isinstance(obj, dict) and "$ref" in obj:
@@ -48,6 +53,7 @@ class OpenApiFuzzer:
         """(method, path with query, headers, body) of one generated request."""
         rng = self.rng
         method, path, op, item = rng.choice(self.ops)
+        self.op_counts[(method, path)] += 1
         if rng.random() < 0.05:
             method = rng.choice(METHODS)
         params = [self._resolve(p) for p in [*item.get("parameters", []),
@@ -132,7 +138,8 @@ class OpenApiFuzzer:
     def garbage(self) -> bytes:
         """Bytes for a fresh connection; each ends a request so the server answers or closes."""
         rng = self.rng
-        kind = rng.randrange(9)
+        kind = rng.randrange(GARBAGE_KINDS)
+        self.garbage_counts[kind] += 1
         path = rng.choice(self.ops)[1].replace("{", "").replace("}", "")
         if kind == 0:
             return rng.randbytes(rng.randrange(1, 2000)) + b"\r\n\r\n"
