@@ -8,6 +8,7 @@ from ferry.codec.entry import append_entry
 from ferry.codec.msg_id import new_msg_id
 from ferry.store import MessageIn, MessageStore, StoreConfig, decode_record
 from ferry.store.checkpoint import Checkpoint, write_checkpoint
+from ferry.store.encode_context import MAX_ID_RUN
 from ferry.store.index_file import IndexService
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
@@ -30,14 +31,14 @@ def _index_entries(store: MessageStore) -> int:
     return sum(f.count for f in index._files)
 
 
-def test_a_batch_of_consecutive_ids_takes_one_or_two_index_entries(tmp_path: Path) -> None:
+def test_a_batch_of_consecutive_ids_takes_one_index_entry_per_16_ids(tmp_path: Path) -> None:
     ids = [new_msg_id() for _ in range(256)]
     with MessageStore(_config(tmp_path)) as s:
         s.put_encoded_batch("t", 0, _send_body(ids))
         s.query_by_id(ids[0])  # (applies the dispatch)
-        # 256 consecutive counters span at most two 15-byte prefixes; segment rolls
+        # 256 consecutive counters span at most 17 windows of 16 ids; segment rolls
         # (300-byte records, 256 KiB segments) cut a run too.
-        assert _index_entries(s) <= 3
+        assert _index_entries(s) <= 256 // MAX_ID_RUN + 2
         assert all(getattr(s.query_by_id(i), "msg_id", None) == i for i in ids)
         # store-assigned ids (all zero in the entry) are found as well
         res = s.put_encoded_batch("t", 1, _send_body([bytes(16)] * 40))
@@ -103,13 +104,15 @@ def test_a_producers_one_message_puts_are_found_reading_each_record_once(tmp_pat
 
         cl.read = counting_read  # type: ignore[method-assign,assignment]
         assert s.query_by_id(ids[0]).msg_id == ids[0]  # type: ignore[union-attr]
-        assert reads < 3 * len(ids)  # not len(ids) ** 2 / 2
+        # the records of the id's window (16 ids), not every half of its producer
+        assert reads <= 3 * MAX_ID_RUN
 
 
 def test_the_newest_copy_of_an_id_answers_also_inside_one_run(tmp_path: Path) -> None:
     # A transaction's half and its committed copy share the id; the put path starts a
     # run at each put, but a re-dispatch joins back-to-back records of one prefix.
-    ids = [new_msg_id() for _ in range(4)]
+    base = new_msg_id()[:15]
+    ids = [base + bytes((0x40 + i,)) for i in range(4)]  # four ids of one window
     with MessageStore(_config(tmp_path)) as s:
         s.put_batch([MessageIn("%HALF%", 0, b"half", msg_id=ids[0])])
         s.put_batch([MessageIn("t", 0, b"other", msg_id=i) for i in ids[1:]])
@@ -118,5 +121,5 @@ def test_the_newest_copy_of_an_id_answers_also_inside_one_run(tmp_path: Path) ->
     shutil.rmtree(tmp_path / "index")
     write_checkpoint(str(tmp_path), Checkpoint(0, 0, False))
     with MessageStore(_config(tmp_path)) as s:
-        assert _index_entries(s) == 1  # one run over all five records
+        assert _index_entries(s) == 1  # one run over all five records (one window)
         assert s.query_by_id(ids[0]).body == b"real"  # type: ignore[union-attr]

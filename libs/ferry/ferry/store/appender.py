@@ -111,8 +111,10 @@ class Appender:
         if q is None or type(queue_id) is not int:  # the batch's first run of this queue
             q = st.queues[key] = self._ctx.queue(key, self.next_queue_offset.get(key, 0))
         qoff, done = q.next_offset, len(q.entries)
+        # put_batch writes what the broker itself stores (a committed transaction's
+        # message, retries, ...): indexed by exact id, as the broker looks them up.
         stage_batch_input(self._ctx, st, q, self._ctx.host(born_host), b"".join(parts), ts,
-                          NO_LIMIT, reconsume_times, prepared_offset)
+                          NO_LIMIT, reconsume_times, prepared_offset, exact_ids=True)
         add = results.append
         for msg_id, (phy, size, _) in zip(ids, map(_unpack_cq, q.entries[done:]), strict=True):
             add(_new_tuple(PutResult, (_OK, msg_id, phy, size, qoff, ts)))

@@ -12,14 +12,18 @@ from crc32c import crc32c
 
 from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
 from ferry.codec.limits import MAX_PROPERTIES_BYTES
+from ferry.codec.message_flags import HOOKED_FLAGS
 from ferry.codec.msg_id import NO_MSG_ID, new_msg_id
 from ferry.codec.record import AT_CRC, BLANK_SIZE, CRC_START, HEADER_SIZE, RECORD_MAGIC, U32
 from ferry.errors import MalformedRequestError
 
 from .consume_queue import CQ_ENTRY
 from .encode_context import (
+    ID_KEY_CRC,
     ID_RUN_KEY_CRC,
+    ID_RUN_LOW_BITS,
     ID_RUN_PREFIX_BYTES,
+    ID_WINDOW_BYTE,
     MAX_ID_RUN,
     EncodeContext,
     QueueRun,
@@ -31,16 +35,22 @@ _unpack_entry = ENTRY_HEAD.unpack_from
 _pack_crc = U32.pack_into
 _pack_cq = CQ_ENTRY.pack
 NO_LIMIT = 1 << 62
+# Records indexed under their exact id (b"I" + msg_id) instead of an id run: the ones
+# the broker looks up by id on a hot path (a transaction's half and what END writes, a
+# delayed message), so that such a query reads one record, not its id window's.
+EXACT_ID_FLAGS = HOOKED_FLAGS
 
 
 def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tuple[bytes, int],
                       data: bytes, ts: int, max_count: int = NO_LIMIT, reconsume_times: int = 0,
-                      prepared_offset: int = 0, refuse_flags: int = 0) -> int:
+                      prepared_offset: int = 0, refuse_flags: int = 0,
+                      exact_ids: bool = False) -> int:
     """Validate and encode every entry of `data` as records of the queue `q`; the count.
 
     Continues `st` (staging position, log position, index items) and `q` (queue
     offsets, consume-queue entries). `born` is the UTF-8 born host and its length;
-    `reconsume_times` and `prepared_offset` go to every record's header. Raises
+    `reconsume_times` and `prepared_offset` go to every record's header. `exact_ids`:
+    every record gets its exact id key (else only those with EXACT_ID_FLAGS). Raises
     MalformedRequestError (an entry with a flag in `refuse_flags` among others),
     MessageTooLargeError, UnicodeDecodeError (tags or keys) or struct.error
     (`reconsume_times`, `prepared_offset` out of range) before anything is written.
@@ -67,10 +77,12 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     first_qoff = qoff = q.next_offset
     qoff_limit = first_qoff + max_count
     src, at, stop = memoryview(data), 0, len(data)
-    # The id run being staged (see encode_context.MAX_ID_RUN): its id prefix and how many
-    # more records it may take; a batch, a segment roll or another prefix starts a new one.
-    run_prefix, run_left = b"", 0
-    run_crc, run_cut = ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES
+    # The id run being staged (see encode_context.MAX_ID_RUN): its id window (prefix and
+    # high bits of the last byte) and how many more records it may take; a batch, a
+    # segment roll or another window starts a new one.
+    run_prefix, run_high, run_left = b"", -1, 0
+    run_crc, run_cut, low_bits = ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES, ID_RUN_LOW_BITS
+    exact_flags, id_crc = EXACT_ID_FLAGS, ID_KEY_CRC
     while at < stop:
         if stop - at < _ENTRY_SIZE:
             raise MalformedRequestError(f"message batch truncated: {stop - at} bytes left at "
@@ -118,11 +130,15 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
         rel += size
         add_entry(_pack_cq(phy, size, th))
         id_prefix = msg_id[:run_cut]
-        if run_left and id_prefix == run_prefix:
+        id_high = msg_id[run_cut] >> low_bits
+        if exact_ids or flags & exact_flags:  # its exact key; the run (if any) ends here
+            add_item((crc32c(msg_id, id_crc), phy, ts))
+            run_left = 0
+        elif run_left and id_high == run_high and id_prefix == run_prefix:
             run_left -= 1
         else:  # the first record of an id run: its index key
-            add_item((crc32c(id_prefix, run_crc), phy, ts))
-            run_prefix, run_left = id_prefix, MAX_ID_RUN - 1
+            add_item((crc32c(id_prefix + ID_WINDOW_BYTE[id_high], run_crc), phy, ts))
+            run_prefix, run_high, run_left = id_prefix, id_high, MAX_ID_RUN - 1
         if keys_len:
             keys_b = data[p + tags_len:p + tags_len + keys_len]
             if not keys_b.isascii():

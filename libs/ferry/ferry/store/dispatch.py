@@ -40,7 +40,7 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES, MAX_ID_RUN, QueueEntries
+from .encode_context import ID_RUN_KEY_CRC, MAX_ID_RUN, QueueEntries, id_window
 from .index_file import IndexService
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ _REDISPATCH_CHUNK = 4096
 
 def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes, run_start: bool = True) -> list[bytes]:
     """The index keys of one record (its id-run key when it starts a run)."""
-    out = [b"R" + msg_id[:ID_RUN_PREFIX_BYTES]] if run_start else []
+    out = [b"R" + id_window(msg_id)] if run_start else []
     if keys_b:
         prefix = b"K" + topic_b + b"\x00"
         out.extend(prefix + k for k in keys_b.split(b" ") if k)
@@ -92,7 +92,7 @@ class PendingDispatch:
         """Queue the index keys of the record at `phy` (`size` bytes; 0: unknown, it
         then starts an id run of its own)."""
         items = self.index_items
-        prefix = msg_id[:ID_RUN_PREFIX_BYTES]
+        prefix = id_window(msg_id)
         if self._run_left and phy == self._run_next and prefix == self._run_prefix:
             self._run_left -= 1
         else:

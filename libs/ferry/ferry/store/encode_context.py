@@ -28,12 +28,24 @@ KEEP_STAGING_BYTES = 8 << 20
 MAX_PREFIX_FORMATS = 256
 ID_KEY_CRC = crc32c(b"I")  # index key b"I" + msg_id hashes as crc32c(msg_id, ID_KEY_CRC)
 # Message ids are indexed by run (docs/store-format.md, "Index keys"): one index key
-# b"R" + msg_id[:ID_RUN_PREFIX_BYTES] for a run of at most MAX_ID_RUN records that lie
-# back to back in the commit log and share those first bytes (a producer's ids: 8
-# random bytes, then a big-endian counter, so a batch's ids share all but the last byte).
+# b"R" + id_window(msg_id) for a run of at most MAX_ID_RUN records that lie back to back
+# in the commit log and share their id window: the first ID_RUN_PREFIX_BYTES bytes and
+# the high bits of the last one. A producer's ids are 8 random bytes, then a big-endian
+# counter, so a window holds 16 consecutive ids: a batch of 256 makes about 16 keys,
+# and a query walks the records of at most 16 ids (however many separate puts stored
+# them: a transaction's half messages are one put each).
 ID_RUN_PREFIX_BYTES = 15
-MAX_ID_RUN = 256
-ID_RUN_KEY_CRC = crc32c(b"R")  # key b"R" + prefix hashes as crc32c(prefix, ID_RUN_KEY_CRC)
+ID_RUN_LOW_BITS = 4              # the last id byte's bits a window does not fix
+MAX_ID_RUN = 1 << ID_RUN_LOW_BITS
+ID_RUN_KEY_CRC = crc32c(b"R")  # key b"R" + window hashes as crc32c(window, ID_RUN_KEY_CRC)
+# The window's last byte, by the high bits of the id's last byte.
+ID_WINDOW_BYTE = tuple(bytes((i,)) for i in range(256 >> ID_RUN_LOW_BITS))
+
+
+def id_window(msg_id: bytes) -> bytes:
+    """The id run window of a 16-byte id (its index key without the b"R")."""
+    return msg_id[:ID_RUN_PREFIX_BYTES] + ID_WINDOW_BYTE[msg_id[ID_RUN_PREFIX_BYTES]
+                                                         >> ID_RUN_LOW_BITS]
 _MAX_CACHED = 100_000
 
 PackRecord = Callable[..., None]

@@ -2,27 +2,31 @@
 
 The put path indexes message ids by run, not one by one: the first record of a
 run of at most `MAX_ID_RUN` records that lie back to back in the commit log and
-share their first `ID_RUN_PREFIX_BYTES` id bytes gets the key
-`b"R" + msg_id[:ID_RUN_PREFIX_BYTES]`. A producer's ids are 8 random bytes and
-a big-endian counter, so a batch of 256 usually makes one or two keys instead
-of 256: the index insert, a random write into a large slot table, was the put
-path's largest cost after encoding. A query walks each run its key points to,
-reading record heads until an id with another prefix (or MAX_ID_RUN records).
-Stores written before id runs indexed each id as `b"I" + msg_id`: those keys
-are still looked up.
+share their id window (the first 15 bytes and the high 4 bits of the last) gets
+the key `b"R" + id_window(msg_id)`. A producer's ids are 8 random bytes and a
+big-endian counter, so a batch of 256 makes about 16 keys instead of 256: the
+index insert, a random write into a large slot table, was the put path's largest
+cost after encoding. A query walks each run its key points to, reading record
+heads until an id of another window (or MAX_ID_RUN records): the records of at
+most 16 ids, however many puts stored them.
+Records the broker writes itself (`put_batch`: a committed transaction's message,
+retries) and records with a hooked flag (a transaction's half, a delayed or TTL
+message) keep an exact key `b"I" + msg_id`, as every record of a store written
+before id runs has: the broker looks those up by id on its hot paths, and an exact
+key reads one record where a run walk reads its window's.
 """
 from __future__ import annotations
 
 from ferry.codec.record import AT_MSG_ID, HEADER_SIZE, RECORD_MAGIC, SIZE_MAGIC, StoredMessage
 
 from .commit_log import CommitLog
-from .encode_context import ID_RUN_PREFIX_BYTES, MAX_ID_RUN
+from .encode_context import MAX_ID_RUN, id_window
 from .index_file import IndexService
 from .reader import read_message
 
 # Runs (index candidates) one id query walks at most, and b"I" keys it checks. Each run
-# holds at least one of the 256 ids that share a prefix, so unique ids make at most
-# MAX_ID_RUN runs per prefix; the rest is room for ids stored twice and hash collisions.
+# holds at least one of the 16 ids of its window, so unique ids make at most
+# MAX_ID_RUN runs per window; the rest is room for ids stored twice and hash collisions.
 MAX_ID_RUNS_QUERIED = 4 * MAX_ID_RUN
 MAX_ID_KEYS_QUERIED = 8
 _ID_END = AT_MSG_ID + 16
@@ -30,34 +34,41 @@ _ID_END = AT_MSG_ID + 16
 
 def run_key(msg_id: bytes) -> bytes:
     """The index key of the id run that holds `msg_id`."""
-    return b"R" + msg_id[:ID_RUN_PREFIX_BYTES]
+    return b"R" + id_window(msg_id)
 
 
 def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessage | None:
-    """The newest stored message with this 16-byte id (its record checked), or None."""
+    """The newest stored message with this 16-byte id (its record checked), or None.
+
+    Both kinds of key are looked up and the newer record answers: a record may be
+    indexed by its exact id (b"I": what the broker writes itself, hooked messages,
+    older stores) and a copy of it by run, or the other way round."""
+    exact: StoredMessage | None = None
+    for phy in index.query(b"I" + msg_id, 0, 2**62, MAX_ID_KEYS_QUERIED):
+        msg = read_message(cl, phy)
+        if msg is not None and msg.msg_id == msg_id:
+            exact = msg  # candidates come newest first
+            break
     # Candidates come newest first and runs never overlap, so each walk stops where the
-    # newer candidate starts: every record is read at most once (the half messages of
-    # one producer, each its own run, must not make a query quadratic).
+    # newer candidate starts: every record is read at most once.
     stop = cl.write_offset
     for phy in index.query(run_key(msg_id), 0, 2**62, MAX_ID_RUNS_QUERIED):
         found = _find_in_run(cl, phy, stop, msg_id)
         if found is not None:
-            return found
+            if exact is None or found.phy_offset > exact.phy_offset:
+                return found
+            return exact
         stop = min(stop, phy)
-    for phy in index.query(b"I" + msg_id, 0, 2**62, MAX_ID_KEYS_QUERIED):  # older stores
-        msg = read_message(cl, phy)
-        if msg is not None and msg.msg_id == msg_id:
-            return msg
-    return None
+    return exact
 
 
 def _find_in_run(cl: CommitLog, phy: int, stop: int, msg_id: bytes) -> StoredMessage | None:
     """The newest record with `msg_id` in the id run starting at `phy` (back-to-back
-    records sharing the id prefix), not past `stop`.
+    records sharing the id window), not past `stop`.
 
     Newest, like every id query: a run built by re-dispatch or on a replica can hold a
     transaction's half and its committed copy (same id), and the newer one answers."""
-    prefix = msg_id[:ID_RUN_PREFIX_BYTES]
+    window = id_window(msg_id)
     matches: list[int] = []
     for _ in range(MAX_ID_RUN):
         if phy >= stop:
@@ -71,8 +82,8 @@ def _find_in_run(cl: CommitLog, phy: int, stop: int, msg_id: bytes) -> StoredMes
         rid = bytes(head[AT_MSG_ID:_ID_END])
         if rid == msg_id:
             matches.append(phy)
-        elif rid[:ID_RUN_PREFIX_BYTES] != prefix:
-            break  # the run ended (or the key was another prefix's hash)
+        elif id_window(rid) != window:
+            break  # the run ended (or the key was another window's hash)
         phy += size
     for at in reversed(matches):
         msg = read_message(cl, at)  # checks the whole record (CRC, its own offset)

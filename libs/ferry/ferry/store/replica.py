@@ -60,7 +60,7 @@ from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
 from .dispatch import PendingDispatch, check_unit
-from .encode_context import ID_RUN_KEY_CRC, ID_RUN_PREFIX_BYTES, MAX_ID_RUN, QueueEntries
+from .encode_context import ID_RUN_KEY_CRC, MAX_ID_RUN, QueueEntries, id_window
 from .index_file import IndexService
 from .mapped_file import MappedFile
 
@@ -242,7 +242,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                     ts = h[H_STORE_TS_MS]
                     if ts > last_ts:
                         last_ts = ts
-                    id_prefix = h[H_MSG_ID][:ID_RUN_PREFIX_BYTES]  # (back to back: see id_index)
+                    id_prefix = id_window(h[H_MSG_ID])  # (back to back: see id_index)
                     if id_left and id_prefix == id_run:
                         id_left -= 1
                     else:
