@@ -2,8 +2,8 @@
 
 It owns the commit log, the consume queues, the index, the flush thread and the
 checkpoint, and holds them consistent: every call that touches them runs under
-one lock (writes come from one thread anyway; the lock keeps the flush
-thread's checkpoint and readers on other threads safe). See docs/internals.md
+one lock (writes come from one thread anyway; the lock keeps the checkpoint
+thread and readers on other threads safe). See docs/internals.md
 for the API and docs/store-format.md for the files.
 """
 from __future__ import annotations
@@ -470,7 +470,7 @@ class MessageStore:
             return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
 
     def _checkpoint(self) -> None:
-        """Flush thread: make queues and index durable, then record how far.
+        """Checkpoint thread (flush.py): make queues and index durable, then record how far.
 
         Only the dispatch and the collection of dirty files run under the store
         lock; their fdatasyncs run outside it (an msync of a mapping holds the GIL
