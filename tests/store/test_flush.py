@@ -150,3 +150,29 @@ def test_a_failed_checkpoint_fails_waiters_and_stops_the_flush_thread(tmp_path: 
         svc.wait_durable(10).result(timeout=1)
     svc.stop()
     cl.close()
+
+
+def test_a_deferred_group_waits_for_its_start_or_the_interval(tmp_path: Path) -> None:
+    """wait_durable(start=False): appends made in a row share the fdatasync that
+    start_pending() begins; a group nobody starts is flushed after the interval."""
+    cl = CommitLog(str(tmp_path), 1 << 20)
+    cl.set_positions(0)
+    svc, _ = _service(cl, interval_ms=300, checkpoint_interval_ms=10_000)
+    writer = LogWriter(str(tmp_path), cl)
+    try:
+        time.sleep(0.05)  # the flush thread is waiting for work
+        writer.append([b"a" * 64])
+        first = svc.wait_durable(cl.write_offset, start=False)
+        writer.append([b"b" * 64])
+        second = svc.wait_durable(cl.write_offset, start=False)
+        assert first is second and not first.done()
+        svc.start_pending()
+        second.result(timeout=2)
+        assert cl.flushed_offset == cl.write_offset
+        writer.append([b"c" * 64])
+        t0 = time.monotonic()
+        svc.wait_durable(cl.write_offset, start=False).result(timeout=5)  # never started
+        assert time.monotonic() - t0 < 2
+    finally:
+        svc.stop()
+        cl.close()

@@ -48,10 +48,15 @@ class DurabilityWaiter:
         self._backstop_s = timeout_ms / 1000.0 + 1.0
         self._groups: dict[int, _Waiters] = {}
 
-    def wait(self, group: concurrent.futures.Future[None]) -> asyncio.Future[None]:
+    def wait(self, group: concurrent.futures.Future[None],
+             start: Callable[[], None] | None = None) -> asyncio.Future[None]:
         """An awaitable that completes when `group` does (or fails with FlushTimeoutError).
 
-        Cancelling it cancels this request's wait only, never the group's."""
+        Cancelling it cancels this request's wait only, never the group's.
+        `start`: the store's `start_flush`, for a group asked for with
+        `wait_durable(start=False)`: called once per group, by `call_soon`, i.e.
+        after the requests that are ready in this loop turn have been put too,
+        so that they all share the group's fdatasync."""
         key = id(group)
         waiters = self._groups.get(key)
         if waiters is not None:  # the common case: a later request of a listed group
@@ -65,6 +70,8 @@ class DurabilityWaiter:
             return fut
         waiters = self._groups[key] = _Waiters(group, loop, fut)
         waiters.timer = loop.call_later(self._backstop_s, self._expire, key)
+        if start is not None:
+            loop.call_soon(start)
         finish = self._finish
         group.add_done_callback(lambda done: _hop(loop, finish, key, done))
         return fut

@@ -101,7 +101,10 @@ class DurabilityHook(PutHook):
             return
         ctx = self._ctx
         try:
-            await ctx.durability.wait(ctx.store.wait_durable(done.end_offset))
+            # The flush starts once this loop turn's puts are in (durability.py).
+            store = ctx.store
+            await ctx.durability.wait(store.wait_durable(done.end_offset, start=False),
+                                      store.start_flush)
         except FlushTimeoutError:
             raise FlushTimeoutError(
                 f"stored but not flushed within {ctx.config.flush_timeout_ms} ms") from None

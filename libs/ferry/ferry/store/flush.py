@@ -44,13 +44,14 @@ class Flushable(Protocol):
 
 
 class _Group:
-    """Appends waiting for the same fdatasync."""
+    """Appends waiting for the same fdatasync (`started`: the flush thread may take it)."""
 
-    __slots__ = ("future", "deadline")
+    __slots__ = ("future", "deadline", "started")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, started: bool) -> None:
         self.future: Future[None] = Future()
         self.deadline = deadline
+        self.started = started
 
 
 def _resolve(fut: Future[None], exc: BaseException | None = None) -> None:
@@ -99,8 +100,15 @@ class FlushService:
         """True while the flush thread runs (started, not stopped, not failed)."""
         return self._thread.is_alive() and self.failed is None and not self._stopping
 
-    def wait_durable(self, end_offset: int) -> Future[None]:
-        """A Future resolved once the commit log is durable up to `end_offset`."""
+    def wait_durable(self, end_offset: int, start: bool = True) -> Future[None]:
+        """A Future resolved once the commit log is durable up to `end_offset`.
+
+        `start=False` defers the group's fdatasync to the next `start_pending()`
+        (or the next interval, at the latest): a caller that puts several requests
+        in a row (the broker, in one event-loop turn) starts the flush once after
+        the last of them, so that they share one fdatasync instead of the first
+        going alone and the rest waiting for it and then their own.
+        """
         if end_offset <= self._log.flushed_offset:
             done: Future[None] = Future()
             done.set_result(None)
@@ -113,9 +121,21 @@ class FlushService:
                 return failed
             group = self._pending
             if group is None:
-                group = self._pending = _Group(now + self._timeout_s)
+                group = self._pending = _Group(now + self._timeout_s, start)
+                if start:
+                    self._cond.notify()
+            elif start and not group.started:
+                group.started = True
                 self._cond.notify()
             return group.future
+
+    def start_pending(self) -> None:
+        """Let the flush thread take the pending group now (see `wait_durable`)."""
+        with self._cond:
+            group = self._pending
+            if group is not None and not group.started:
+                group.started = True
+                self._cond.notify()
 
     def _watch_deadlines(self) -> None:
         """Watchdog: fail the groups still not durable at their deadline."""
@@ -159,7 +179,10 @@ class FlushService:
         try:
             while True:
                 with self._cond:
-                    if self._pending is None and not self._stopping and self.failed is None:
+                    pending = self._pending
+                    if ((pending is None or not pending.started) and not self._stopping
+                            and self.failed is None):
+                        # Woken by a started group; after the interval, flush anyway.
                         self._cond.wait(self._interval_s)
                     if self.failed is not None:
                         return  # the checkpoint thread failed: the waiters are failed already

@@ -191,13 +191,19 @@ class MessageStore:
         self._last_store_ts = ts
         return results
 
-    def wait_durable(self, end_offset: int) -> Future[None]:
+    def wait_durable(self, end_offset: int, start: bool = True) -> Future[None]:
         """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
 
         Never blocks. Fails with FlushTimeoutError after sync_flush_timeout_ms.
         Appends flushed together share one Future: wrap it once per group.
+        `start=False`: the group's fdatasync waits for `start_flush()` (or the
+        flush interval), so that appends made in a row share it (flush.py).
         """
-        return self._flush.wait_durable(end_offset)
+        return self._flush.wait_durable(end_offset, start)
+
+    def start_flush(self) -> None:
+        """Start the fdatasync of the group that `wait_durable(start=False)` left waiting."""
+        self._flush.start_pending()
 
     # -- read --------------------------------------------------------------------------
 
