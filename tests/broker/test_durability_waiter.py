@@ -72,3 +72,16 @@ async def test_a_group_already_done_completes_at_once() -> None:
     group: concurrent.futures.Future[None] = concurrent.futures.Future()
     group.set_result(None)
     await asyncio.wait_for(waiter.wait(group), 1)
+
+
+async def test_the_flush_starts_once_per_group_after_the_loop_turn() -> None:
+    """The store's start_flush runs after the requests of this loop turn were put."""
+    waiter = DurabilityWaiter(timeout_ms=5000)
+    group: concurrent.futures.Future[None] = concurrent.futures.Future()
+    starts: list[int] = []
+    waits = [waiter.wait(group, lambda: starts.append(len(waits))) for _ in range(3)]
+    assert starts == []  # not yet: later requests of this turn join the group first
+    await asyncio.sleep(0)
+    assert starts == [3]
+    group.set_result(None)
+    await asyncio.gather(*waits)

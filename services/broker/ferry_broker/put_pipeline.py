@@ -66,6 +66,11 @@ class PutDone:
 class PutHook:
     """A step of the pipeline; the defaults do nothing."""
 
+    #: True for a hook whose `after_put` does nothing for a fast-path put that announced
+    #: no TRACED entry (`PutDone.traced_body` None): the pipeline skips it there, which
+    #: saves a coroutine per request on the common path.
+    traced_only: bool = False
+
     def before_put(self, batch: PutBatch) -> None:
         """Inspect or redirect decoded messages; raise a FerryError to refuse the request."""
 
@@ -89,13 +94,17 @@ class DurabilityHook(PutHook):
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
+        self._sync = ctx.config.flush_mode == "sync"
 
     async def after_put(self, done: PutDone) -> None:
-        ctx = self._ctx
-        if ctx.config.flush_mode != "sync":
+        if not self._sync:
             return
+        ctx = self._ctx
         try:
-            await ctx.durability.wait(ctx.store.wait_durable(done.end_offset))
+            # The flush starts once this loop turn's puts are in (durability.py).
+            store = ctx.store
+            await ctx.durability.wait(store.wait_durable(done.end_offset, start=False),
+                                      store.start_flush)
         except FlushTimeoutError:
             raise FlushTimeoutError(
                 f"stored but not flushed within {ctx.config.flush_timeout_ms} ms") from None
@@ -112,6 +121,7 @@ class PutPipeline:
         self._after = [h for h in reversed(self.hooks)
                        if type(h).after_put is not PutHook.after_put]
         self._before = [h for h in self.hooks if type(h).before_put is not PutHook.before_put]
+        self._after_untraced = [h for h in self._after if not h.traced_only]
 
     def _check_writable(self) -> None:
         """Refuse a write before it reaches the store: not the master, or a stalled store.
@@ -139,9 +149,14 @@ class PutPipeline:
         except (StoreError, OSError) as exc:
             # A failed or closed store: retriable, so the producer sends elsewhere.
             raise ctx.health.unavailable(exc) from None
-        done = PutDone({(topic, queue_id)}, res.end_offset, batch=res,
-                       traced_body=(body, topic, queue_id) if traced else None)
-        for hook in self._after:
+        if traced:
+            done = PutDone({(topic, queue_id)}, res.end_offset, batch=res,
+                           traced_body=(body, topic, queue_id))
+            hooks = self._after
+        else:
+            done = PutDone({(topic, queue_id)}, res.end_offset, batch=res)
+            hooks = self._after_untraced
+        for hook in hooks:
             await hook.after_put(done)
         return res
 

@@ -37,7 +37,7 @@ CHECKPOINT_FILE = "checkpoint"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Durable positions recorded by the flush thread and by close()."""
+    """Durable positions recorded by the checkpoint thread and by close()."""
 
     commit_offset: int
     dispatch_offset: int

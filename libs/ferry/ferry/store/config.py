@@ -52,7 +52,7 @@ class StoreConfig:
     flush_mode: FlushMode = FlushMode.ASYNC
     flush_interval_ms: int = 500
     sync_flush_timeout_ms: int = 5000
-    # How often the flush thread writes the checkpoint (and flushes consume queues
+    # How often the checkpoint thread writes the checkpoint (and flushes consume queues
     # and the index first): bounds the part of the log that crash recovery rescans.
     checkpoint_interval_ms: int = 1000
     retention_hours: float = 72

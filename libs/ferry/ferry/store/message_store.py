@@ -2,8 +2,8 @@
 
 It owns the commit log, the consume queues, the index, the flush thread and the
 checkpoint, and holds them consistent: every call that touches them runs under
-one lock (writes come from one thread anyway; the lock keeps the flush
-thread's checkpoint and readers on other threads safe). See docs/internals.md
+one lock (writes come from one thread anyway; the lock keeps the checkpoint
+thread and readers on other threads safe). See docs/internals.md
 for the API and docs/store-format.md for the files.
 """
 from __future__ import annotations
@@ -191,13 +191,19 @@ class MessageStore:
         self._last_store_ts = ts
         return results
 
-    def wait_durable(self, end_offset: int) -> Future[None]:
+    def wait_durable(self, end_offset: int, start: bool = True) -> Future[None]:
         """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
 
         Never blocks. Fails with FlushTimeoutError after sync_flush_timeout_ms.
         Appends flushed together share one Future: wrap it once per group.
+        `start=False`: the group's fdatasync waits for `start_flush()` (or the
+        flush interval), so that appends made in a row share it (flush.py).
         """
-        return self._flush.wait_durable(end_offset)
+        return self._flush.wait_durable(end_offset, start)
+
+    def start_flush(self) -> None:
+        """Start the fdatasync of the group that `wait_durable(start=False)` left waiting."""
+        self._flush.start_pending()
 
     # -- read --------------------------------------------------------------------------
 
@@ -470,7 +476,7 @@ class MessageStore:
             return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
 
     def _checkpoint(self) -> None:
-        """Flush thread: make queues and index durable, then record how far.
+        """Checkpoint thread (flush.py): make queues and index durable, then record how far.
 
         Only the dispatch and the collection of dirty files run under the store
         lock; their fdatasyncs run outside it (an msync of a mapping holds the GIL

@@ -83,6 +83,8 @@ def traced_entries(done: PutDone) -> Iterator[TracedEntry]:
 class TraceHook(PutHook):
     """Makes the broker's `store` (or `half`) span of each traced message of a put."""
 
+    traced_only = True  # a fast-path put that announced no TRACED entry has no span
+
     def __init__(self, ctx: BrokerContext) -> None:
         self._broker = ctx.config.name
 
