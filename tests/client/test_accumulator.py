@@ -52,10 +52,11 @@ async def test_idle_queue_sends_at_once_without_waiting_for_linger() -> None:
     await asyncio.wait_for(it.future, 1.0)  # far less than linger_ms
 
 
-async def test_while_in_flight_messages_gather_and_go_after_linger() -> None:
+async def test_with_a_free_slot_messages_go_next_turn_and_linger_only_when_slots_are_busy(
+) -> None:
     rec = Recorder()
     rec.release.clear()
-    b = QueueBatcher(rec, linger_ms=200, max_batch_bytes=1 << 20, max_in_flight=2)
+    b = QueueBatcher(rec, linger_ms=10_000, max_batch_bytes=1 << 20, max_in_flight=2)
     first = _item()
     b.add(first)
     await asyncio.sleep(0.01)
@@ -63,12 +64,17 @@ async def test_while_in_flight_messages_gather_and_go_after_linger() -> None:
     later = [_item() for _ in range(10)]
     for it in later:
         b.add(it)
+    await asyncio.sleep(0.05)              # far less than linger_ms
+    assert [len(batch.items) for batch in rec.batches] == [1, 10]   # the free slot took them
+    last = [_item() for _ in range(3)]
+    for it in last:
+        b.add(it)
         await asyncio.sleep(0)
-    assert len(rec.batches) == 1           # still lingering
-    await asyncio.sleep(0.5)
-    assert len(rec.batches) == 2 and len(rec.batches[1].items) == 10
+    await asyncio.sleep(0.05)
+    assert len(rec.batches) == 2           # both slots busy: these linger
     rec.release.set()
-    await asyncio.gather(first.future, *(it.future for it in later))
+    await asyncio.gather(first.future, *(it.future for it in later + last))
+    assert [len(batch.items) for batch in rec.batches] == [1, 10, 3]
 
 
 async def test_in_flight_limit_holds_batches_back() -> None:

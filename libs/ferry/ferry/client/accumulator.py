@@ -3,9 +3,12 @@
 There is one `QueueBatcher` per (broker, queue). A message joins the open
 batch; the open batch goes out
 - at once (on the next loop turn, so sends made in the same turn join it) when
-  the queue has no batch in flight: low latency at low rates;
+  the queue has a free in-flight slot, and when a slot frees: low latency at
+  low rates, and a waiter of a sync-flush broker never waits out `linger_ms`
+  beside a free slot (`mesh.sync_flush` +30-60 %; `send_batch` streams make
+  somewhat smaller frames, docs/performance.md);
 - when it reaches `max_batch_bytes`;
-- when `linger_ms` has passed since its first message;
+- while every slot is busy, when `linger_ms` has passed since its first message;
 always with at most `max_in_flight` batches of the queue on the wire, so that a
 slow broker makes batches grow instead of requests pile up. The batch's result
 (the first queue offset and a count) is fanned out to each message's future by
@@ -219,7 +222,7 @@ class QueueBatcher:
             self._linger_handle = loop.call_later(self.linger_ms / 1000, self._on_linger)
         if batch.size_bytes >= self.max_batch_bytes or batch.count >= MAX_BATCH_MESSAGES:
             self._close_open()
-        if self._in_flight == 0 and self._soon_handle is None:
+        if self._in_flight < self.max_in_flight and self._soon_handle is None:
             self._soon_handle = loop.call_soon(self._on_soon)
         else:
             self._pump()
@@ -241,7 +244,7 @@ class QueueBatcher:
         if batch.size_bytes >= self.max_batch_bytes or batch.count >= MAX_BATCH_MESSAGES:
             self._close_open()
             self._pump()
-        elif self._in_flight == 0 and self._soon_handle is None:
+        elif self._in_flight < self.max_in_flight and self._soon_handle is None:
             self._soon_handle = asyncio.get_running_loop().call_soon(self._on_soon)
 
     def _new_run(self, size: int) -> PendingRun:
@@ -271,7 +274,7 @@ class QueueBatcher:
 
     def _on_soon(self) -> None:
         self._soon_handle = None
-        if self._in_flight == 0:
+        if self._in_flight < self.max_in_flight:
             self._close_open()
         self._pump()
 
@@ -304,8 +307,8 @@ class QueueBatcher:
             await self._send_batch(batch)
         finally:
             self._in_flight -= 1
-            if self._in_flight == 0 and not self._ready:
-                self._close_open()  # nothing in flight: what waited goes now
+            if not self._ready:
+                self._close_open()  # a slot is free: what waited goes now
             self._pump()
             if not self._open.items and not self._ready and self._in_flight == 0:
                 self._idle.set()
