@@ -118,8 +118,11 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
         return got
 
     # Records out of the page cache are read in on a thread first (cold_reads.py): a
-    # page fault here would stall the whole event loop on the disk.
-    await warm_for_read(ctx.store, topic, queue_id, offset, max_count, max_bytes)
+    # page fault here would stall the whole event loop on the disk. Not for a filtered
+    # pull: it reads many entries per record it delivers, past what the probe covers,
+    # and the probe cost it a quarter of its rate (filter.tag; docs/perf/backlog.md).
+    if tag_hashes is None and match is None:
+        await warm_for_read(ctx.store, topic, queue_id, offset, max_count, max_bytes)
     got = get(offset)
     where = (group, topic, queue_id)
     if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
