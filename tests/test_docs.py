@@ -645,6 +645,59 @@ def test_configuration_tables_match_the_code(page: Path) -> None:
     assert not bad, "settings tables that differ from the code:\n" + "\n".join(bad)
 
 
+# -- client parameters -----------------------------------------------------------------------
+
+UNITS = {"KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+
+
+def _stated_default(cell: str) -> object:
+    """The value a client table's default cell states, or `...` when it states none that
+    can be compared ("the group's `retry_max`, else 16", "`$FERRY_NAMESRV` or ...")."""
+    text = cell.strip()
+    m = re.fullmatch(r"([\d ]+)(?: ([KMG]iB))?(?: \(.*\))?", text)
+    if m:
+        return int(m.group(1).replace(" ", "")) * UNITS.get(m.group(2) or "", 1)
+    if text in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[text]
+    if text.startswith("None ("):
+        return None
+    m = re.fullmatch(r"`([a-z_]+)`", text)
+    return m.group(1) if m else ...
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_client_parameters_match_the_code(page: Path) -> None:
+    """A `| client | parameter | default |` table: each parameter is a keyword of that
+    client class (exported by `ferry`), with the default the table states."""
+    import inspect
+
+    import ferry
+
+    bad = []
+    for number, line in _lines(page):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 3 or not cells[1].startswith("`"):
+            continue
+        clients = {"all": ["Producer", "Consumer"]}.get(cells[0], cells[0].split("/"))
+        if not all(c in getattr(ferry, "__all__", ()) for c in clients):
+            continue
+        name = cells[1].strip("`")
+        for client in clients:
+            params = inspect.signature(getattr(ferry, client).__init__).parameters
+            where = f"{_page_id(page)}:{number}: {client}({name}=)"
+            if name not in params:
+                if name != "other keywords":
+                    bad.append(f"{where}: no such parameter")
+                continue
+            stated, default = _stated_default(cells[2]), params[name].default
+            if cells[2] == "required":
+                if default is not inspect.Parameter.empty:
+                    bad.append(f"{where}: documented required, has default {default!r}")
+            elif stated is not ... and stated != default:
+                bad.append(f"{where}: documented default {stated!r}, code {default!r}")
+    assert not bad, "client parameters that differ from the code:\n" + "\n".join(bad)
+
+
 # -- ports ---------------------------------------------------------------------------------
 
 # Ferry's own default ports (namesrv 9876, brokers and services 10911 and up).
