@@ -101,7 +101,10 @@ def _pages_text(page: Path) -> str:
 
 
 def _lines(page: Path) -> list[tuple[int, str]]:
-    return list(enumerate(_pages_text(page).splitlines(), start=1))
+    """The page's lines, numbered, without HTML comments (notes to editors, not shown to
+    readers, such as `<!-- lead: update -->`)."""
+    return [(n, re.sub(r"<!--.*?-->", "", line))
+            for n, line in enumerate(_pages_text(page).splitlines(), start=1)]
 
 
 # -- environment variables -----------------------------------------------------------------
@@ -397,13 +400,23 @@ def _path_exists(token: str) -> bool:
     return any(f.endswith("/" + token) for f in files)
 
 
+# A Python file named anywhere in a page: `handlers/pull.py`, test_send_pull.py.
+PY_FILE = re.compile(r"(?<![\w/.<*-])([\w/.-]*\w\.py)\b")
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
 def test_repository_paths_exist(page: Path) -> None:
+    """Backticked paths into the repository's rooms, and every `*.py` file a page names
+    (as the end of some path in the repository)."""
     bad = []
     for number, line in _lines(page):
         for m in re.finditer(r"`([^`\s]+)`", line):
             token = m.group(1).split(":", 1)[0]
             if PATH_TOKEN.match(token) and not _path_exists(token):
+                bad.append(f"{_page_id(page)}:{number}: {token}")
+        for m in PY_FILE.finditer(line):
+            token = m.group(1)
+            if not any(f == token or f.endswith("/" + token) for f in _tree_files()):
                 bad.append(f"{_page_id(page)}:{number}: {token}")
     assert not bad, "paths that are not in the repository:\n" + "\n".join(bad)
 
