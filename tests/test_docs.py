@@ -13,7 +13,8 @@ is at test time, so a page cannot name what the code does not have:
 - every `/v1/...` HTTP route is served by some service;
 - every settings table (`| key | default | flag |`) matches the service's config
   dataclass and flags; every default port is one the code uses;
-- every `ferry.x.y` name imports, and every `make bench BENCH=x` suite exists.
+- every `ferry.x.y` name imports, every `XxxError` is a class of the code, and every
+  `make bench BENCH=x` suite exists.
 
 Nothing here names a module of the code: variables, routes and paths are
 collected from the tree when the test runs, so moving a module moves nothing
@@ -458,6 +459,27 @@ def test_dotted_names_resolve(page: Path) -> None:
     bad = [f"{_page_id(page)}:{n}: {m.group(1)}" for n, line in _lines(page)
            for m in DOTTED.finditer(line) if not _resolves(m.group(1).rstrip("."))]
     assert not bad, "names that do not import:\n" + "\n".join(bad)
+
+
+# -- error classes ---------------------------------------------------------------------------
+
+@cache
+def _error_classes() -> frozenset[str]:
+    import builtins
+
+    names = {n for n in dir(builtins) if n.endswith("Error")}
+    for _, text in _source():
+        names.update(re.findall(r"^\s*class ([A-Z]\w*Error_?)\b", text, re.M))
+    return frozenset(names)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_error_classes_exist(page: Path) -> None:
+    """`BusyError`, `InvalidDelayError`, ...: each a class the code defines (or Python's)."""
+    bad = [f"{_page_id(page)}:{n}: {m.group(1)}" for n, line in _lines(page)
+           for m in re.finditer(r"(?<![\w.])([A-Z][A-Za-z0-9]*Error_?)\b", line)
+           if m.group(1) not in _error_classes()]
+    assert not bad, "error classes the code does not define:\n" + "\n".join(bad)
 
 
 # -- bench suites ----------------------------------------------------------------------------
