@@ -13,7 +13,7 @@ is at test time, so a page cannot name what the code does not have:
 - every `/v1/...` HTTP route is served by some service;
 - every settings table (`| key | default | flag |`) matches the service's config
   dataclass and flags; every default port is one the code uses;
-- every `ferry.x.y` name imports, every `XxxError` is a class of the code, and every
+- every `ferry.x.y` name and every example's `from ferry... import` imports, every `XxxError` is a class of the code, and every
   `make bench BENCH=x` suite exists.
 
 Nothing here names a module of the code: variables, routes and paths are
@@ -459,6 +459,25 @@ def test_dotted_names_resolve(page: Path) -> None:
     bad = [f"{_page_id(page)}:{n}: {m.group(1)}" for n, line in _lines(page)
            for m in DOTTED.finditer(line) if not _resolves(m.group(1).rstrip("."))]
     assert not bad, "names that do not import:\n" + "\n".join(bad)
+
+
+# -- imports in examples ----------------------------------------------------------------------
+
+IMPORT = re.compile(r"\bfrom\s+((?:ferry|ferry_[a-z_]+)[\w.]*)\s+import\s+(\([^)]*\)|[^\n#`]+)")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_example_imports_resolve(page: Path) -> None:
+    """`from ferry.store import MessageStore, StoreConfig` in an example: every name imports."""
+    bad = []
+    text = re.sub(r"<!--.*?-->", "", _pages_text(page), flags=re.S)
+    for m in IMPORT.finditer(text):
+        module, names = m.group(1), m.group(2).strip("() \n")
+        for part in names.split(","):
+            name = part.split(" as ")[0].strip()
+            if re.fullmatch(r"[A-Za-z_]\w*", name) and not _resolves(f"{module}.{name}"):
+                bad.append(f"{_page_id(page)}: from {module} import {name}")
+    assert not bad, "example imports that fail:\n" + "\n".join(bad)
 
 
 # -- error classes ---------------------------------------------------------------------------
