@@ -13,7 +13,8 @@ does not have:
 - every `/v1/...` HTTP route is served by some service;
 - every settings table (`| key | default | flag |`) matches the service's
   config dataclass and flags, every client parameter table the constructors;
-  every default port is one the code uses;
+  every default port is one the code uses, and a value stated beside a name
+  ("`MAX_PULL_WAIT_MS` (15 s)") is that name's value in the code;
 - every `ferry.x.y` name and every example's `from ferry... import` imports,
   every `XxxError` is a class of the code, every `make bench BENCH=x` suite exists.
 

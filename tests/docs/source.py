@@ -227,3 +227,43 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def options(parser: argparse.ArgumentParser) -> dict[str, bool]:
     """Option string -> whether it takes a value."""
     return {opt: action.nargs != 0 for action in parser._actions for opt in action.option_strings}
+
+
+SAFE_NODES = (ast.Expression, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load,
+              ast.operator, ast.unaryop)
+
+
+@cache
+def numeric_constants() -> dict[str, frozenset[float]]:
+    """UPPER_CASE names assigned a number in the packages (module level or in a class, such
+    as an enum's members), with every value each name has somewhere. Arithmetic over
+    numbers and earlier constants of the same scope is evaluated (`4 * 1024 * 1024`)."""
+    out: dict[str, set[float]] = {}
+    for path, text in source():
+        if path.suffix != ".py" or path.relative_to(ROOT).parts[0] not in PACKAGE_DIRS:
+            continue
+        tree = ast.parse(text)
+        scopes = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        for body in scopes:
+            known: dict[str, object] = {}
+            for node in body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                    target, value = node.targets[0], node.value
+                elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                    target, value = node.target, node.value
+                else:
+                    continue
+                if not isinstance(target, ast.Name) \
+                        or not re.fullmatch(r"[A-Z][A-Z0-9_]*", target.id):
+                    continue
+                expr = ast.Expression(value)
+                if not all(isinstance(n, SAFE_NODES) for n in ast.walk(expr)):
+                    continue
+                try:
+                    number = eval(compile(expr, str(path), "eval"), {"__builtins__": {}}, known)
+                except Exception:  # a name from elsewhere: not evaluated here
+                    continue
+                if isinstance(number, int | float) and not isinstance(number, bool):
+                    known[target.id] = number
+                    out.setdefault(target.id, set()).add(number)
+    return {name: frozenset(values) for name, values in out.items()}

@@ -16,6 +16,7 @@ from tests.docs.source import (
     cli_parser,
     config_defaults,
     error_classes,
+    numeric_constants,
     resolves,
     routes,
     source,
@@ -119,3 +120,4 @@ def test_the_checks_see_the_code() -> None:
     assert len(subcommands(cli_parser())) > 5
     assert "Makefile" in tree_files()
     assert len(config_defaults()) > 50
+    assert numeric_constants()["MAX_QUEUES"] == {1024}
