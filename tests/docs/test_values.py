@@ -25,9 +25,16 @@ def _in_code_units(name: str, number: float, unit: str | None) -> float | None:
     """The stated value in the unit the name's suffix says, or None for a unit that is not
     one of its units (the parenthesis is then prose, not a value)."""
     for suffix, units in UNITS.items():
-        if name.endswith(suffix):
+        if re.search(suffix + "(_|$)", name):  # MAX_UNWRITTEN_BYTES_PER_CONN is in bytes
             return number * units[unit] if unit in units else None
     return number if unit is None else None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:  # "0..1023"
+        return None
 
 
 def _code_values(name: str) -> set[float]:
@@ -47,9 +54,36 @@ def test_stated_values_match_the_code(page: Path) -> None:
     for number, line in lines(page):
         for m in STATED.finditer(line):
             name, unit = m.group(1), m.group(3)
-            stated = _in_code_units(name, float(m.group(2).replace(",", "")), unit)
+            value = _number(m.group(2))
+            stated = None if value is None else _in_code_units(name, value, unit)
             code = _code_values(name)
             if stated is not None and code and stated not in code:
                 bad.append(f"{page_id(page)}:{number}: {name} stated {m.group(2)}"
                            f"{' ' + unit if unit else ''}, code {sorted(code)}")
     assert not bad, "values that differ from the code:\n" + "\n".join(bad)
+
+
+VALUE_CELL = re.compile(r"([\d,.]+)\s*([A-Za-z]+)?")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_limit_tables_match_the_code(page: Path) -> None:
+    """A table row whose cell names a constant right after the cell with its value
+    (`| frame size | 16 MiB | `MAX_FRAME_BYTES` | ... |`): the two agree."""
+    bad = []
+    for number, line in lines(page):
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for before, cell in zip(cells, cells[1:], strict=False):
+            name, value = re.match(r"`([A-Z][A-Z0-9_]+)`", cell), VALUE_CELL.fullmatch(before)
+            if not (name and value):
+                continue
+            amount = _number(value.group(1))
+            stated = None if amount is None else _in_code_units(name.group(1), amount,
+                                                                value.group(2))
+            code = _code_values(name.group(1))
+            if stated is not None and code and stated not in code:
+                bad.append(f"{page_id(page)}:{number}: {name.group(1)} stated {before}, "
+                           f"code {sorted(code)}")
+    assert not bad, "limits that differ from the code:\n" + "\n".join(bad)
