@@ -25,7 +25,7 @@ Cases, one JSON line each:
 
 Group commit in-process (many appenders, one fdatasync) is `store.append_sync`
 in bench_store. To profile the broker under a load, run `py-spy record -p <pid>`
-on it while this suite runs. `FERRY_BENCH_PUT_MESSAGES` sets the message count
+on it while this suite runs (py-spy is not a dev requirement: pip install it). `FERRY_BENCH_PUT_MESSAGES` sets the message count
 of the store and blast cases (default 400,128; the produce cases use half).
 """
 from __future__ import annotations
