@@ -176,14 +176,15 @@ def error_classes() -> frozenset[str]:
 
 @cache
 def routes() -> frozenset[tuple[str, ...]]:
-    """Every "/v1/..." string constant in the services: their routers and route tables."""
+    """Every "/v1/..." and "/console/..." string constant in the services: their routers,
+    route tables and OpenAPI documents."""
     out: set[tuple[str, ...]] = set()
     for path, text in source():
         if path.suffix != ".py" or "services" not in path.relative_to(ROOT).parts[:1]:
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and re.fullmatch(r"/v1/[\w{}/.-]+", node.value):
+                    and re.fullmatch(r"/(?:v1|console)/[\w{}/.-]+", node.value):
                 out.add(tuple(node.value.strip("/").split("/")))
     return frozenset(out)
 

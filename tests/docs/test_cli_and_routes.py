@@ -71,7 +71,8 @@ def test_cli_commands_exist(page: Path) -> None:
     assert not bad, "commands the ferry CLI does not have:\n" + "\n".join(bad)
 
 
-ROUTE = re.compile(r"/v1/[A-Za-z0-9_{}<>%.:*-]*(?:/[A-Za-z0-9_{}<>%.:*-]*)*")
+# An API route or a console page, as a page writes it (placeholders as {x}, <x> or :x).
+ROUTE = re.compile(r"(?<![\w.-])/(?:v1|console)/[A-Za-z0-9_{}<>%.:*-]*(?:/[A-Za-z0-9_{}<>%.:*-]*)*")
 
 
 def is_param(segment: str) -> bool:
