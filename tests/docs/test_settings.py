@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.env import env_known
-from tests.docs.pages import PAGES, lines, page_id, tables
+from tests.docs.env import ENV_TOKEN, env_known
+from tests.docs.pages import PAGES, lines, page_id, pages_text, tables
 from tests.docs.source import config_defaults, options, script_parser
 
 
@@ -130,3 +130,26 @@ def test_client_parameters_match_the_code(page: Path) -> None:
             elif stated is not ... and stated != default:
                 bad.append(f"{where}: documented default {stated!r}, code {default!r}")
     assert not bad, "client parameters that differ from the code:\n" + "\n".join(bad)
+
+
+def test_every_setting_is_documented() -> None:
+    """The other direction: every `FERRY_<SERVICE>_<KEY>` the services read is named on some
+    page (written out, or as a key of a settings table under that prefix). A service's copy
+    of a mesh-wide switch (`FERRY_NAMESRV_AUTH` beside `FERRY_AUTH`) counts as documented
+    with the switch."""
+    documented: set[str] = set()
+    for page in PAGES:
+        documented.update(ENV_TOKEN.findall(pages_text(page)))
+        for prefix, header, rows in tables(page):
+            for _, cells in rows:
+                name = cells[0].strip("`")
+                documented.add(name if header[0] == "variable" else (prefix or "") + name)
+    missing = []
+    for variable in sorted(config_defaults()):
+        service = _service_script(variable)
+        prefix = "FERRY_" + service.removeprefix("ferry-").upper().replace("-", "_") + "_" \
+            if service else None
+        mesh_wide = "FERRY_" + variable.removeprefix(prefix) if prefix else None
+        if variable not in documented and mesh_wide not in documented:
+            missing.append(variable)
+    assert not missing, "settings no page names:\n" + "\n".join(missing)
