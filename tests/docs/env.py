@@ -6,7 +6,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from tests.docs.source import dataclass_fields, source, string_prefixes
+from tests.docs.source import dataclass_fields, source, string_prefixes, syntax
 
 ENV_TOKEN = re.compile(r"FERRY_[A-Z0-9_]*")
 PREFIX_PART = re.compile(r"^[A-Z][A-Z0-9_]*_$")
@@ -49,7 +49,7 @@ def env_names() -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
         names.update(t for t in ENV_TOKEN.findall(text) if not t.endswith("_"))
         if path.suffix != ".py":
             continue
-        tree = ast.parse(text)
+        tree = syntax(path)
         for prefix in string_prefixes(tree):
             service_prefixes.add(prefix)
             prefixes_by_dir.setdefault(path.parent, set()).add(prefix)

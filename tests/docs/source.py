@@ -71,6 +71,12 @@ def source() -> tuple[tuple[Path, str], ...]:
     return tuple(out)
 
 
+@cache
+def syntax(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every collector."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def dataclass_fields(tree: ast.Module) -> dict[str, tuple[list[str], list[str]]]:
     """Each dataclass of a module: its field names and the names of its bases."""
     out: dict[str, tuple[list[str], list[str]]] = {}
@@ -117,7 +123,7 @@ def config_defaults() -> dict[str, object]:
             continue
         if "dataclass" not in text:
             continue
-        tree = ast.parse(text)
+        tree = syntax(path)
         prefixes = {p for p in string_prefixes(tree) if p != "FERRY_"}
         classes = dataclass_fields(tree) if prefixes else {}
         if not classes:
@@ -179,10 +185,10 @@ def routes() -> frozenset[tuple[str, ...]]:
     """Every "/v1/..." and "/console/..." string constant in the services: their routers,
     route tables and OpenAPI documents."""
     out: set[tuple[str, ...]] = set()
-    for path, text in source():
+    for path, _ in source():
         if path.suffix != ".py" or "services" not in path.relative_to(ROOT).parts[:1]:
             continue
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(syntax(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                     and re.fullmatch(r"/(?:v1|console)/[\w{}/.-]+", node.value):
                 out.add(tuple(node.value.strip("/").split("/")))
@@ -240,10 +246,10 @@ def numeric_constants() -> dict[str, frozenset[float]]:
     as an enum's members), with every value each name has somewhere. Arithmetic over
     numbers and earlier constants of the same scope is evaluated (`4 * 1024 * 1024`)."""
     out: dict[str, set[float]] = {}
-    for path, text in source():
+    for path, _ in source():
         if path.suffix != ".py" or path.relative_to(ROOT).parts[0] not in PACKAGE_DIRS:
             continue
-        tree = ast.parse(text)
+        tree = syntax(path)
         scopes = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
         for body in scopes:
             known: dict[str, object] = {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.pages import PAGES, code_spans, lines, page_id
+from tests.docs.pages import PAGES, code_spans, lines, page_id, pages_text
 from tests.docs.source import cli_parser, options, routes, subcommands
 
 SHELL_STOP = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", "#"}
@@ -102,3 +102,32 @@ def test_http_routes_exist(page: Path) -> None:
             if not route_known(m.group(0).split("?", 1)[0]):
                 bad.append(f"{page_id(page)}:{number}: {m.group(0)}")
     assert not bad, "routes no service serves:\n" + "\n".join(bad)
+
+
+def test_every_command_is_documented() -> None:
+    """The other direction: every command and action of the `ferry` CLI is named on some
+    page (`ferry group lag`, or in a listing such as `ferry topic list | describe NAME`)."""
+    text = "\n".join(pages_text(page) for page in PAGES)
+    missing = []
+    for command, parser in subcommands(cli_parser()).items():
+        actions = subcommands(parser) or {"": parser}
+        for action in actions:
+            pattern = rf"ferry (?:\[[^\]\n]*\] )?{re.escape(command)}\b"
+            if action:
+                pattern += rf"[^\n`]*\b{re.escape(action)}\b"
+            if not re.search(pattern, text):
+                missing.append(f"ferry {command} {action}".strip())
+    assert not missing, "commands no page names:\n" + "\n".join(missing)
+
+
+def test_every_route_is_documented() -> None:
+    """The other direction: every `/v1/...` route and console page a service serves is
+    named on some page."""
+    mentioned = {tuple(m.group(0).split("?", 1)[0].removesuffix("**").rstrip(".,:;")
+                       .strip("/").split("/"))
+                 for page in PAGES for _, line in lines(page) for m in ROUTE.finditer(line)}
+    missing = ["/" + "/".join(route) for route in sorted(routes())
+               if not any(len(m) == len(route) and all(d == r or r.startswith("{")
+                                                       for d, r in zip(m, route, strict=True))
+                          for m in mentioned)]
+    assert not missing, "routes no page names:\n" + "\n".join(missing)

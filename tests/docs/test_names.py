@@ -21,6 +21,7 @@ from tests.docs.source import (
     routes,
     source,
     subcommands,
+    syntax,
     tree_files,
 )
 
@@ -97,7 +98,7 @@ def port_literals() -> frozenset[int]:
     out: set[int] = set()
     for path, text in source():
         if path.suffix == ".py" and path.relative_to(ROOT).parts[0] != "tests":
-            out.update(n.value for n in ast.walk(ast.parse(text))
+            out.update(n.value for n in ast.walk(syntax(path))
                        if isinstance(n, ast.Constant) and type(n.value) is int)
         elif path.suffix != ".py":
             out.update(int(p) for p in PORT.findall(text))
