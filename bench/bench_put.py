@@ -25,8 +25,9 @@ Cases, one JSON line each:
 
 Group commit in-process (many appenders, one fdatasync) is `store.append_sync`
 in bench_store. To profile the broker under a load, run `py-spy record -p <pid>`
-on it while this suite runs (py-spy is not a dev requirement: pip install it). `FERRY_BENCH_PUT_MESSAGES` sets the message count
-of the store and blast cases (default 400,128; the produce cases use half).
+on it while this suite runs (py-spy is not a dev requirement: pip install it).
+`FERRY_BENCH_PUT_MESSAGES` sets the message count of the store and blast cases
+(default 400,128; the produce cases use half).
 """
 from __future__ import annotations
 
@@ -43,16 +44,20 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-import bench_mesh
 from ferry.codec.entry import append_entry
 from ferry.codec.msg_id import new_msg_id
 from ferry.store import MessageStore, StoreConfig
 from ferry.wire import FrameDecoder, encode_frame, request
 from ferry.wire.codes import RequestCode
 
-from tests.support.procs import Proc, start_etcd
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]  # bench_mesh beside this file; tests.support from the root
 
-ROOT = Path(__file__).resolve().parent.parent
+import bench_mesh  # noqa: E402
+
+from tests.support.procs import Proc, start_etcd  # noqa: E402
+
 TOPIC = "bench"
 QUEUES = 8
 BATCH = 256
@@ -205,5 +210,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()
