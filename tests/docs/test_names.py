@@ -6,6 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -121,4 +122,11 @@ def test_the_checks_see_the_code() -> None:
     assert len(subcommands(cli_parser())) > 5
     assert "Makefile" in tree_files()
     assert len(config_defaults()) > 50
+    # Each service's settings are found (else their tables would go unchecked): a service
+    # whose config moved where the collector does not look fails here, not silently.
+    services = [e.name for e in entry_points(group="console_scripts")
+                if e.name.startswith("ferry-")]
+    for service in services:
+        prefix = "FERRY_" + service.removeprefix("ferry-").upper().replace("-", "_") + "_"
+        assert any(v.startswith(prefix) for v in config_defaults()), f"no settings of {service}"
     assert numeric_constants()["MAX_QUEUES"] == {1024}
