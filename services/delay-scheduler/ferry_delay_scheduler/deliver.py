@@ -23,9 +23,10 @@ from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
-from ferry.client.reading import repeat, route_or_none
+from ferry.client.reading import route_or_none
 from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag, StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, StoreError
+from ferry.tasks import repeat
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 from ferry_delay_scheduler.config import SchedulerConfig

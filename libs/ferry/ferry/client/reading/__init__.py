@@ -12,7 +12,6 @@ from ferry.client.reading.reader import (
     now_ms,
     route_or_none,
 )
-from ferry.client.reading.tasks import KeyedTasks, repeat
 
 __all__ = [
     # following a route's queues
@@ -26,7 +25,4 @@ __all__ = [
     # one PULL, a range
     "pull",
     "read_range",
-    # tasks
-    "KeyedTasks",
-    "repeat",
 ]

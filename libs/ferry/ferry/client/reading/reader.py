@@ -29,14 +29,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
 from ferry.client.reading.ranges import pull
-from ferry.client.reading.tasks import KeyedTasks, repeat
 from ferry.codec.record import StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, MessageNotFoundError, TopicNotFoundError
+from ferry.tasks import KeyedTasks, repeat
 from ferry.wire.pull import PullAnswer, PullRequest
 
 log = logging.getLogger(__name__)
@@ -123,19 +123,18 @@ class ReadHandler:
         """After each answer was applied (`sent_ms`: when its PULL was sent)."""
 
 
+@dataclass(slots=True)
 class QueueReader:
     """Keeps one pull task per queue of `topic`'s route, as `handler` wants them."""
 
-    def __init__(self, pool: ConnectionPool, namesrv: NamesrvClient, topic: str,
-                 config: ReadConfig, handler: ReadHandler) -> None:
-        self.pool = pool
-        self.namesrv = namesrv
-        self.topic = topic
-        self.config = config
-        self.handler = handler
-        #: broker name -> master address, from the last route
-        self.brokers: dict[str, str] = {}
-        self._tasks: KeyedTasks[ReadQueue] = KeyedTasks()
+    pool: ConnectionPool
+    namesrv: NamesrvClient
+    topic: str
+    config: ReadConfig
+    handler: ReadHandler
+    #: broker name -> master address, from the last route
+    brokers: dict[str, str] = field(default_factory=dict)
+    _tasks: KeyedTasks[ReadQueue] = field(default_factory=KeyedTasks)
 
     async def run(self) -> None:
         await repeat(self.reconcile, log, f"reconciling the pull tasks of {self.topic}",

@@ -1,8 +1,10 @@
-"""Background tasks of a reader: one per key, and a step repeated for good.
+"""Background tasks: cancelling one, one per key, and a step repeated for good.
 
+`cancel_and_wait` ends a task (the stop of every watcher and loop);
 `KeyedTasks` keeps one task per key of the keys wanted now (one per queue of
-a route that changes); `repeat` runs one step again and again, logging a
-failure instead of ending (a reader must outlive any one failure).
+a route that changes, `ferry.client.reading`); `repeat` runs one step again
+and again, logging a failure instead of ending (a loop that must outlive any
+one failure). A leaf: it imports nothing of Ferry.
 """
 from __future__ import annotations
 
@@ -13,6 +15,14 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel `task` (if any) and wait for its end (its cancellation is not re-raised)."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def repeat(step: Callable[[], Awaitable[None]], log: logging.Logger, what: str, *,
