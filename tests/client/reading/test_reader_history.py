@@ -13,15 +13,15 @@ import asyncio
 import shutil
 
 import pytest
-from ferry import Admin, Producer
+from ferry import Admin
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadHandler, ReadQueue
 from ferry.codec import StoredMessage
-from ferry.errors import FerryError
 from ferry.wire import PullAnswer
 
 from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh, unique
+from tests.client.util import send_all
 from tests.support.procs import Etcd
 
 pytestmark = pytest.mark.integration
@@ -57,20 +57,6 @@ def one_broker(etcd: Etcd, tmp_path):  # type: ignore[no-untyped-def]
     m.stop()
 
 
-async def _send(mesh: Mesh, topic: str, bodies: list[bytes]) -> None:
-    async with Producer(namesrv=mesh.namesrv, request_timeout_ms=3000,
-                        broker_backoff_ms=500) as producer:
-        for body in bodies:
-            for _ in range(100):   # a broker just restarted may refuse a while
-                try:
-                    await producer.send_and_wait(topic, body)
-                    break
-                except FerryError:
-                    await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"could not send {body!r}")
-
-
 async def _until(cond, what: str) -> None:  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WAIT_S
@@ -85,7 +71,7 @@ async def test_the_reader_reads_a_replaced_log_again_from_where_it_parts(
     async with Admin(namesrv=mesh.namesrv) as admin:
         await admin.create_topic(topic, queues=1)
     old = [f"old-{i}".encode() for i in range(6)]
-    await _send(mesh, topic, old)
+    await send_all(mesh.namesrv, topic, old)
     handler = Collect()
     pool, namesrv = ConnectionPool(), NamesrvClient(mesh.namesrv)
     reader = QueueReader(pool, namesrv, topic, ReadConfig("ferry-test-reader", 32, 500, 200),
@@ -100,7 +86,7 @@ async def test_the_reader_reads_a_replaced_log_again_from_where_it_parts(
         shutil.rmtree(broker.data_dir)
         mesh.start_broker("broker-a")
         new = [f"new-{i}".encode() for i in range(9)]
-        await _send(mesh, topic, new)
+        await send_all(mesh.namesrv, topic, new)
         await _until(lambda: len(handler.bodies) >= 6 + len(new), "the nine new messages")
     finally:
         task.cancel()
