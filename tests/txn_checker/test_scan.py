@@ -26,7 +26,7 @@ async def take(s: Scanner, broker: str, half: bool, offset: int, sent_ms: int,
                fields: dict[str, object], body: bytes) -> None:
     """What the scan does with one PULL answer (sent from `offset` at `sent_ms`)."""
     topic = HALF_TOPIC if half else OP_TOPIC
-    await s.reader.apply(ReadQueue(broker, "addr", topic, QUEUE_ID), s.cursor(broker, topic),
+    await s.apply(ReadQueue(broker, "addr", topic, QUEUE_ID), s.cursor(broker, topic),
                          PullAnswer.parse(fields, body, offset), sent_ms)
 
 

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
-from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadHandler, ReadQueue
+from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec.record import StoredMessage
 from ferry.errors import FerryError, FlushTimeoutError
 from ferry.names import SCHEDULE_TOPIC
@@ -39,51 +39,33 @@ log = logging.getLogger(__name__)
 GROUP = "ferry-delay-scheduler"
 
 
-class Ingestor(ReadHandler):
-    """Keeps one pull task per %SCHEDULE% queue while `is_leader()` holds (a QueueReader)."""
+class Ingestor(QueueReader):
+    """Keeps one pull task per %SCHEDULE% queue while `is_leader()` holds.
+
+    `brokers` (from the last %SCHEDULE% route) is kept by every instance, leader or
+    not: it delivers to the brokers by name."""
 
     def __init__(self, cfg: SchedulerConfig, pool: ConnectionPool, namesrv: NamesrvClient,
                  local: LocalLog, wheel: TimingWheel, progress: Progress, stats: Stats,
                  is_leader: Callable[[], bool], on_added: Callable[[], None]) -> None:
+        super().__init__(pool, namesrv, SCHEDULE_TOPIC, ReadConfig(
+            GROUP, cfg.pull_max_count, cfg.pull_max_wait_ms, cfg.route_poll_ms))
         self.cfg = cfg
-        self.pool = pool
         self.local = local
         self.wheel = wheel
         self.progress = progress
         self.stats = stats
         self.is_leader = is_leader
         self.on_added = on_added  # wakes the delivery loop
-        self.reader = QueueReader(pool, namesrv, SCHEDULE_TOPIC, ReadConfig(
-            GROUP, cfg.pull_max_count, cfg.pull_max_wait_ms, cfg.route_poll_ms), self)
         # Local queue offsets of appends still waiting for the local fsync (see bucketed_through).
         self._unsettled: dict[int, int] = {}
         self._tokens = itertools.count()
         self._took = asyncio.Event()
 
-    @property
-    def brokers(self) -> dict[str, str]:
-        """Broker name -> master address, from the last %SCHEDULE% route (every instance
-        needs it, leader or not: it delivers to the brokers by name)."""
-        return self.reader.brokers
-
     def bucketed_through(self) -> int:
         """Local queue offset below which every record is in the wheel (see progress.py)."""
         nxt = self.local.next_queue_offset
         return min(self._unsettled.values(), default=nxt)
-
-    async def run(self) -> None:
-        await self.reader.run()
-
-    async def reconcile(self) -> None:
-        """Match the pull tasks to the current route and leadership."""
-        await self.reader.reconcile()
-
-    async def stop(self) -> None:
-        await self.reader.stop()
-
-    @property
-    def pulling(self) -> int:
-        return self.reader.pulling
 
     async def wait_taken(self, timeout_s: float) -> None:
         """Wait until the next batch is taken over (or the timeout passes)."""
@@ -91,7 +73,7 @@ class Ingestor(ReadHandler):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._took.wait(), timeout_s)
 
-    # -- ReadHandler ---------------------------------------------------------------------
+    # -- QueueReader hooks ---------------------------------------------------------------------
 
     def queues(self, route: TopicRoute) -> Iterable[ReadQueue]:
         return super().queues(route) if self.is_leader() else []

@@ -18,7 +18,7 @@ import time
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
-from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadHandler, ReadQueue
+from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec.record import StoredMessage
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.wire import PullAnswer
@@ -58,38 +58,19 @@ class BookCursor(Cursor):
         self.book.dirty = True
 
 
-class Scanner(ReadHandler):
-    """Keeps a %HALF% and an %OP% pull task per broker of the %HALF% route (a QueueReader)."""
+class Scanner(QueueReader):
+    """Keeps a %HALF% and an %OP% pull task per broker of the %HALF% route."""
 
     def __init__(self, cfg: CheckerConfig, pool: ConnectionPool, namesrv: NamesrvClient,
                  book: Book) -> None:
+        super().__init__(pool, namesrv, HALF_TOPIC, ReadConfig(
+            GROUP, cfg.pull_max_count, cfg.pull_max_wait_ms, cfg.route_poll_ms))
         self.cfg = cfg
         self.book = book
-        self.reader = QueueReader(pool, namesrv, HALF_TOPIC, ReadConfig(
-            GROUP, cfg.pull_max_count, cfg.pull_max_wait_ms, cfg.route_poll_ms), self)
         self._full_logged_at = 0.0
         # One cursor per (broker, topic), kept across tasks: a restarted task keeps the
         # history id of the record before the scan position (issue 16).
         self._cursors: dict[tuple[str, str], BookCursor] = {}
-
-    @property
-    def brokers(self) -> dict[str, str]:
-        """Broker name -> master address, from the last %HALF% route."""
-        return self.reader.brokers
-
-    async def run(self) -> None:
-        await self.reader.run()
-
-    async def reconcile(self) -> None:
-        """Match the pull tasks to the current %HALF% route."""
-        await self.reader.reconcile()
-
-    async def stop(self) -> None:
-        await self.reader.stop()
-
-    @property
-    def pulling(self) -> int:
-        return self.reader.pulling
 
     def _paused(self, broker: str) -> bool:
         if self.book.open_count < self.cfg.max_open:
@@ -109,7 +90,7 @@ class Scanner(ReadHandler):
                                             topic == HALF_TOPIC)
         return self._cursors[key]
 
-    # -- ReadHandler ---------------------------------------------------------------------
+    # -- QueueReader hooks ---------------------------------------------------------------------
 
     def queues(self, route: TopicRoute) -> list[ReadQueue]:
         """Queue 0 of %HALF% and of %OP% on every master of the %HALF% route."""

@@ -16,7 +16,7 @@ import pytest
 from ferry import Admin
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
-from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadHandler, ReadQueue
+from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec import StoredMessage
 from ferry.wire import PullAnswer
 
@@ -29,10 +29,11 @@ pytestmark = pytest.mark.integration
 WAIT_S = 30.0
 
 
-class Collect(ReadHandler):
+class Collect(QueueReader):
     """Keeps one cursor per queue (across task restarts) and every body and status."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: ConnectionPool, namesrv: NamesrvClient, topic: str) -> None:
+        super().__init__(pool, namesrv, topic, ReadConfig("ferry-test-reader", 32, 500, 200))
         self.cursors: dict[ReadQueue, Cursor] = {}
         self.bodies: list[bytes] = []
         self.statuses: list[str] = []
@@ -72,10 +73,8 @@ async def test_the_reader_reads_a_replaced_log_again_from_where_it_parts(
         await admin.create_topic(topic, queues=1)
     old = [f"old-{i}".encode() for i in range(6)]
     await send_all(mesh.namesrv, topic, old)
-    handler = Collect()
     pool, namesrv = ConnectionPool(), NamesrvClient(mesh.namesrv)
-    reader = QueueReader(pool, namesrv, topic, ReadConfig("ferry-test-reader", 32, 500, 200),
-                         handler)
+    reader = handler = Collect(pool, namesrv, topic)
     task = asyncio.create_task(reader.run())
     try:
         await _until(lambda: handler.bodies == old, "the first six")

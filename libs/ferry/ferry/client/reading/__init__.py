@@ -7,7 +7,6 @@ from ferry.client.reading.reader import (
     Cursor,
     QueueReader,
     ReadConfig,
-    ReadHandler,
     ReadQueue,
     now_ms,
     route_or_none,
@@ -17,7 +16,6 @@ __all__ = [
     # following a route's queues
     "QueueReader",
     "ReadConfig",
-    "ReadHandler",
     "ReadQueue",
     "Cursor",
     "route_or_none",

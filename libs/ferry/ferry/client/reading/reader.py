@@ -1,16 +1,16 @@
 """Following the queues of a route: one long-polling PULL task per queue.
 
 What the services' readers of internal topics share (the delay scheduler on
-`%SCHEDULE%`, the transaction checker on `%HALF%` and `%OP%`): a
-`QueueReader` polls namesrv for one topic's route every `route_poll_ms`,
-asks its `ReadHandler` which queues to read (`ReadQueue`: broker, address,
-topic, queue), and keeps one task per queue. Each task asks the handler where
-to start (a `Cursor`: offset and history id), then PULLs with long polling
-and applies each answer (`apply`):
+`%SCHEDULE%`, the transaction checker on `%HALF%` and `%OP%`, each a
+subclass): a `QueueReader` polls namesrv for one topic's route every
+`route_poll_ms`, asks its `queues` hook which queues to read (`ReadQueue`:
+broker, address, topic, queue), and keeps one task per queue. Each task asks
+`open` where to start (a `Cursor`: offset and history id), then, while
+`ready`, PULLs with long polling and applies each answer (`apply`):
 
-- FOUND: the handler takes the records (`take`: store them, commit or
-  checkpoint) and says where to read next (short of `next_offset` when it
-  could not take them all);
+- FOUND: `take` takes the records (stores them, commits or checkpoints) and
+  says where to read next (short of `next_offset` when it could not take
+  them all);
 - OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY, HISTORY_DIVERGED: the position
   goes to `next_offset`, back too (records are read again, never skipped),
   with one WARNING;
@@ -21,7 +21,7 @@ Histories (issue 16): each PULL carries the cursor's `hist`, the history of
 the record before its offset; after an answer that leaves the position at its
 `next_offset` the cursor takes the answer's `hist`; a position moved anywhere
 else names none until the next answer. Failures (network, a corrupt record,
-the handler's) are logged and the PULL is tried again after a pause.
+`take`'s) are logged and the PULL is tried again after a pause.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class Cursor:
     """Where a queue's reading stands: the next offset, and the history id of the
     record before it (None: not known, the broker checks nothing).
 
-    A handler whose positions live elsewhere (a checkpointed book) subclasses it
+    A reader whose positions live elsewhere (a checkpointed book) subclasses it
     with an `offset` property."""
 
     def __init__(self, offset: int, hist: str | None = None) -> None:
@@ -98,12 +98,27 @@ class ReadConfig:
     route_poll_ms: int
 
 
-class ReadHandler:
-    """What a reader's user decides; every method has a default (read all, from 0)."""
+@dataclass(eq=False)
+class QueueReader:
+    """Keeps one pull task per queue of `topic`'s route.
+
+    A user subclasses it and overrides the hooks (`queues`, `open`, `ready`,
+    `take`, `answered`); each has a default: every queue of every readable
+    master, from offset 0, taking the records as they come."""
+
+    pool: ConnectionPool
+    namesrv: NamesrvClient
+    topic: str
+    config: ReadConfig
+    #: broker name -> master address, from the last route
+    brokers: dict[str, str] = field(default_factory=dict, init=False)
+    _tasks: KeyedTasks[ReadQueue] = field(default_factory=KeyedTasks, init=False, repr=False)
+
+    # -- hooks ---------------------------------------------------------------------------
 
     def queues(self, route: TopicRoute) -> Iterable[ReadQueue]:
         """The queues to read now (default: every queue of every readable master)."""
-        return [ReadQueue(b.name, b.master, route.topic, q) for b in route.brokers
+        return [ReadQueue(b.name, b.master, self.topic, q) for b in route.brokers
                 if b.master and b.readable for q in range(b.queues)]
 
     async def open(self, queue: ReadQueue) -> Cursor:
@@ -116,25 +131,14 @@ class ReadHandler:
 
     async def take(self, queue: ReadQueue, records: list[StoredMessage],
                    answer: PullAnswer) -> int:
-        """Take the records of a FOUND answer; the offset to read next."""
+        """Take the records of a FOUND answer (store, commit, checkpoint them); the offset
+        to read next (short of `answer.next_offset` when not all were taken)."""
         return answer.next_offset
 
     def answered(self, queue: ReadQueue, answer: PullAnswer, sent_ms: int) -> None:
         """After each answer was applied (`sent_ms`: when its PULL was sent)."""
 
-
-@dataclass(slots=True)
-class QueueReader:
-    """Keeps one pull task per queue of `topic`'s route, as `handler` wants them."""
-
-    pool: ConnectionPool
-    namesrv: NamesrvClient
-    topic: str
-    config: ReadConfig
-    handler: ReadHandler
-    #: broker name -> master address, from the last route
-    brokers: dict[str, str] = field(default_factory=dict)
-    _tasks: KeyedTasks[ReadQueue] = field(default_factory=KeyedTasks)
+    # -- the loops -----------------------------------------------------------------------
 
     async def run(self) -> None:
         await repeat(self.reconcile, log, f"reconciling the pull tasks of {self.topic}",
@@ -150,7 +154,7 @@ class QueueReader:
         want: set[ReadQueue] = set()
         if route is not None:
             self.brokers = {b.name: b.master for b in route.brokers if b.master}
-            want = set(self.handler.queues(route))
+            want = set(self.queues(route))
         await self._tasks.reconcile(want, self._follow,
                                     lambda q: f"read-{q.topic}-{q.broker}-{q.queue_id}")
 
@@ -164,10 +168,10 @@ class QueueReader:
     async def _follow(self, queue: ReadQueue) -> None:
         c = self.config
         cursor: Cursor | None = None
-        while await self.handler.ready(queue):
+        while await self.ready(queue):
             try:
                 if cursor is None:
-                    cursor = await self.handler.open(queue)
+                    cursor = await self.open(queue)
                 request = PullRequest(c.group, queue.topic, queue.queue_id, cursor.offset,
                                       c.max_count, c.max_wait_ms, hist=cursor.hist)
                 sent_ms = now_ms()
@@ -183,15 +187,15 @@ class QueueReader:
 
     async def apply(self, queue: ReadQueue, cursor: Cursor, answer: PullAnswer,
                     sent_ms: int) -> None:
-        """Move `cursor` as `answer` says (see the module doc), the records to the handler."""
+        """Move `cursor` as `answer` says (see the module doc); records go to `take`."""
         before = cursor.offset
         if answer.found:
-            cursor.offset = await self.handler.take(queue, answer.stored(), answer)
+            cursor.offset = await self.take(queue, answer.stored(), answer)
         elif answer.status.reseeks:
             log.warning("%s %s/%d: offset %d %s; continuing at %d", queue.topic, queue.broker,
                         queue.queue_id, before, answer.status.value, answer.next_offset)
             cursor.offset = answer.next_offset
         elif answer.next_offset > before:
             cursor.offset = answer.next_offset
-        self.handler.answered(queue, answer, sent_ms)
+        self.answered(queue, answer, sent_ms)
         cursor.follow(answer, before)
