@@ -20,7 +20,7 @@ from ferry import Admin, Consumer, Producer, TopicQueue
 from ferry.errors import AlreadyExistsError, FerryError
 
 from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh, unique
-from tests.client.util import FAST, wait_assignment
+from tests.client.util import FAST, send_all, wait_assignment
 from tests.support.procs import Etcd
 
 pytestmark = pytest.mark.integration
@@ -235,21 +235,6 @@ async def test_topic_deleted_and_created_again_under_a_live_consumer(one_broker:
     assert traffic.first_deliveries_in_key_order(1)
 
 
-async def _send_all(mesh: Mesh, topic: str, bodies: list[bytes]) -> None:
-    """Send each body once acknowledged (a broker just restarted may refuse a while)."""
-    async with Producer(namesrv=mesh.namesrv, request_timeout_ms=3000,
-                        broker_backoff_ms=500) as producer:
-        for body in bodies:
-            for _ in range(100):
-                try:
-                    await producer.send_and_wait(topic, body)
-                    break
-                except FerryError:
-                    await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"could not send {body!r}")
-
-
 async def _bodies(consumer: Consumer, want: int, timeout_s: float) -> set[bytes]:
     loop = asyncio.get_running_loop()
     deadline, got = loop.time() + timeout_s, set()
@@ -267,14 +252,14 @@ async def test_broadcasting_member_restarted_after_a_lost_disk_skips_nothing(
     path = tmp_path / "offsets.json"
     async with Admin(namesrv=mesh.namesrv) as admin:
         await admin.create_topic(topic, queues=1)
-    await _send_all(mesh, topic, [b"old:%d" % i for i in range(30)])
+    await send_all(mesh.namesrv, topic, [b"old:%d" % i for i in range(30)])
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, mode="broadcasting",
                         offset_store_path=path, auto_offset_reset="earliest", **FAST) as c:
         assert len(await _bodies(c, 30, 20)) == 30
     _lose_disk(mesh, "broker-a", Traffic())
     mesh.start_broker("broker-a")
     new = [b"new:%d" % i for i in range(50)]   # past the member's saved offset 30
-    await _send_all(mesh, topic, new)
+    await send_all(mesh.namesrv, topic, new)
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, mode="broadcasting",
                         offset_store_path=path, auto_offset_reset="earliest", **FAST) as c:
         got = await _bodies(c, 50, 20)

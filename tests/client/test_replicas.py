@@ -257,7 +257,7 @@ def _fetcher(ns: _Namesrv, pool: PullBroker) -> QueueFetcher:
 
 
 async def test_fetcher_reads_from_the_slave_while_the_master_is_down_and_commits_there() -> None:
-    empty = {"status": "NO_NEW_MESSAGE", "next_offset": 0}
+    empty = {"status": "OFFSET_OVERFLOW_ONE", "next_offset": 0}
     pool = PullBroker({M: empty, S1: empty}, down={M})
     fetcher = _fetcher(_Namesrv(_route(_group())), pool)
     with pytest.raises(ConnectionLostError):
@@ -272,8 +272,8 @@ async def test_fetcher_reads_from_the_slave_while_the_master_is_down_and_commits
 
 
 async def test_fetcher_follows_suggest_slave_but_commits_to_the_live_master() -> None:
-    pool = PullBroker({M: {"status": "NO_NEW_MESSAGE", "next_offset": 0, "suggest_slave": True},
-                       S1: {"status": "NO_NEW_MESSAGE", "next_offset": 0}}, down=set())
+    pool = PullBroker({M: {"status": "OFFSET_OVERFLOW_ONE", "next_offset": 0, "suggest_slave": True},
+                       S1: {"status": "OFFSET_OVERFLOW_ONE", "next_offset": 0}}, down=set())
     fetcher = _fetcher(_Namesrv(_route(_group())), pool)
     await fetcher._pull_once()
     assert fetcher.choice.choose(_group()) == S1 and fetcher.commit_addr() == M

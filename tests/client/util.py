@@ -4,7 +4,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ferry.client import Consumer, ConsumerRecord, TopicQueue
+from ferry.client import Consumer, ConsumerRecord, Producer, TopicQueue
+from ferry.errors import FerryError
 
 # Short intervals so that rebalances take a second, not 5 s (defaults stay as documented).
 FAST: dict[str, Any] = {"heartbeat_interval_ms": 300, "rebalance_interval_ms": 300,
@@ -46,3 +47,18 @@ async def wait_assignment(consumers: list[Consumer], queues: set[TopicQueue],
         if loop.time() > deadline:
             raise AssertionError(f"assignment never settled: {shares}")
         await asyncio.sleep(0.1)
+
+
+async def send_all(namesrv: str, topic: str, bodies: list[bytes]) -> None:
+    """Send each body once acknowledged (a broker just restarted may refuse a while)."""
+    async with Producer(namesrv=namesrv, request_timeout_ms=3000,
+                        broker_backoff_ms=500) as producer:
+        for body in bodies:
+            for _ in range(100):
+                try:
+                    await producer.send_and_wait(topic, body)
+                    break
+                except FerryError:
+                    await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"could not send {body!r}")

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ferry.client.reading import now_ms
 from ferry.errors import (
     ConnectionLostError,
     MalformedRequestError,
@@ -19,7 +20,6 @@ from ferry.errors import (
 from ferry.wire import RequestCode
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.scan import now_ms
 from ferry_txn_checker.state import Book, OpenTxn
 
 from tests.txn_checker.records import half

@@ -2,12 +2,14 @@
 
 Used for the services' progress, checkpoint and registry files: write a temp
 file beside it, fdatasync it, rename it over the old one, fsync the directory
-(so the rename itself survives a power loss).
+(so the rename itself survives a power loss). `load_versioned` reads one back.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def replace_durably(path: Path, payload: bytes) -> None:
@@ -27,3 +29,20 @@ def replace_durably(path: Path, payload: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def load_versioned(path: Path, version: int, remedy: str) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None when there is no such file.
+
+    ValueError when it is not JSON, not an object, or not of `version`; the
+    message names the file and `remedy` (what the operator may do about it)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); {remedy}") from None
+    found = data.get("version") if isinstance(data, dict) else None
+    if found != version:
+        raise ValueError(f"{path} has version {found}, expected {version}")
+    return data  # type: ignore[no-any-return]

@@ -7,15 +7,14 @@ step is logged and the later ones (saving state, closing a store) still run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from collections.abc import Awaitable, Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Generic, TypeVar
+
+from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
-K = TypeVar("K", bound=Hashable)
 
 
 async def serve_until_signalled(start: Callable[[], Awaitable[None]],
@@ -61,14 +60,6 @@ def as_step(fn: Callable[[], None]) -> Callable[[], Awaitable[None]]:
     return run
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel `task` (if any) and wait for its end (its cancellation is not re-raised)."""
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 async def cancel_task(tasks: dict[str, asyncio.Task[None]], name: str) -> None:
     """Cancel the background task `name` (if running), drop it from `tasks`, wait for its end."""
     await cancel_and_wait(tasks.pop(name, None))
@@ -86,39 +77,3 @@ def package_version(distribution: str) -> str:
         return version(distribution)
     except PackageNotFoundError:
         return "0.0.0"
-
-
-class KeyedTasks(Generic[K]):
-    """One background task per key, kept in line with the keys wanted now.
-
-    What the services' pull loops need: one task per (broker, queue) of a route
-    that changes; a key no longer wanted, or whose task ended, is cancelled (and
-    started again next time if still wanted).
-    """
-
-    def __init__(self) -> None:
-        self._tasks: dict[K, asyncio.Task[None]] = {}
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    async def reconcile(self, want: set[K], start: Callable[[K], Coroutine[Any, Any, None]],
-                        name: Callable[[K], str]) -> list[K]:
-        """Cancel the tasks not in `want` (or finished), start the missing ones; the started keys."""
-        for key in list(self._tasks):
-            if key not in want or self._tasks[key].done():
-                await self.cancel(key)
-        started = [key for key in want if key not in self._tasks]
-        for key in started:
-            self._tasks[key] = asyncio.create_task(start(key), name=name(key))
-        return started
-
-    async def cancel(self, key: K) -> None:
-        task = self._tasks.pop(key)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-
-    async def stop(self) -> None:
-        for key in list(self._tasks):
-            await self.cancel(key)

@@ -16,12 +16,12 @@ from ferry import settings
 from ferry.auth.credentials import auth_enabled
 from ferry.idempotence import validate_scene
 from ferry.names import validate_group, validate_topic
+from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_DEDUP_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SQLITE_URL_PREFIX = "sqlite:///"
 POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
-MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_REPORTS_LIMIT = 10_000
 MAX_SAMPLE_LIMIT = 1000
 # Fields that may be 0 (a port chosen by the OS, no grace, no margin).

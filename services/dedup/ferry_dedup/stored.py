@@ -14,10 +14,10 @@ import logging
 from dataclasses import dataclass, field
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import read_addr
+from ferry.client.reading import read_range
 from ferry.errors import FerryError, MessageNotFoundError
 from ferry.idempotence import biz_key_of
 from ferry.wire import RequestCode
@@ -85,28 +85,19 @@ class StoredReader:
                           out: StoredWindow) -> None:
         offset = await self._offset_for_time(tq, from_ms)
         end = await self._offset_for_time(tq, to_ms)
-        while offset < end:
-            addr = await read_addr(self.routes, tq)
-            resp = await self.pool.request(addr, RequestCode.PULL, {
-                "group": READ_GROUP, "topic": tq.topic, "queue_id": tq.queue_id,
-                "offset": offset, "max_count": min(self.pull_max_count, end - offset),
-                "max_wait_ms": 0, "tags": None, "sql": None})
-            next_offset = int(resp.fields.get("next_offset", offset))
-            if resp.fields.get("status") == "FOUND":
-                for record in decode_pull_body(resp.body, tq.topic, tq.broker):
-                    # OFFSET_FOR_TIME bounds the range; the times are checked again
-                    # because a broker's clock may step back within a queue.
-                    if record.queue_offset >= end or not from_ms <= record.store_ts_ms < to_ms:
-                        continue
-                    if len(out.messages) >= self.max_messages:
-                        out.truncated = True
-                        return
-                    out.messages.append(StoredMessage(
-                        record.msg_id, biz_key_of(record), record.store_ts_ms, str(tq),
-                        record.queue_offset))
-            if next_offset <= offset:
-                break
-            offset = next_offset
+        async for records in read_range(self.pool, self.routes, READ_GROUP, tq, offset, end,
+                                        batch=self.pull_max_count):
+            for record in records:
+                # OFFSET_FOR_TIME bounds the range; the times are checked again
+                # because a broker's clock may step back within a queue.
+                if not from_ms <= record.store_ts_ms < to_ms:
+                    continue
+                if len(out.messages) >= self.max_messages:
+                    out.truncated = True
+                    return
+                out.messages.append(StoredMessage(
+                    record.msg_id, biz_key_of(record), record.store_ts_ms, str(tq),
+                    record.queue_offset))
 
     async def _offset_for_time(self, tq: TopicQueue, ts_ms: int) -> int:
         addr = await read_addr(self.routes, tq)

@@ -16,12 +16,12 @@ from typing import Any
 
 from ferry import settings
 from ferry.auth.credentials import auth_enabled
+from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
 MIN_SEGMENT_BYTES = 8 << 20  # the local log's segments must hold one largest record
-MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
 # Fields that may be 0 (an int that is "off" or a port chosen by the OS).
 _MAY_BE_ZERO = frozenset({"http_port"})

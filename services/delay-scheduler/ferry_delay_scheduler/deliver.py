@@ -23,12 +23,13 @@ from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
+from ferry.client.reading import route_or_none
 from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag, StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, StoreError
+from ferry.tasks import repeat
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
 from ferry_delay_scheduler.config import SchedulerConfig
-from ferry_delay_scheduler.ingest import fetch_route
 from ferry_delay_scheduler.local_log import LocalLog, parse_origin
 from ferry_delay_scheduler.stats import Stats
 from ferry_delay_scheduler.tracing import TRACED, deliver_spans, failed
@@ -75,14 +76,8 @@ class Deliverer:
         self.wake = asyncio.Event()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self._turn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop must outlive any one failure (a failed local log)
-                log.exception("delivery turn failed; going on")
-                await asyncio.sleep(ERROR_PAUSE_S)
+        # A failed turn (a failed local log) is logged; the loop goes on.
+        await repeat(self._turn, log, "delivery turn", error_pause_s=ERROR_PAUSE_S)
 
     async def _turn(self) -> None:
         """Hand out what is due now, or prepare what comes next and nap until it does."""
@@ -223,7 +218,7 @@ class Deliverer:
                     raise
                 first_error = exc
         # The broker it came from is gone or refuses: any master of the real topic.
-        route = await fetch_route(self.namesrv, topic)
+        route = await route_or_none(self.namesrv, topic)
         masters = [b.master for b in route.brokers if b.master and b.writable] if route else []
         for other in masters:
             if other == addr:

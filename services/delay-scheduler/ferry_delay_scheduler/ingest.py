@@ -6,7 +6,9 @@ to the local log, waits until the local commit log is fdatasync'd past it,
 adds the messages to the timing wheel, and only then commits the broker
 offset (COMMIT_OFFSET). A crash anywhere loses nothing: before the local
 fsync the broker offset is not committed (the record is pulled again); after
-it the local copy is durable and recovery re-derives its wheel entry.
+it the local copy is durable and recovery re-derives its wheel entry. The
+route polling, the tasks, the long polls, re-seeks and history ids are the
+library's `QueueReader` (ferry.client.reading); this module is its handler.
 """
 from __future__ import annotations
 
@@ -14,22 +16,16 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
-from ferry.codec import iter_records
-from ferry.errors import (
-    CorruptRecordError,
-    FerryError,
-    FlushTimeoutError,
-    MessageNotFoundError,
-    TopicNotFoundError,
-)
-from ferry.lifecycle import KeyedTasks
+from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
+from ferry.codec.record import StoredMessage
+from ferry.errors import FerryError, FlushTimeoutError
 from ferry.names import SCHEDULE_TOPIC
-from ferry.wire import RequestCode
+from ferry.wire import PullAnswer, RequestCode
 
 from ferry_delay_scheduler.config import SchedulerConfig
 from ferry_delay_scheduler.local_log import LocalLog
@@ -41,41 +37,26 @@ from ferry_delay_scheduler.wheel import TimingWheel
 log = logging.getLogger(__name__)
 
 GROUP = "ferry-delay-scheduler"
-ERROR_BACKOFF_S = 1.0
-# How long past the long-poll wait a PULL may take before it counts as lost.
-PULL_SLACK_MS = 5000
-# Answers that move the position, perhaps back: HISTORY_DIVERGED (the broker's log is not
-# the continuation of what was read; `hist` names it, issue 16) and OFFSET_OVERFLOW_BADLY
-# (sent to the start of the queue's newest history, never its end) re-read rather than skip.
-_NEEDS_RESEEK = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY", "HISTORY_DIVERGED")
 
 
-async def fetch_route(namesrv: NamesrvClient, topic: str) -> TopicRoute | None:
-    """A topic's route; None when namesrv has none."""
-    try:
-        return await namesrv.get_route(topic)
-    except (TopicNotFoundError, MessageNotFoundError):
-        return None
+class Ingestor(QueueReader):
+    """Keeps one pull task per %SCHEDULE% queue while `is_leader()` holds.
 
-
-class Ingestor:
-    """Keeps one pull task per %SCHEDULE% queue while `is_leader()` holds."""
+    `brokers` (from the last %SCHEDULE% route) is kept by every instance, leader or
+    not: it delivers to the brokers by name."""
 
     def __init__(self, cfg: SchedulerConfig, pool: ConnectionPool, namesrv: NamesrvClient,
                  local: LocalLog, wheel: TimingWheel, progress: Progress, stats: Stats,
                  is_leader: Callable[[], bool], on_added: Callable[[], None]) -> None:
+        super().__init__(pool, namesrv, SCHEDULE_TOPIC, ReadConfig(
+            GROUP, cfg.pull_max_count, cfg.pull_max_wait_ms, cfg.route_poll_ms))
         self.cfg = cfg
-        self.pool = pool
-        self.namesrv = namesrv
         self.local = local
         self.wheel = wheel
         self.progress = progress
         self.stats = stats
         self.is_leader = is_leader
         self.on_added = on_added  # wakes the delivery loop
-        #: broker name -> master address, from the last %SCHEDULE% route
-        self.brokers: dict[str, str] = {}
-        self._tasks: KeyedTasks[tuple[str, str, int]] = KeyedTasks()
         # Local queue offsets of appends still waiting for the local fsync (see bucketed_through).
         self._unsettled: dict[int, int] = {}
         self._tokens = itertools.count()
@@ -86,86 +67,31 @@ class Ingestor:
         nxt = self.local.next_queue_offset
         return min(self._unsettled.values(), default=nxt)
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # the loop must outlive any one failure
-                log.exception("reconciling the pull tasks failed; going on")
-            await asyncio.sleep(self.cfg.route_poll_ms / 1000)
-
-    async def reconcile(self) -> None:
-        """Match the pull tasks to the current route and leadership."""
-        want: set[tuple[str, str, int]] = set()
-        try:  # every instance needs the broker map: it delivers to the brokers by name
-            route = await fetch_route(self.namesrv, SCHEDULE_TOPIC)
-        except FerryError as exc:
-            log.warning("cannot read the %%SCHEDULE%% route: %s", exc)
-            return
-        if route is not None:
-            self.brokers = {b.name: b.master for b in route.brokers if b.master}
-            if self.is_leader():
-                want = {(b.name, b.master, q) for b in route.brokers
-                        if b.master and b.readable for q in range(b.queues)}
-        await self._tasks.reconcile(want, lambda key: self._pull_loop(*key),
-                                    lambda key: f"pull-{key[0]}-{key[2]}")
-
-    async def stop(self) -> None:
-        await self._tasks.stop()
-
-    @property
-    def pulling(self) -> int:
-        return len(self._tasks)
-
     async def wait_taken(self, timeout_s: float) -> None:
         """Wait until the next batch is taken over (or the timeout passes)."""
         self._took.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._took.wait(), timeout_s)
 
-    async def _start_offset(self, broker: str, addr: str, qid: int) -> int:
-        resp = await self.pool.request(addr, RequestCode.QUERY_OFFSET, {
-            "group": GROUP, "topic": SCHEDULE_TOPIC, "queue_id": qid})
-        committed = int(resp.fields.get("offset", -1))
-        return max(committed, self.progress.sources.get(source_key(broker, qid), 0), 0)
+    # -- QueueReader hooks ---------------------------------------------------------------------
 
-    async def _pull_loop(self, broker: str, addr: str, qid: int) -> None:
-        offset: int | None = None
-        hist: str | None = None   # history of the record before `offset` (issue 16)
-        fields = {"group": GROUP, "topic": SCHEDULE_TOPIC, "queue_id": qid,
-                  "max_count": self.cfg.pull_max_count, "max_wait_ms": self.cfg.pull_max_wait_ms,
-                  "tags": None, "sql": None}
-        while self.is_leader():  # a deposed leader stops at once, not at the next reconcile
-            try:
-                if offset is None:
-                    offset = await self._start_offset(broker, addr, qid)
-                pull = {**fields, "offset": offset, **({"hist": hist} if hist else {})}
-                resp = await self.pool.request(
-                    addr, RequestCode.PULL, pull,
-                    timeout_ms=self.cfg.pull_max_wait_ms + PULL_SLACK_MS)
-                status = str(resp.fields.get("status", ""))
-                next_offset = int(resp.fields.get("next_offset", offset))
-                got_hist = resp.fields.get("hist")
-                if isinstance(got_hist, str) and (next_offset != offset
-                                                  or status == "HISTORY_DIVERGED"):
-                    hist = got_hist
-                if status == "FOUND":
-                    records = list(iter_records(resp.body))
-                    await self._take(broker, addr, qid, records, next_offset)
-                    offset = next_offset
-                elif status in _NEEDS_RESEEK:
-                    log.warning("%%SCHEDULE%% %s/%d: offset %d %s; continuing at %d",
-                                broker, qid, offset, status, next_offset)
-                    offset = next_offset
-                elif status == "NO_MATCHED_MESSAGE":
-                    offset = max(offset, next_offset)
-            except asyncio.CancelledError:
-                raise
-            except (FerryError, CorruptRecordError, OSError) as exc:
-                log.warning("pull of %%SCHEDULE%% %s/%d failed: %s", broker, qid, exc)
-                await asyncio.sleep(ERROR_BACKOFF_S)
+    def queues(self, route: TopicRoute) -> Iterable[ReadQueue]:
+        return super().queues(route) if self.is_leader() else []
+
+    async def ready(self, queue: ReadQueue) -> bool:
+        return self.is_leader()  # a deposed leader stops at once, not at the next reconcile
+
+    async def open(self, queue: ReadQueue) -> Cursor:
+        resp = await self.pool.request(queue.addr, RequestCode.QUERY_OFFSET, {
+            "group": GROUP, "topic": SCHEDULE_TOPIC, "queue_id": queue.queue_id})
+        committed = int(resp.fields.get("offset", -1))
+        taken = self.progress.sources.get(source_key(queue.broker, queue.queue_id), 0)
+        return Cursor(max(committed, taken, 0))
+
+    async def take(self, queue: ReadQueue, records: list[StoredMessage],
+                   answer: PullAnswer) -> int:
+        await self._take(queue.broker, queue.addr, queue.queue_id, records, answer.next_offset)
+        return answer.next_offset
 
     async def _take(self, broker: str, addr: str, qid: int, records: list, next_offset: int
                     ) -> None:

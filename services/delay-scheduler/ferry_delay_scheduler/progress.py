@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ferry.atomic_file import replace_durably
+from ferry.atomic_file import load_versioned, replace_durably
 
 PROGRESS_FILE = "progress.json"
 PROGRESS_VERSION = 1
@@ -41,16 +41,10 @@ def source_key(broker: str, queue_id: int) -> str:
 
 def load_progress(root: Path) -> Progress | None:
     """The saved progress, or None for a new data directory."""
-    path = root / PROGRESS_FILE
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
+    data = load_versioned(root / PROGRESS_FILE, PROGRESS_VERSION,
+                          "restore it or remove the data directory")
+    if data is None:
         return None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); restore it or remove the data "
-                         "directory") from None
-    if data.get("version") != PROGRESS_VERSION:
-        raise ValueError(f"{path} has version {data.get('version')}, expected {PROGRESS_VERSION}")
     return Progress(int(data["bucketed_through"]), int(data["closed_below"]),
                     {str(k): int(v) for k, v in data.get("sources", {}).items()})
 

@@ -24,12 +24,12 @@ import logging
 from collections.abc import Callable
 
 from ferry.client.connection import ConnectionPool
+from ferry.client.reading import now_ms
 from ferry.errors import FerryError, MessageNotFoundError, TransactionStateError
 from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.scan import now_ms
 from ferry_txn_checker.state import COMMITTED, DISCARDED, ROLLED_BACK, Book, OpenTxn
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ferry.atomic_file import replace_durably
+from ferry.atomic_file import load_versioned, replace_durably
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
@@ -39,18 +39,9 @@ def encode(doc: dict[str, Any]) -> bytes:
 
 def load(root: Path) -> dict[str, Any] | None:
     """The saved checkpoint document, or None for a new data directory."""
-    path = root / CHECKPOINT_FILE
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); restore it or remove the data "
-                         "directory (the checker then rescans from the start)") from None
-    if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{path} has version {data.get('version') if isinstance(data, dict) else None}"
-                         f", expected {CHECKPOINT_VERSION}")
-    return data
+    return load_versioned(root / CHECKPOINT_FILE, CHECKPOINT_VERSION,
+                          "restore it or remove the data directory (the checker then "
+                          "rescans from the start)")
 
 
 def save(root: Path, payload: bytes) -> None:

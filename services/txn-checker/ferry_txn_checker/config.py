@@ -16,10 +16,10 @@ from typing import Any
 
 from ferry import settings
 from ferry.auth.credentials import auth_enabled
+from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_CHECKS_LIMIT = 1000  # a higher max_checks would keep a half open for days
 # Fields that may be 0 (a port chosen by the OS, no immunity).
 _MAY_BE_ZERO = frozenset({"http_port", "check_immunity_ms"})

@@ -30,12 +30,15 @@ def namesrv_from_env() -> str:
     return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """--namesrv, --master: every job has them."""
+def add_common_args(parser: argparse.ArgumentParser, *, trace_dir: bool = False) -> None:
+    """--namesrv, --master: every job has them; --trace-dir the jobs that read spans."""
     parser.add_argument("--namesrv", default=namesrv_from_env(),
                         help="namesrv host:port (default $FERRY_NAMESRV or %(default)s)")
     parser.add_argument("--master", default=os.environ.get("FERRY_SPARK_MASTER", "local[2]"),
                         help="Spark master (default $FERRY_SPARK_MASTER or %(default)s)")
+    if trace_dir:
+        parser.add_argument("--trace-dir", default=DEFAULT_TRACE_DIR,
+                            help="JSON-lines span files (default %(default)s); '' for none")
 
 
 @contextmanager

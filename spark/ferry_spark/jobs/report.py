@@ -222,9 +222,7 @@ def run_report(spark: SparkSession, namesrv: str, trace_dir: str | None, out: st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n")[0])
-    common.add_common_args(parser)
-    parser.add_argument("--trace-dir", default=common.DEFAULT_TRACE_DIR,
-                        help="JSON-lines span files (default %(default)s); '' for none")
+    common.add_common_args(parser, trace_dir=True)
     parser.add_argument("--no-trace-topic", action="store_true",
                         help="do not read spans from %%TRACE%%")   # argparse %-formats help
     parser.add_argument("--topic", action="append", help="report on this topic (repeatable; "

@@ -119,9 +119,7 @@ def write_spans(spans: DataFrame, out: str, mode: str = "overwrite") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="traces", description=__doc__.split("\n")[0])
-    common.add_common_args(parser)
-    parser.add_argument("--trace-dir", default=common.DEFAULT_TRACE_DIR,
-                        help="JSON-lines span files (default %(default)s); '' for none")
+    common.add_common_args(parser, trace_dir=True)
     parser.add_argument("--from-topic", action="store_true",
                         help="also read %%TRACE%% through namesrv")   # argparse %-formats help
     parser.add_argument("--out", default=f"{common.DEFAULT_OUT_DIR}/spans")

@@ -27,14 +27,15 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.client.offsets import read_addr
-from ferry.codec.record import StoredMessage, iter_records
+from ferry.client.reading import pull
+from ferry.codec.record import StoredMessage
 from ferry.errors import (
     ConnectionLostError,
     NotMasterError,
     OffsetOutOfRangeError,
     RequestTimeoutError,
 )
-from ferry.wire import RequestCode
+from ferry.wire import MAX_PULL_BYTES, MAX_PULL_COUNT, PullRequest, PullStatus
 
 from ferry_spark.source.ranges import QueueRange
 
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: The group named in PULLs (a PULL must name one); the source never commits offsets.
 READER_GROUP = "ferry-spark-reader"
-PULL_MAX_COUNT = 1024             # the broker's MAX_PULL_COUNT
-PULL_MAX_BYTES = 8 << 20          # the broker's MAX_PULL_BYTES: an answer stays under a frame
 STALL_RECHECK_S = 0.1             # while the queue ends before the range end, look again after
 STALL_TIMEOUT_MS = 60_000         # how long a range may wait for records it was planned with
 MAX_PULL_ATTEMPTS = 4             # attempts of one PULL against unreachable brokers
@@ -51,7 +50,8 @@ RETRY_BACKOFF_S = 0.5
 # Loop turns that put a PULL on the wire (the task's first step, then the corked write).
 SEND_AHEAD_TURNS = 3
 _UNREACHABLE = (ConnectionLostError, RequestTimeoutError, NotMasterError)
-_ENDED = frozenset({"OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY", "NO_MESSAGE_IN_QUEUE"})
+_ENDED = frozenset({PullStatus.OFFSET_OVERFLOW_ONE, PullStatus.OFFSET_OVERFLOW_BADLY,
+                    PullStatus.NO_MESSAGE_IN_QUEUE, PullStatus.NO_MATCHED_MESSAGE})
 
 
 async def _loop_turns(n: int) -> None:
@@ -118,30 +118,29 @@ class RangePuller:
     async def _pull(self, offset: int) -> tuple[list[StoredMessage], int, bool]:
         """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
         end = self.qr.end
-        fields = {"group": READER_GROUP, "topic": self.tq.topic, "queue_id": self.tq.queue_id,
-                  "offset": offset, "max_count": min(PULL_MAX_COUNT, end - offset),
-                  "max_bytes": PULL_MAX_BYTES, "max_wait_ms": 0}
+        # MAX_PULL_BYTES: the largest answer a broker sends (it stays under a frame).
+        request = PullRequest(READER_GROUP, self.tq.topic, self.tq.queue_id, offset,
+                              min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES)
         for attempt in range(MAX_PULL_ATTEMPTS):
             try:
                 if self._addr is None:
                     self._addr = await read_addr(self._routes, self.tq)
-                resp = await self._pool.request(self._addr, RequestCode.PULL, fields)
+                answer = await pull(self._pool, self._addr, request)
                 break
             except _UNREACHABLE:
                 self._addr = None
                 if attempt + 1 == MAX_PULL_ATTEMPTS:
                     raise
                 await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
-        status = str(resp.fields.get("status", ""))
-        next_offset = int(resp.fields.get("next_offset", offset))
-        if status == "FOUND":
-            records = list(iter_records(resp.body))   # each checked (size, magic, CRC)
+        status, next_offset = answer.status, answer.next_offset
+        if status is PullStatus.FOUND:
+            records = answer.stored()   # each checked (size, magic, CRC)
             if records and records[-1].queue_offset >= end:
                 records = [r for r in records if r.queue_offset < end]
             return records, max(next_offset, offset + 1), False
-        if status == "NO_MATCHED_MESSAGE" and next_offset > offset:
+        if status is PullStatus.NO_MATCHED_MESSAGE and next_offset > offset:
             return [], next_offset, False
-        if status == "OFFSET_TOO_SMALL":
+        if status is PullStatus.OFFSET_TOO_SMALL:
             if self.fail_out_of_range:
                 raise OffsetOutOfRangeError(
                     f"ferry source: offset {offset} of {self.qr.where} is no longer stored (the "
@@ -149,8 +148,8 @@ class RangePuller:
             log.warning("%s: offset %d deleted since planning; continuing at %d (clamp)",
                         self.qr.where, offset, next_offset)
             return [], next_offset, False
-        if status in _ENDED or status == "NO_MATCHED_MESSAGE":
+        if status in _ENDED:
             await asyncio.sleep(STALL_RECHECK_S)
             return [], offset, True
         raise OffsetOutOfRangeError(f"ferry source: {self.qr.where}: unexpected PULL status "
-                                    f"{status!r} at offset {offset}")
+                                    f"{status.value!r} at offset {offset}")

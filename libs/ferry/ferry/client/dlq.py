@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import broker_addr, queue_bounds
+from ferry.client.reading.ranges import read_range
 from ferry.client.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_entry
 from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import TopicNotFoundError
@@ -61,19 +61,10 @@ class DeadLetterQueue:
         """The records of `tq` from the group's committed offset to the end now."""
         low, high = await queue_bounds(self.pool, self.routes, tq)
         offset = max(await self.committed(tq), low)
-        while offset < high:
-            addr = await broker_addr(self.routes, tq)
-            resp = await self.pool.request(addr, RequestCode.PULL, {
-                "group": self.group, "topic": tq.topic, "queue_id": tq.queue_id,
-                "offset": offset, "max_count": SCAN_BATCH, "max_wait_ms": 0, "tags": None,
-                "sql": None})
-            next_offset = int(resp.fields.get("next_offset", offset))
-            if resp.fields.get("status") == "FOUND":
-                for record in decode_pull_body(resp.body, tq.topic, tq.broker):
-                    yield record
-            if next_offset <= offset:
-                break
-            offset = next_offset
+        async for records in read_range(self.pool, self.routes, self.group, tq, offset, high,
+                                        batch=SCAN_BATCH, locate=broker_addr):
+            for record in records:
+                yield record
 
     async def messages(self, limit: int | None = None) -> list[ConsumerRecord]:
         """The messages after the group's committed offsets, queue by queue.

@@ -79,7 +79,7 @@ from ferry.errors import (
 )
 from ferry.filter import Subscription
 from ferry.names import RETRY_PREFIX
-from ferry.wire import RequestCode
+from ferry.wire import PullAnswer, PullStatus, RequestCode
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,9 @@ class _Chunk:
 #: History changes a fetcher remembers (to name the history of a committed offset).
 MAX_HISTORY_MARKS = 16
 #: Answers whose `next_offset` may lie before the fetch offset: the fetcher goes back.
-_REWIND_STATUSES = frozenset({"HISTORY_DIVERGED", "OFFSET_OVERFLOW_BADLY"})
+_REWIND_STATUSES = frozenset({PullStatus.HISTORY_DIVERGED, PullStatus.OFFSET_OVERFLOW_BADLY})
+#: Answers whose `next_offset` moves the fetcher forward past what it cannot read.
+_FORWARD_STATUSES = frozenset({PullStatus.OFFSET_TOO_SMALL, PullStatus.OFFSET_OVERFLOW_BADLY})
 
 
 _unpack_header = HEADER.unpack_from
@@ -384,18 +386,17 @@ class QueueFetcher:
         except _UNREACHABLE:
             self.choice.on_failure(addr, group)
             raise
-        status = str(resp.fields.get("status", ""))
-        next_offset = int(resp.fields.get("next_offset", self.fetch_offset))
-        hist = resp.fields.get("hist")
+        answer = PullAnswer.parse(resp.fields, resp.body, self.fetch_offset)
+        status, next_offset, hist = answer.status, answer.next_offset, answer.hist
         if status in _REWIND_STATUSES and next_offset < self.fetch_offset:
-            self._rewind(next_offset, hist if isinstance(hist, str) else None, status)
+            self._rewind(next_offset, hist, status.value)
             return False
-        if isinstance(hist, str) and next_offset > self.fetch_offset:
+        if hist is not None and next_offset > self.fetch_offset:
             self._mark(hist)
-        self.choice.on_answer(addr, group, found=status == "FOUND",
-                              suggest_slave=resp.fields.get("suggest_slave") is True)
-        if status == "FOUND":
-            records = decode_pull_body(resp.body, self.tq.topic, self.tq.broker)
+        self.choice.on_answer(addr, group, found=answer.found,
+                              suggest_slave=answer.suggest_slave)
+        if status is PullStatus.FOUND:
+            records = decode_pull_body(answer.body, self.tq.topic, self.tq.broker)
             sub = c.subscriptions.get(self.tq.topic)
             if sub is not None and sub.tags is not None:
                 tags = sub.tags
@@ -406,11 +407,11 @@ class QueueFetcher:
             self._push(records, next_offset)
             self.fetch_offset = max(self.fetch_offset, next_offset)
             return bool(records)
-        if status in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY"):
+        if status in _FORWARD_STATUSES:
             # Forward only: OFFSET_TOO_SMALL (retention deleted what lay before), or a
             # broker older than issue 16 answering OFFSET_OVERFLOW_BADLY.
             log.warning("%s: offset %d out of range (%s); moving to %d",
-                        self.tq, self.fetch_offset, status, next_offset)
+                        self.tq, self.fetch_offset, status.value, next_offset)
             self.fetch_offset = next_offset
             if not self._chunks:
                 self.delivered = next_offset

@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.client.offsets import read_addr
+from ferry.client.reading.ranges import read_range
 from ferry.codec.record import iter_records
 from ferry.errors import FerryError, MalformedRequestError, MessageNotFoundError
 from ferry.names import validate_topic
@@ -174,26 +174,16 @@ async def _read_window(pool: ConnectionPool, routes: RouteCache, tq: TopicQueue,
     offset = await _offset_for_time(pool, routes, tq, begin_ms)
     end = await _offset_for_time(pool, routes, tq, end_ms)
     taken = 0
-    while offset < end:
-        addr = await read_addr(routes, tq)
-        resp = await pool.request(addr, RequestCode.PULL, {
-            "group": READ_GROUP, "topic": tq.topic, "queue_id": tq.queue_id,
-            "offset": offset, "max_count": min(PULL_BATCH, end - offset), "max_wait_ms": 0,
-            "tags": None, "sql": None})
-        next_offset = int(resp.fields.get("next_offset", offset))
-        if resp.fields.get("status") == "FOUND":
-            for record in decode_pull_body(resp.body, tq.topic, tq.broker):
-                # A broker's clock may step back within a queue: check each time again.
-                if record.queue_offset >= end or not begin_ms <= record.store_ts_ms < end_ms:
-                    continue
-                if taken >= max_count:
-                    out.truncated = True
-                    return
-                out.append(record)
-                taken += 1
-        if next_offset <= offset:
-            return
-        offset = next_offset
+    async for records in read_range(pool, routes, READ_GROUP, tq, offset, end, batch=PULL_BATCH):
+        for record in records:
+            # A broker's clock may step back within a queue: check each time again.
+            if not begin_ms <= record.store_ts_ms < end_ms:
+                continue
+            if taken >= max_count:
+                out.truncated = True
+                return
+            out.append(record)
+            taken += 1
 
 
 async def _offset_for_time(pool: ConnectionPool, routes: RouteCache, tq: TopicQueue,

@@ -20,6 +20,7 @@ from typing import Any
 from ferry.routing.follow import follow_prefix
 from ferry.routing.models import BrokerInfo, GroupConfig, TopicConfig
 from ferry.routing.registry import EtcdRegistry
+from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.routing.cache")
 
@@ -65,10 +66,7 @@ class RouteCache:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     @property
     def loaded(self) -> bool:

@@ -40,8 +40,8 @@ from typing import Any
 
 import aetcd.exceptions
 
-from ferry.lifecycle import cancel_and_wait
 from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
+from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.routing.election")
 

@@ -24,6 +24,7 @@ import aetcd.exceptions
 from ferry.errors import AlreadyExistsError
 from ferry.names import validate_group, validate_topic
 from ferry.routing.models import BrokerInfo, GroupConfig, TopicConfig
+from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.routing.registry")
 
@@ -262,10 +263,7 @@ class EtcdRegistry:
 
     async def _stop_keepalive(self) -> None:
         task, self._keepalive_task = self._keepalive_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def list_brokers(self) -> list[BrokerInfo]:
         """Every registered broker, read from etcd now (the cache is the usual way)."""

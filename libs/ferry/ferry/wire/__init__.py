@@ -34,6 +34,13 @@ from ferry.wire.messages import (
     decode_messages,
     encode_messages,
 )
+from ferry.wire.pull import (
+    MAX_PULL_BYTES,
+    MAX_PULL_COUNT,
+    PullAnswer,
+    PullRequest,
+    PullStatus,
+)
 
 __all__ = [
     # protocol numbers
@@ -66,4 +73,10 @@ __all__ = [
     "MSG_ID_BYTES",
     "MAX_TAGS_BYTES",
     "MAX_KEYS_BYTES",
+    # PULL
+    "PullRequest",
+    "PullAnswer",
+    "PullStatus",
+    "MAX_PULL_COUNT",
+    "MAX_PULL_BYTES",
 ]

@@ -44,6 +44,7 @@ from ferry.codec.record import AT_PHY_OFFSET, AT_QUEUE_OFFSET, I64
 from ferry.store import GetResult, GetStatus
 from ferry.store.histories import QueueHistory
 from ferry.wire import Frame, response
+from ferry.wire.pull import MAX_PULL_BYTES, MAX_PULL_COUNT, PullStatus
 
 from ferry_broker.cold_reads import warm_for_read
 from ferry_broker.context import BrokerContext, ConnInfo
@@ -58,9 +59,7 @@ from ferry_broker.handlers.fields import (
 from ferry_broker.hooks.replication import confirmed_offset
 
 DEFAULT_MAX_COUNT = 32
-MAX_PULL_COUNT = 1024
 DEFAULT_MAX_BYTES = 1 << 20
-MAX_PULL_BYTES = 8 << 20  # keeps a response under the 16 MiB frame limit
 # How long one filtered pull may scan (on the event loop, under the store lock): a
 # selector can cost hundreds of microseconds a record, and 16,000 of them would
 # stall every other client for seconds. The scan stops there; the answer's
@@ -72,7 +71,7 @@ CONFIRMED_RECHECK_S = 0.2
 _WAIT_STATUSES = frozenset({GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.OFFSET_OVERFLOW_ONE,
                             GetStatus.NO_MATCHED_MESSAGE})
 #: The answer to a PULL whose `hist` the broker's log does not continue (issue 16).
-HISTORY_DIVERGED = "HISTORY_DIVERGED"
+HISTORY_DIVERGED = PullStatus.HISTORY_DIVERGED.value
 
 
 async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
