@@ -35,7 +35,6 @@ from ferry.wire import Frame, decode_messages, response
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import int_field, queue_field, topic_field
 from ferry_broker.put_pipeline import PutBatch
-from ferry_broker.roles import require_master
 
 MAX_BATCH_MESSAGES = 10_000
 _TRACED = int(MessageFlag.TRACED)
@@ -69,7 +68,7 @@ def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
 
 
 async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
     export = "trace_export" in req.fields
     if export:

@@ -53,7 +53,6 @@ from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import group_field, str_field
 from ferry_broker.handlers.query import parse_msg_id
 from ferry_broker.put_pipeline import PutBatch
-from ferry_broker.roles import require_master
 from ferry_broker.transactions import (
     ACTIONS,
     BY_VALUES,
@@ -194,7 +193,7 @@ async def _repeated_pending(ctx: BrokerContext, req: Frame, pend: PendingEnd, ms
 
 
 async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     f = req.fields
     group = group_field(f)
     msg_id = parse_msg_id(f.get("msg_id"))
