@@ -1,7 +1,7 @@
 """Which topics this broker serves, and with how many queues.
 
 Topic config lives in etcd (`/ferry/topics/{topic}`) and reaches the broker
-through the routing RouteCache. A topic the cache does not know is created
+through the routing RegistryCache. A topic the cache does not know is created
 here on first SEND when AUTO_CREATE_TOPICS is on (with DEFAULT_QUEUES queues),
 and internal topics (`%RETRY%...`, `%DLQ%...`, `%SCHEDULE%`, `%SYS%...`) always
 are, since only Ferry itself builds their names: `%SCHEDULE%` with
@@ -20,7 +20,7 @@ from ferry.names import SCHEDULE_TOPIC, is_internal
 from ferry_broker.config import BrokerConfig
 
 if TYPE_CHECKING:
-    from ferry.routing import RouteCache, TopicConfig
+    from ferry.routing import RegistryCache, TopicConfig
 
 SCHEDULE_QUEUES = 4
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
@@ -29,7 +29,7 @@ ChangeListener = Callable[[str | None], None]  # argument: the topic just create
 class TopicManager:
     """Resolves a topic's queue count for SEND and lists the topics served."""
 
-    def __init__(self, config: BrokerConfig, cache: RouteCache | None) -> None:
+    def __init__(self, config: BrokerConfig, cache: RegistryCache | None) -> None:
         self._config = config
         self._cache = cache
         self._local: dict[str, int] = {}  # created here, not (yet) seen in etcd
@@ -88,7 +88,7 @@ class TopicManager:
         return dict(sorted(out.items()))
 
     def config_changed(self, *_: object) -> None:
-        """Called by the RouteCache after each change in etcd."""
+        """Called by the RegistryCache after each change in etcd."""
         self._notify(None)
 
     def _notify(self, created: str | None) -> None:
