@@ -20,7 +20,7 @@ from ferry.names import SCHEDULE_TOPIC, is_internal
 from ferry_broker.config import BrokerConfig
 
 if TYPE_CHECKING:
-    from ferry.routing import RegistryCache, TopicConfig
+    from ferry.routing import GroupConfig, RegistryCache, TopicConfig
 
 SCHEDULE_QUEUES = 4
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
@@ -48,6 +48,15 @@ class TopicManager:
     def configured(self, topic: str) -> TopicConfig | None:
         """The topic's config from etcd, if the cache has it."""
         return self._cache.topics.get(topic) if self._cache is not None else None
+
+    def type_of(self, topic: str) -> str:
+        """The topic's `type` (topic_types.py); "normal" for a topic etcd does not configure."""
+        cfg = self.configured(topic)
+        return cfg.type if cfg is not None else "normal"
+
+    def configured_group(self, group: str) -> GroupConfig | None:
+        """The group's config from etcd, if the cache has it (the topic config's neighbour)."""
+        return self._cache.groups.get(group) if self._cache is not None else None
 
     def _serves(self, cfg: TopicConfig) -> bool:
         return not cfg.brokers or self._config.name in cfg.brokers
