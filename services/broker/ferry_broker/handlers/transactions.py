@@ -36,6 +36,7 @@ from ferry.codec import (
     StoredMessage,
     msg_id_hex,
 )
+from ferry.codec.txn_op import ACTIONS, BY_VALUES, COMMIT
 from ferry.errors import (
     FlushTimeoutError,
     MalformedRequestError,
@@ -54,9 +55,6 @@ from ferry_broker.handlers.fields import group_field, str_field
 from ferry_broker.handlers.query import parse_msg_id
 from ferry_broker.put_pipeline import PutBatch
 from ferry_broker.transactions import (
-    ACTIONS,
-    BY_VALUES,
-    COMMIT,
     STATES,
     committed_message,
     find_half,
