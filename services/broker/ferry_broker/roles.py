@@ -43,8 +43,9 @@ if TYPE_CHECKING:
     from ferry_broker.config import BrokerConfig
     from ferry_broker.consumer_offsets import ConsumerOffsetManager
     from ferry_broker.registration import Registration
+    from ferry_broker.replication.admission import Authenticate
     from ferry_broker.replication.follower import ReplicaFollower
-    from ferry_broker.replication.master import Authenticate, ReplicationServer
+    from ferry_broker.replication.master import ReplicationServer
 
 log = logging.getLogger(__name__)
 
