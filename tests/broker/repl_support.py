@@ -17,7 +17,8 @@ from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.store.epochs import EpochLog
 from ferry_broker.replication import ReplicaFollower, ReplicationServer
 from ferry_broker.replication import protocol as p
-from ferry_broker.replication.master import Authenticate, InSyncListener
+from ferry_broker.replication.admission import Authenticate
+from ferry_broker.replication.master import InSyncListener
 
 CLUSTER, NAME = "ReplCluster", "broker-a"
 SEGMENT_BYTES = 4 << 20

@@ -10,13 +10,14 @@ import pytest
 from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.wire import FrameDecoder, RequestCode, encode_frame, request
 from ferry_broker.config import BrokerConfig
+from ferry_broker.connection import BrokerProtocol
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
 from ferry_broker.long_poll import LongPollManager
-from ferry_broker.server import BrokerProtocol, BrokerServer
+from ferry_broker.server import BrokerServer
 from ferry_broker.topics import TopicManager
 
 BUDGET = 2 << 20

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from ferry_broker.replication import follower, master
+from ferry_broker.replication import admission, follower, link, master
 from ferry_broker.replication import protocol as p
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "replication.md"
@@ -62,7 +62,8 @@ def test_frame_types() -> None:
 
 
 def test_limits() -> None:
-    modules = {"protocol": p, "master": master, "follower": follower}
+    modules = {"protocol": p, "master": master, "follower": follower,
+               "admission": admission, "link": link}
     rows = _table("### Limits")
     for row in rows:
         assert getattr(modules[row["where"]], row["constant"]) == int(row["value"]), row

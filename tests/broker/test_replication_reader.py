@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import uvloop
 from ferry_broker.replication import protocol as p
+from ferry_broker.replication.link import READ_BUFFER_BYTES, LinkProtocol
 
 RUNNERS: dict[str, Callable[[Coroutine[Any, Any, None]], None]] = {
     "asyncio": asyncio.run, "uvloop": uvloop.run}
 
 
 async def _with_peer(send: Callable[[asyncio.StreamWriter], Awaitable[None]],
-                     read: Callable[[p.LinkProtocol], Awaitable[None]]) -> None:
+                     read: Callable[[LinkProtocol], Awaitable[None]]) -> None:
     """A server that runs `send` on its end; `read` on a LinkProtocol connected to it."""
     async def serve(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
@@ -33,7 +34,7 @@ async def _with_peer(send: Callable[[asyncio.StreamWriter], Awaitable[None]],
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     transport, link = await asyncio.get_running_loop().create_connection(
-        p.LinkProtocol, "127.0.0.1", port)
+        LinkProtocol, "127.0.0.1", port)
     try:
         await asyncio.wait_for(read(link), 20)
     finally:
@@ -45,7 +46,7 @@ async def _with_peer(send: Callable[[asyncio.StreamWriter], Awaitable[None]],
 def _frames() -> list[tuple[p.FrameType, bytes]]:
     rng = random.Random(7)
     out = [(p.FrameType.DATA, os.urandom(rng.randint(16, p.CHUNK_BYTES))) for _ in range(6)]
-    out.insert(3, (p.FrameType.OFFSETS, os.urandom(3 * p.READ_BUFFER_BYTES)))  # grows
+    out.insert(3, (p.FrameType.OFFSETS, os.urandom(3 * READ_BUFFER_BYTES)))  # grows
     out.insert(1, (p.FrameType.HEARTBEAT, b"\x01" * 8))
     return out
 
@@ -66,7 +67,7 @@ def test_frames_come_back_whole_whatever_the_splits(loop: str, split: str) -> No
             await w.drain()
             pos += n
 
-    async def read(link: p.LinkProtocol) -> None:
+    async def read(link: LinkProtocol) -> None:
         for ftype, payload in frames:
             got_type, got = await link.read_frame()
             assert (got_type, bytes(got)) == (ftype, payload)
@@ -86,7 +87,7 @@ def test_a_payload_view_stays_valid_while_later_frames_arrive(loop: str) -> None
             w.writelines(p.frame(p.FrameType.DATA, later))
         await w.drain()
 
-    async def read(link: p.LinkProtocol) -> None:
+    async def read(link: LinkProtocol) -> None:
         _, view = await link.read_frame()
         await asyncio.sleep(0.2)  # the rest arrives meanwhile (it fills the buffer)
         assert bytes(view) == first
@@ -114,7 +115,7 @@ def test_bad_frames_fail_as_read_frame_does(loop: str, bad: str) -> None:
         await w.drain()
         await asyncio.sleep(0.5)
 
-    async def read(link: p.LinkProtocol) -> None:
+    async def read(link: LinkProtocol) -> None:
         with pytest.raises(p.ReplicationProtocolError, match=why):
             await link.read_frame()
 
@@ -127,7 +128,7 @@ def test_a_peer_closing_mid_frame_is_an_incomplete_read(loop: str) -> None:
         w.write(b"".join(p.frame(p.FrameType.DATA, bytes(1000)))[:500])
         await w.drain()
 
-    async def read(link: p.LinkProtocol) -> None:
+    async def read(link: LinkProtocol) -> None:
         with pytest.raises(asyncio.IncompleteReadError):
             await link.read_frame()
 

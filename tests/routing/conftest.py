@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from uuid import uuid4
 
 import pytest
-from ferry.routing import EtcdRegistry, RouteCache
+from ferry.routing import EtcdRegistry, RegistryCache
 
 from tests.support.procs import Etcd
 
@@ -25,8 +25,8 @@ async def registry(etcd: Etcd, prefix: str) -> AsyncIterator[EtcdRegistry]:
 
 
 @pytest.fixture
-async def cache(registry: EtcdRegistry) -> AsyncIterator[RouteCache]:
-    c = RouteCache(registry)
+async def cache(registry: EtcdRegistry) -> AsyncIterator[RegistryCache]:
+    c = RegistryCache(registry)
     await c.start()
     yield c
     await c.stop()

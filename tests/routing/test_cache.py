@@ -1,10 +1,10 @@
-"""RouteCache against a real etcd: initial load, watch updates, lease expiry, reload."""
+"""RegistryCache against a real etcd: initial load, watch updates, lease expiry, reload."""
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from ferry.routing import BrokerInfo, CacheChange, EtcdRegistry, RouteCache, TopicConfig
+from ferry.routing import BrokerInfo, CacheChange, EtcdRegistry, RegistryCache, TopicConfig
 from ferry.routing.models import GroupConfig
 
 from tests.support.procs import Etcd, start_etcd
@@ -29,7 +29,7 @@ async def test_initial_load_sees_existing_keys(registry: EtcdRegistry) -> None:
     await registry.put_topic(TopicConfig("orders", queues=4))
     await registry.put_group(GroupConfig("g1"))
     await registry.register_broker(MASTER_A, ttl_s=10, keepalive_s=2)
-    cache = RouteCache(registry)
+    cache = RegistryCache(registry)
     await cache.start()
     try:
         assert cache.loaded
@@ -41,7 +41,7 @@ async def test_initial_load_sees_existing_keys(registry: EtcdRegistry) -> None:
 
 
 async def test_watch_follows_changes_and_notifies(registry: EtcdRegistry,
-                                                  cache: RouteCache) -> None:
+                                                  cache: RegistryCache) -> None:
     seen: list[CacheChange] = []
     cache.add_listener(seen.append)
     rev = await registry.put_topic(TopicConfig("orders", queues=4))
@@ -58,7 +58,7 @@ async def test_watch_follows_changes_and_notifies(registry: EtcdRegistry,
 
 
 async def test_route_groups_master_and_slaves(etcd: Etcd, prefix: str,
-                                              registry: EtcdRegistry, cache: RouteCache) -> None:
+                                              registry: EtcdRegistry, cache: RegistryCache) -> None:
     regs = [await registered(etcd, prefix, b) for b in (MASTER_A, SLAVE_A, MASTER_B)]
     try:
         await eventually(lambda: len(cache.brokers) == 3)
@@ -84,7 +84,7 @@ async def test_route_groups_master_and_slaves(etcd: Etcd, prefix: str,
 
 async def test_elected_master_with_the_highest_epoch_wins(etcd: Etcd, prefix: str,
                                                          registry: EtcdRegistry,
-                                                         cache: RouteCache) -> None:
+                                                         cache: RegistryCache) -> None:
     # A dead master's key outlives it until its lease ends; the new term's master wins.
     stale = BrokerInfo("c1", "broker-a", 0, "127.0.0.1:20001", topics={"t": 2},
                        role="master", epoch=3)
@@ -106,7 +106,7 @@ async def test_elected_master_with_the_highest_epoch_wins(etcd: Etcd, prefix: st
 
 async def test_listed_broker_stays_in_route_while_down(etcd: Etcd, prefix: str,
                                                        registry: EtcdRegistry,
-                                                       cache: RouteCache) -> None:
+                                                       cache: RegistryCache) -> None:
     """Ordered keys hash over the route: a listed broker that is down keeps its queues there."""
     reg = await registered(etcd, prefix, MASTER_B)
     try:
@@ -128,7 +128,7 @@ async def test_listed_broker_stays_in_route_while_down(etcd: Etcd, prefix: str,
 
 
 async def test_expired_lease_removes_broker_from_cache(etcd: Etcd, prefix: str,
-                                                       cache: RouteCache) -> None:
+                                                       cache: RegistryCache) -> None:
     reg = await registered(etcd, prefix, MASTER_A, ttl_s=2)
     await eventually(lambda: MASTER_A.key in cache.brokers)
     await reg.stop()  # keep-alive stops, no unregister: the lease must expire
@@ -145,7 +145,7 @@ async def test_cache_reloads_after_etcd_restart(tmp_path: Path) -> None:
     writer = EtcdRegistry(own.endpoint, prefix="/ferry/")
     await reg.start()
     await writer.start()
-    cache = RouteCache(reg)
+    cache = RegistryCache(reg)
     await cache.start()
     try:
         rev = await writer.put_topic(TopicConfig("before"))

@@ -27,11 +27,13 @@ from ferry.errors import (
     AccessDeniedError,
     AlreadyDeliveredError,
     AuthenticationError,
+    BroadcastNotAllowedError,
     ConnectionLostError,
     FerryError,
     InvalidDelayError,
     MessageNotFoundError,
     MessageTooLargeError,
+    MessageTypeMismatchError,
     RequestTimeoutError,
     TopicNotFoundError,
     TransactionStateError,
@@ -72,6 +74,8 @@ __all__ = [
     "TransactionStateError",
     "AuthenticationError",
     "AccessDeniedError",
+    "MessageTypeMismatchError",
+    "BroadcastNotAllowedError",
     "error_for_code",
 ]
 

@@ -219,6 +219,21 @@ class AccessDeniedError(FerryError):
     code = 27
 
 
+class MessageTypeMismatchError(FerryError):
+    """The message's kind is not the one its topic takes (the topic's `type`: a `fifo` topic
+    takes messages with a key, a `delay` topic delayed ones, a `transaction` topic
+    transactional halves); the message names both. Not retriable: sent again, it is refused
+    again."""
+
+    code = 28
+
+
+class BroadcastNotAllowedError(FerryError):
+    """A broadcasting consumer joined a group whose config has `broadcast_allowed` false."""
+
+    code = 29
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

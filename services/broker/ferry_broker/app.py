@@ -2,7 +2,7 @@
 
 Start: open the store (recovering it if needed), load committed offsets,
 listen on the wire port, start the HTTP API; then, in the background and
-retrying until etcd answers, load topic config (RouteCache), register in
+retrying until etcd answers, load topic config (RegistryCache), register in
 etcd with the topics served and (replication async/sync) join the group's
 election (roles.py). /readyz is 200 once registered. Stop (SIGTERM or
 SIGINT): resign the election (a slave takes over at once), leave etcd so

@@ -14,10 +14,10 @@ and tells its `on_leave` listeners (the queue lock table) when a member goes.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from ferry_broker.members import HeartbeatTable
 from ferry_broker.subscription_conflicts import ConflictTracker, SubFields, group_conflicts
 
 MAX_CLIENTS_PER_GROUP = 10_000
@@ -42,13 +42,11 @@ class ConsumerInfo:
                                                                 other.subscriptions)
 
 
-class ConsumerManager:
+class ConsumerManager(HeartbeatTable[ConsumerInfo]):
     """Group -> client id -> last heartbeat, with expiry."""
 
     def __init__(self, expiry_ms: int, clock_ms: Callable[[], float] | None = None) -> None:
-        self._expiry_ms = expiry_ms
-        self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
-        self._groups: dict[str, dict[str, ConsumerInfo]] = {}
+        super().__init__(expiry_ms, MAX_GROUPS, MAX_CLIENTS_PER_GROUP, clock_ms)
         self.conflicts = ConflictTracker()
         #: Called with (group, client_id) when a member unregisters or expires.
         self.on_leave: list[Callable[[str, str], object]] = []
@@ -57,30 +55,15 @@ class ConsumerManager:
                   subscriptions: Mapping[str, SubFields] | None = None,
                   joined_ms: int = 0) -> bool:
         """Record a heartbeat; returns False when a limit refuses a new client or group."""
-        members = self._groups.get(group)
+        members = self._admit(group, client_id)
         if members is None:
-            if len(self._groups) >= MAX_GROUPS:
-                self.expire()
-                if len(self._groups) >= MAX_GROUPS:
-                    return False
-            members = self._groups[group] = {}
-        before = members.get(client_id)
-        if before is None and len(members) >= MAX_CLIENTS_PER_GROUP:
             return False
+        before = members.get(client_id)
         info = ConsumerInfo(client_id, topics, mode, self._clock_ms(), subscriptions, joined_ms)
         members[client_id] = info
         if before is None or not before.same_interest(info):
             self._expire_group(group)  # compare live members only
             self._check_conflicts(group)
-        return True
-
-    def unregister(self, client_id: str, group: str) -> bool:
-        members = self._groups.get(group)
-        if members is None or members.pop(client_id, None) is None:
-            return False
-        if not members:
-            del self._groups[group]
-        self._left(group, [client_id])
         return True
 
     def touch(self, client_id: str, group: str) -> None:
@@ -109,29 +92,10 @@ class ConsumerManager:
         self.expire()
         return {g: sorted(m.values(), key=lambda i: i.client_id) for g, m in self._groups.items()}
 
-    def expire(self) -> int:
-        """Drop every client silent for longer than the expiry; returns how many."""
-        return sum(self._expire_group(group) for group in list(self._groups))
-
-    def _expire_group(self, group: str) -> int:
-        members = self._groups.get(group)
-        if not members:
-            return 0
-        cutoff = self._clock_ms() - self._expiry_ms
-        dead = [cid for cid, info in members.items() if info.last_seen_ms < cutoff]
-        if not dead:
-            return 0
-        for cid in dead:
-            del members[cid]
-        if not members:
-            del self._groups[group]
-        self._left(group, dead)
-        return len(dead)
-
-    def _left(self, group: str, client_ids: list[str]) -> None:
-        for cid in client_ids:
+    def _left(self, group: str, gone: list[ConsumerInfo]) -> None:
+        for info in gone:
             for listener in self.on_leave:
-                listener(group, cid)
+                listener(group, info.client_id)
         self._check_conflicts(group)
 
     def _check_conflicts(self, group: str) -> None:

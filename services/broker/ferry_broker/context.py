@@ -90,7 +90,9 @@ class BrokerContext:
         self.expiry = ExpiryFilter(ttl_queues)
         self.producers = ProducerManager(self.config.consumer_expiry_ms)
         self.txn_stats = TxnStats()
-        self.roles = RoleManager(self)
+        auth = self.auth
+        self.roles = RoleManager(self.config, self.store, self.offsets, self.long_poll.notify,
+                                 auth.authenticate_slave if auth is not None else None)
         # Before-put hooks run in this order, after-put hooks in reverse: pulls are
         # woken before the durability wait (as RocketMQ does). The txn hook goes
         # before the delay hook, so that a delayed half is refused, not scheduled.
@@ -104,17 +106,20 @@ class BrokerContext:
                                DelayHook(self.topics, self.config.max_delay_ms),
                                TtlHook(ttl_queues)]
         if tracing().enabled:  # set up by BrokerApp.start before the context is built
-            core.append(TraceHook(self))
-        durable, wake = DurabilityHook(self), WakePullsHook(self)
+            core.append(TraceHook(self.config.name))
+        durable = DurabilityHook(self.config, self.store, self.durability, self.health)
+        wake = WakePullsHook(self.long_poll.notify)
         mode = self.config.replication
         hooks: list[PutHook]
         if mode == "none":
             hooks = [durable, wake, *core]
         elif mode == "async":
-            hooks = [ReplicationWaitHook(self), durable, wake, *core, ReplicationNotifyHook(self)]
+            hooks = [ReplicationWaitHook(self.config, self.roles), durable, wake, *core,
+                     ReplicationNotifyHook(self.roles)]
         else:
-            hooks = [wake, ReplicationWaitHook(self), durable, *core, ReplicationNotifyHook(self)]
-        self.pipeline = PutPipeline(self, hooks)
+            hooks = [wake, ReplicationWaitHook(self.config, self.roles), durable, *core,
+                     ReplicationNotifyHook(self.roles)]
+        self.pipeline = PutPipeline(self.store, self.health, self.roles, hooks)
         self.txn_ends = EndBatcher(self.pipeline)
         self.locks = QueueLockTable(self.config.lock_expiry_ms)
         # A member that unregisters or stops heart-beating loses its queue locks.

@@ -9,11 +9,12 @@ that is open. `pick` hands out a group's producers in round-robin order.
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ferry.wire import Frame
+
+from ferry_broker.members import HeartbeatTable
 
 MAX_PRODUCERS_PER_GROUP = 10_000
 MAX_PRODUCER_GROUPS = 100_000
@@ -32,41 +33,24 @@ class ProducerInfo:
     last_seen_ms: float
 
 
-class ProducerManager:
+class ProducerManager(HeartbeatTable[ProducerInfo]):
     """Group -> client id -> ProducerInfo, with expiry and removal on disconnect."""
 
     def __init__(self, expiry_ms: int, clock_ms: Callable[[], float] | None = None) -> None:
-        self._expiry_ms = expiry_ms
-        self._clock_ms = clock_ms or (lambda: time.monotonic() * 1000.0)
-        self._groups: dict[str, dict[str, ProducerInfo]] = {}
+        super().__init__(expiry_ms, MAX_PRODUCER_GROUPS, MAX_PRODUCERS_PER_GROUP, clock_ms)
         self._by_conn: dict[int, set[tuple[str, str]]] = {}
         self._turn: dict[str, int] = {}  # round-robin position per group
 
     def heartbeat(self, client_id: str, group: str, conn_id: int, push: Push) -> bool:
         """Record a heartbeat; False when a limit refuses a new producer or group."""
-        members = self._groups.get(group)
+        members = self._admit(group, client_id)
         if members is None:
-            if len(self._groups) >= MAX_PRODUCER_GROUPS:
-                self.expire()
-                if len(self._groups) >= MAX_PRODUCER_GROUPS:
-                    return False
-            members = self._groups[group] = {}
-        old = members.get(client_id)
-        if old is None and len(members) >= MAX_PRODUCERS_PER_GROUP:
             return False
+        old = members.get(client_id)
         if old is not None and old.conn_id != conn_id:  # it reconnected
             self._unlink(old.conn_id, group, client_id)
         members[client_id] = ProducerInfo(client_id, conn_id, push, self._clock_ms())
         self._by_conn.setdefault(conn_id, set()).add((group, client_id))
-        return True
-
-    def unregister(self, client_id: str, group: str) -> bool:
-        members = self._groups.get(group)
-        info = members.pop(client_id, None) if members is not None else None
-        if info is None:
-            return False
-        self._unlink(info.conn_id, group, client_id)
-        self._drop_if_empty(group)
         return True
 
     def connection_closed(self, conn_id: int) -> int:
@@ -97,21 +81,9 @@ class ProducerManager:
         self.expire()
         return {g: sorted(m) for g, m in sorted(self._groups.items())}
 
-    def expire(self) -> int:
-        """Drop every producer silent for longer than the expiry; returns how many."""
-        return sum(self._expire_group(group) for group in list(self._groups))
-
-    def _expire_group(self, group: str) -> int:
-        members = self._groups.get(group)
-        if not members:
-            return 0
-        cutoff = self._clock_ms() - self._expiry_ms
-        dead = [info for info in members.values() if info.last_seen_ms < cutoff]
-        for info in dead:
-            del members[info.client_id]
+    def _left(self, group: str, gone: list[ProducerInfo]) -> None:
+        for info in gone:
             self._unlink(info.conn_id, group, info.client_id)
-        self._drop_if_empty(group)
-        return len(dead)
 
     def _unlink(self, conn_id: int, group: str, client_id: str) -> None:
         regs = self._by_conn.get(conn_id)
@@ -122,5 +94,8 @@ class ProducerManager:
 
     def _drop_if_empty(self, group: str) -> None:
         if not self._groups.get(group, True):
-            del self._groups[group]
-            self._turn.pop(group, None)
+            self._drop_group(group)
+
+    def _drop_group(self, group: str) -> None:
+        del self._groups[group]
+        self._turn.pop(group, None)

@@ -20,18 +20,21 @@ New behaviour on the way into the store is a hook here, not a branch in a handle
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ferry.codec import HOOKED_FLAGS
+from ferry.codec import HOOKED_FLAGS, REAL_QUEUE_ID, REAL_TOPIC
 from ferry.errors import FlushTimeoutError, StoreError
-from ferry.store import BatchPutResult, MessageIn, PutResult
-
-from ferry_broker.roles import not_master
+from ferry.store import BatchPutResult, MessageIn, PutResult, encode_properties
 
 if TYPE_CHECKING:
-    from ferry_broker.context import BrokerContext
+    from ferry.store import MessageStore
+
+    from ferry_broker.config import BrokerConfig
+    from ferry_broker.durability import DurabilityWaiter
+    from ferry_broker.health import StoreHealth
+    from ferry_broker.roles import RoleManager
 
 
 @dataclass(slots=True)
@@ -63,6 +66,16 @@ class PutDone:
     traced_body: tuple[bytes | memoryview, str, int] | None = None
 
 
+def redirected(msg: MessageIn, props: dict[str, str], topic: str, queue_id: int,
+               keys: str | None = None) -> MessageIn:
+    """`msg` as a hook stores it in an internal topic: the same id and parts (its keys
+    replaced when given), its real topic and queue in its properties."""
+    props = {**props, REAL_TOPIC: msg.topic, REAL_QUEUE_ID: str(msg.queue_id)}
+    return msg._replace(topic=topic, queue_id=queue_id,
+                        keys=msg.keys if keys is None else keys,
+                        properties=encode_properties(props))
+
+
 class PutHook:
     """A step of the pipeline; the defaults do nothing."""
 
@@ -81,8 +94,8 @@ class PutHook:
 class WakePullsHook(PutHook):
     """Wakes the long polls parked on every queue that got a message."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._notify = ctx.long_poll.notify
+    def __init__(self, notify: Callable[[str, int], object]) -> None:
+        self._notify = notify  # the long-poll manager's
 
     async def after_put(self, done: PutDone) -> None:
         for topic, queue_id in done.queues:
@@ -92,31 +105,33 @@ class WakePullsHook(PutHook):
 class DurabilityHook(PutHook):
     """Sync-flush brokers answer only once the store has fsynced the last record."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._ctx = ctx
-        self._sync = ctx.config.flush_mode == "sync"
+    def __init__(self, config: BrokerConfig, store: MessageStore, durability: DurabilityWaiter,
+                 health: StoreHealth) -> None:
+        self._sync = config.flush_mode == "sync"
+        self._timeout_ms = config.flush_timeout_ms
+        self._store, self._durability, self._health = store, durability, health
 
     async def after_put(self, done: PutDone) -> None:
         if not self._sync:
             return
-        ctx = self._ctx
         try:
             # The flush starts once this loop turn's puts are in (durability.py).
-            store = ctx.store
-            await ctx.durability.wait(store.wait_durable(done.end_offset, start=False),
-                                      store.start_flush)
+            store = self._store
+            await self._durability.wait(store.wait_durable(done.end_offset, start=False),
+                                        store.start_flush)
         except FlushTimeoutError:
             raise FlushTimeoutError(
-                f"stored but not flushed within {ctx.config.flush_timeout_ms} ms") from None
+                f"stored but not flushed within {self._timeout_ms} ms") from None
         except StoreError as exc:  # the flush thread failed: stored, never durable here
-            raise ctx.health.unavailable(exc) from None
+            raise self._health.unavailable(exc) from None
 
 
 class PutPipeline:
     """Runs the hooks around the store's two put calls."""
 
-    def __init__(self, ctx: BrokerContext, hooks: Sequence[PutHook]) -> None:
-        self._ctx = ctx
+    def __init__(self, store: MessageStore, health: StoreHealth, roles: RoleManager,
+                 hooks: Sequence[PutHook]) -> None:
+        self._store, self._health, self._roles = store, health, roles
         self.hooks = list(hooks)
         self._after = [h for h in reversed(self.hooks)
                        if type(h).after_put is not PutHook.after_put]
@@ -127,9 +142,9 @@ class PutPipeline:
         """Refuse a write before it reaches the store: not the master, or a stalled store.
 
         The role check is one property read per request (never per message)."""
-        if not self._ctx.roles.writable:
-            raise not_master(self._ctx)
-        health = self._ctx.health
+        if not self._roles.writable:
+            raise self._roles.not_master()
+        health = self._health
         if health.stalled is not None:  # acknowledging now would promise nothing
             raise health.unavailable(StoreError(health.stalled), sticky=False)
 
@@ -141,14 +156,13 @@ class PutPipeline:
         `traced`: the frame announced MessageFlag.TRACED (some entry carries trace
         context): the body is handed to the after-put hooks for the tracing hook."""
         self._check_writable()
-        ctx = self._ctx
         try:
-            res = ctx.store.put_encoded_batch(topic, queue_id, body, born_host=born_host,
+            res = self._store.put_encoded_batch(topic, queue_id, body, born_host=born_host,
                                               max_messages=max_messages,
                                               refuse_flags=HOOKED_FLAGS)
         except (StoreError, OSError) as exc:
             # A failed or closed store: retriable, so the producer sends elsewhere.
-            raise ctx.health.unavailable(exc) from None
+            raise self._health.unavailable(exc) from None
         if traced:
             done = PutDone({(topic, queue_id)}, res.end_offset, batch=res,
                            traced_body=(body, topic, queue_id))
@@ -183,11 +197,10 @@ class PutPipeline:
         END_TRANSACTION group commit); it then awaits `after_put(done)`.
         """
         self._check_writable()
-        ctx = self._ctx
         try:
-            results = ctx.store.put_batch(messages)
+            results = self._store.put_batch(messages)
         except (StoreError, OSError) as exc:
-            raise ctx.health.unavailable(exc) from None
+            raise self._health.unavailable(exc) from None
         queues = {(m.topic, m.queue_id) for m in messages}
         return results, PutDone(queues, max(r.end_offset for r in results), results=results,
                                 messages=messages)

@@ -4,7 +4,7 @@ The broker key `/ferry/brokers/{cluster}/{name}/{id}` carries the topics the
 broker serves ({topic: queues}), its replication address and its role and
 epoch in its group (roles.py: re-registered on every change); it lives under a lease (LEASE_TTL_S, kept
 alive by ferry.routing), so it disappears when the process dies. Changes in
-topic config (seen by the RouteCache) or a topic created here on first SEND
+topic config (seen by the RegistryCache) or a topic created here on first SEND
 lead to an update of the key, debounced. A topic created here is also written
 to `/ferry/topics/` (create-only) so that namesrv routes it.
 With ETCD empty, the broker runs alone: no key, no topic config.
@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 
-from ferry.routing import BrokerInfo, EtcdRegistry, RouteCache, TopicConfig
+from ferry.routing import BrokerInfo, EtcdRegistry, RegistryCache, TopicConfig
 
 from ferry_broker.config import BrokerConfig
 from ferry_broker.topics import TopicManager, internal_queues
@@ -33,7 +33,7 @@ class Registration:
     def __init__(self, config: BrokerConfig) -> None:
         self._config = config
         self.registry: EtcdRegistry | None = None
-        self.cache: RouteCache | None = None
+        self.cache: RegistryCache | None = None
         self._topics: TopicManager | None = None
         self._registered: dict[str, int] | None = None
         self._changed = asyncio.Event()
@@ -43,13 +43,13 @@ class Registration:
         self._role, self._epoch = ("" if config.replication == "none" else "slave"), 0
         self._registered_role: tuple[str, int] | None = None
 
-    def prepare(self) -> RouteCache | None:
+    def prepare(self) -> RegistryCache | None:
         """The route cache to follow topic config with (empty until `connect`); None without etcd."""
         if not self._config.etcd:
             log.warning("FERRY_BROKER_ETCD is empty: running without etcd")
             return None
         self.registry = EtcdRegistry(self._config.etcd, prefix=self._config.etcd_prefix)
-        self.cache = RouteCache(self.registry)
+        self.cache = RegistryCache(self.registry)
         return self.cache
 
     async def connect(self, topics: TopicManager) -> None:

@@ -16,21 +16,15 @@ group `{cluster}/{name}` is a candidate in the election at
 
 `writable` is the one check of the put path (per request, not per message).
 
-Most caught-up slave first: each member publishes its position (last epoch
-of its EpochLog, commit-log end) at `{etcd_prefix}replicas/{cluster}/{name}/{id}`
-under its election lease, so the key vanishes with the member. When the
-leader key is free, a candidate whose live sibling is strictly ahead declines
-it for at most MAX_DECLINED_ROUNDS rounds in a row (a stuck sibling delays a
-takeover by a bounded time only; fencing is the election's epoch and lease).
-In sync mode a hard rule comes first: only in-sync set members may stand
-(ferry_broker.insync), and only members count as ahead.
+Most caught-up slave first, and in sync mode only in-sync set members: the
+candidacy (ferry_broker.candidacy) decides whether this broker stands.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ferry.auth.credentials import service_credentials
@@ -40,51 +34,40 @@ from ferry.routing.election import Election
 from ferry.store.epochs import EpochLog
 from ferry.tasks import cancel_and_wait
 
-from ferry_broker.insync import InSyncSet, insync_key, may_lead
+from ferry_broker.candidacy import Candidacy
+from ferry_broker.insync import InSyncSet, insync_key
 
 if TYPE_CHECKING:
-    from ferry_broker.context import BrokerContext
+    from ferry.store import MessageStore
+
+    from ferry_broker.config import BrokerConfig
+    from ferry_broker.consumer_offsets import ConsumerOffsetManager
     from ferry_broker.registration import Registration
+    from ferry_broker.replication.admission import Authenticate
     from ferry_broker.replication.follower import ReplicaFollower
     from ferry_broker.replication.master import ReplicationServer
 
 log = logging.getLogger(__name__)
 
 ROLE_NONE, ROLE_MASTER, ROLE_SLAVE = "", "master", "slave"
-#: Rounds with a free leader key that a candidate behind a live sibling sits out.
-MAX_DECLINED_ROUNDS = 3
 #: How often the election polls etcd as a standby (a takeover waits at most this
 #: after the old lease ends).
 ELECTION_POLL_S = 0.5
 #: How often roles are compared with the election when nothing woke the loop.
 RECONCILE_S = 0.25
-#: How often a member republishes its replica position.
-PUBLISH_S = 1.0
-
-
-def not_master(ctx: BrokerContext) -> NotMasterError:
-    """The error a write gets on a broker that is not (or no longer) its group's master."""
-    roles = ctx.roles
-    leader = roles.election.leader if roles.election is not None else None
-    where = f"; the master is broker {leader.node_id} at {leader.value.get('addr')}" \
-        if leader is not None and leader.node_id != str(ctx.config.id) else ""
-    return NotMasterError(f"broker {ctx.config.name}/{ctx.config.id} is not the master "
-                          f"(role {roles.role or 'none'}, epoch {roles.epoch}){where}")
-
-
-def require_master(ctx: BrokerContext) -> None:
-    """Refuse a write request on a broker that is not its group's master (before any work)."""
-    if not ctx.roles.writable:
-        raise not_master(ctx)
 
 
 class RoleManager:
     """Follows the group's election: serves as master or slave, and says which."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._ctx = ctx
-        cfg = ctx.config
-        self.mode = cfg.replication
+    def __init__(self, config: BrokerConfig, store: MessageStore,
+                 offsets: ConsumerOffsetManager, notify: Callable[[str, int], object],
+                 authenticate_slave: Authenticate | None = None) -> None:
+        # The parts it needs, not the broker context: the context builds this manager.
+        self._config, self._store, self._offsets = config, store, offsets
+        self._notify = notify  # wakes the long polls of a queue (slave appends)
+        self._authenticate_slave = authenticate_slave
+        self.mode = config.replication
         self.role = ROLE_NONE if self.mode == "none" else ROLE_SLAVE
         #: The term this broker leads (master) or follows (slave); 0 before any.
         self.epoch = 0
@@ -95,15 +78,13 @@ class RoleManager:
         self.epochs: EpochLog | None = None
         self._following: tuple[str, int] | None = None
         self._registration: Registration | None = None
-        self._declined = 0
+        self._candidacy = Candidacy(config, self.position)
         self._appended = 0  # the epoch this process appended to the epoch log last
         self._refused = 0   # the term refused for being older than the store's
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._published: tuple[int | None, tuple[int, int]] | None = None
         #: Sync mode: the in-sync set this broker keeps while master.
         self.insync: InSyncSet | None = None
-        self._outside_logged = False
 
     # -- what the put path and the handlers read --------------------------------
 
@@ -117,6 +98,34 @@ class RoleManager:
         return self._master and (election is None or (election.is_leader
                                                       and election.epoch == self.epoch))
 
+    def not_master(self) -> NotMasterError:
+        """The error a write gets on a broker that is not (or no longer) its group's master."""
+        cfg = self._config
+        leader = self.election.leader if self.election is not None else None
+        where = f"; the master is broker {leader.node_id} at {leader.value.get('addr')}" \
+            if leader is not None and leader.node_id != str(cfg.id) else ""
+        return NotMasterError(f"broker {cfg.name}/{cfg.id} is not the master "
+                              f"(role {self.role or 'none'}, epoch {self.epoch}){where}")
+
+    def require_master(self) -> None:
+        """Refuse a write request on a broker that is not its group's master (before any
+        work)."""
+        if not self.writable:
+            raise self.not_master()
+
+    def confirmed_offset(self) -> int | None:
+        """On a sync master: the commit-log offset below which every in-sync slave has the
+        records (the log end while the set is the master alone); None elsewhere.
+
+        PULL serves a sync master's records only below it (Kafka's high watermark): a
+        record a consumer saw is then on every member that may be elected, so a failover
+        can neither take it back nor write another record at its queue offset (which the
+        consumer, already past that offset, would skip)."""
+        server = self.server
+        if server is None or self.mode != "sync":
+            return None
+        return server.confirmed_offset
+
     @property
     def replicating(self) -> bool:
         return self.mode != "none"
@@ -129,11 +138,11 @@ class RoleManager:
     def position(self) -> tuple[int, int]:
         """(last epoch of the epoch log, commit-log end): how caught up this store is."""
         last = self.epochs.last if self.epochs is not None else None
-        return (last[0] if last else 0, self._ctx.store.commit_log_max_offset)
+        return (last[0] if last else 0, self._store.commit_log_max_offset)
 
     def status(self) -> dict[str, Any]:
         """The "replication" section of /v1/stats."""
-        end_offset = self._ctx.store.commit_log_max_offset
+        end_offset = self._store.commit_log_max_offset
         out: dict[str, Any] = {"mode": self.mode, "role": self.role, "epoch": self.epoch,
                                "end_offset": end_offset, "writable": self.writable}
         if self.election is not None and self.election.leader is not None:
@@ -156,30 +165,31 @@ class RoleManager:
             return
         from ferry_broker.replication.follower import ReplicaFollower
 
-        ctx, cfg = self._ctx, self._ctx.config
+        cfg = self._config
         if registration.registry is None:
             raise RuntimeError("replication needs etcd")
         self._registration = registration
         self.epochs = EpochLog(str(cfg.data_path))
-        ctx.store.histories.use_epochs(self.epochs)  # master terms are histories (issue 16)
+        self._store.histories.use_epochs(self.epochs)  # master terms are histories (issue 16)
         self.follower = ReplicaFollower(
-            ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
+            self._store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
             on_append=self._on_append, on_offsets=self._on_offsets,
             credentials=service_credentials("broker"))
         self.election = Election(
             registration.registry, None, f"election/brokers/{cfg.cluster}/{cfg.name}",
             str(cfg.id), {"addr": cfg.addr, "repl_addr": cfg.repl_addr,
                           "http_addr": cfg.http_addr},
-            cfg.election_ttl_s, eligible=self._eligible,
+            cfg.election_ttl_s, eligible=self._candidacy.eligible,
             on_change=lambda _leading: self._wake.set(), poll_s=ELECTION_POLL_S)
         if self.mode == "sync":
             self.insync = InSyncSet(
                 self.election, insync_key(registration.registry.prefix, cfg.cluster, cfg.name),
                 cfg.id, cfg.min_insync_replicas, cfg.repl_timeout_ms)
+        self._candidacy.attach(self.election, self.insync)
         await self.election.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run(), name="roles"),
-                       loop.create_task(self._publish_loop(), name="replica-position")]
+                       loop.create_task(self._candidacy.publish_loop(), name="replica-position")]
         log.info("replication %s: candidate in %s", self.mode, self.election.key.decode())
 
     async def stop(self) -> None:
@@ -229,8 +239,8 @@ class RoleManager:
         leader = election.leader
         if leader is None:
             return  # no leader right now: keep following the last one (it may return)
-        self._declined = 0
-        if leader.node_id == str(self._ctx.config.id):
+        self._candidacy.declined = 0
+        if leader.node_id == str(self._config.id):
             return  # our own key from before a restart: its lease ends soon
         repl_addr = str(leader.value.get("repl_addr") or "")
         if not repl_addr:
@@ -247,7 +257,7 @@ class RoleManager:
 
     async def _lead(self, epoch: int) -> None:
         """Become master of `epoch`: the epoch log first, then the server, then writes."""
-        ctx, cfg = self._ctx, self._ctx.config
+        cfg = self._config
         assert self.epochs is not None and self.election is not None
         if self.follower is not None and self._following is not None:
             await self.follower.stop()
@@ -263,7 +273,7 @@ class RoleManager:
                 self._refused = epoch
             return
         if last is None or last[0] != epoch:
-            await asyncio.to_thread(self.epochs.append, epoch, ctx.store.commit_log_max_offset)
+            await asyncio.to_thread(self.epochs.append, epoch, self._store.commit_log_max_offset)
             self._appended = epoch
         # The term is ours from here (writes still wait for `_master`): a slave that
         # links at once says this epoch, and the server must not think it newer.
@@ -272,11 +282,11 @@ class RoleManager:
             from ferry_broker.replication.master import ReplicationServer
 
             server = ReplicationServer(
-                ctx.store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
+                self._store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
                 epoch=lambda: self.epoch, is_peer=self._is_peer,
-                offsets_snapshot=ctx.offsets.snapshot_bytes,
+                offsets_snapshot=self._offsets.snapshot_bytes,
                 lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync,
-                authenticate=ctx.auth.authenticate_slave if ctx.auth is not None else None)
+                authenticate=self._authenticate_slave)
             await server.start(cfg.host, cfg.repl_port,
                                server_context(cfg.tls_cert, cfg.tls_key))
             self.server = server
@@ -284,12 +294,12 @@ class RoleManager:
             return  # the set is not written (etcd away, or the term lost): next round
         if not (self.election.is_leader and self.election.epoch == epoch):
             return  # lost it meanwhile: the next round steps down
-        if lowered := ctx.offsets.clamp(ctx.store.max_offset):
+        if lowered := self._offsets.clamp(self._store.max_offset):
             log.warning("%d consumer offsets were past this store's queue ends: lowered to "
                         "them (re-delivery, never a skip)", lowered)
         self.role, self._master = ROLE_MASTER, True
         log.info("master of %s/%s in epoch %d from offset %d", cfg.cluster, cfg.name, epoch,
-                 ctx.store.commit_log_max_offset)
+                 self._store.commit_log_max_offset)
         self._announce()
 
     async def _step_down(self) -> None:
@@ -312,96 +322,19 @@ class RoleManager:
 
     def _is_peer(self, broker_id: int) -> bool:
         """A slave may connect if it is a live registered broker of this group."""
-        cfg = self._ctx.config
+        cfg = self._config
         if broker_id == cfg.id:
             return False
         cache = self._registration.cache if self._registration is not None else None
         return cache is not None and (cfg.cluster, cfg.name, broker_id) in cache.brokers
 
     def _on_append(self, queues: set[tuple[str, int]]) -> None:
-        notify = self._ctx.long_poll.notify
+        notify = self._notify
         for topic, queue_id in queues:
             notify(topic, queue_id)
 
     def _on_offsets(self, raw: bytes) -> None:
-        store = self._ctx.store
         try:
-            self._ctx.offsets.merge_snapshot(raw, store.max_offset)
+            self._offsets.merge_snapshot(raw, self._store.max_offset)
         except Exception as exc:  # the master's bug must not stop following
             log.warning("ignoring the master's consumer offsets: %s", exc)
-
-    # -- most caught-up first -----------------------------------------------------
-
-    def _replica_key(self, broker_id: int | str = "") -> bytes:
-        cfg = self._ctx.config
-        assert self._registration is not None and self._registration.registry is not None
-        prefix = self._registration.registry.prefix
-        return f"{prefix}replicas/{cfg.cluster}/{cfg.name}/{broker_id}".encode()
-
-    async def _publish(self) -> None:
-        election = self.election
-        if election is None or election.lease_id is None:
-            return
-        state = (election.lease_id, self.position())
-        if state == self._published:
-            return
-        epoch, end = state[1]
-        value = json.dumps({"epoch": epoch, "end_offset": end}).encode()
-        client = election.registry.client
-        await client.put(self._replica_key(self._ctx.config.id), value, lease=election.lease_id)
-        self._published = state
-
-    async def _publish_loop(self) -> None:
-        while True:
-            try:
-                await self._publish()
-            except Exception as exc:  # etcd away, or our lease just ended: next round
-                log.debug("could not publish the replica position: %s", exc)
-            await asyncio.sleep(PUBLISH_S)
-
-    async def _eligible(self) -> bool:
-        """Sync: only a member of the in-sync set; then decline a free leader key while
-        a live sibling (of the set) is strictly ahead (bounded)."""
-        assert self.election is not None
-        members: list[int] | None = None
-        if self.insync is not None:
-            allowed, members = await may_lead(self.election, self.insync.key,
-                                              self._ctx.config.id)
-            if not allowed:
-                if not self._outside_logged:   # once per absence, not every round
-                    log.warning("not standing for master: not in the in-sync set %s", members)
-                    self._outside_logged = True
-                return False
-            self._outside_logged = False
-        mine = self.position()
-        try:
-            await self._publish()
-            kvs = await self.election.registry.client.get_prefix(self._replica_key())
-        except Exception as exc:  # cannot compare: do not hold the group up
-            log.warning("cannot read sibling positions (%s); standing anyway", exc)
-            return True
-        ahead = []
-        for kv in kvs:
-            sibling = kv.key.rsplit(b"/", 1)[-1].decode(errors="replace")
-            if sibling == str(self._ctx.config.id) or (
-                    members is not None and sibling not in {str(m) for m in members}):
-                continue
-            try:
-                doc = json.loads(kv.value)
-                pos = (int(doc["epoch"]), int(doc["end_offset"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-            if pos > mine:
-                ahead.append((sibling, pos))
-        if not ahead:
-            self._declined = 0
-            return True
-        if self._declined >= MAX_DECLINED_ROUNDS:
-            log.warning("standing for master although %s are ahead of %s: they did not "
-                        "take over within %d rounds", ahead, mine, MAX_DECLINED_ROUNDS)
-            self._declined = 0
-            return True
-        self._declined += 1
-        log.info("not standing for master: %s ahead of %s (round %d)", ahead, mine,
-                 self._declined)
-        return False

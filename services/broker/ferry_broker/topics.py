@@ -1,7 +1,7 @@
 """Which topics this broker serves, and with how many queues.
 
 Topic config lives in etcd (`/ferry/topics/{topic}`) and reaches the broker
-through the routing RouteCache. A topic the cache does not know is created
+through the routing RegistryCache. A topic the cache does not know is created
 here on first SEND when AUTO_CREATE_TOPICS is on (with DEFAULT_QUEUES queues),
 and internal topics (`%RETRY%...`, `%DLQ%...`, `%SCHEDULE%`, `%SYS%...`) always
 are, since only Ferry itself builds their names: `%SCHEDULE%` with
@@ -20,7 +20,7 @@ from ferry.names import SCHEDULE_TOPIC, is_internal
 from ferry_broker.config import BrokerConfig
 
 if TYPE_CHECKING:
-    from ferry.routing import RouteCache, TopicConfig
+    from ferry.routing import GroupConfig, RegistryCache, TopicConfig
 
 SCHEDULE_QUEUES = 4
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
@@ -29,7 +29,7 @@ ChangeListener = Callable[[str | None], None]  # argument: the topic just create
 class TopicManager:
     """Resolves a topic's queue count for SEND and lists the topics served."""
 
-    def __init__(self, config: BrokerConfig, cache: RouteCache | None) -> None:
+    def __init__(self, config: BrokerConfig, cache: RegistryCache | None) -> None:
         self._config = config
         self._cache = cache
         self._local: dict[str, int] = {}  # created here, not (yet) seen in etcd
@@ -48,6 +48,15 @@ class TopicManager:
     def configured(self, topic: str) -> TopicConfig | None:
         """The topic's config from etcd, if the cache has it."""
         return self._cache.topics.get(topic) if self._cache is not None else None
+
+    def type_of(self, topic: str) -> str:
+        """The topic's `type` (topic_types.py); "normal" for a topic etcd does not configure."""
+        cfg = self.configured(topic)
+        return cfg.type if cfg is not None else "normal"
+
+    def configured_group(self, group: str) -> GroupConfig | None:
+        """The group's config from etcd, if the cache has it (the topic config's neighbour)."""
+        return self._cache.groups.get(group) if self._cache is not None else None
 
     def _serves(self, cfg: TopicConfig) -> bool:
         return not cfg.brokers or self._config.name in cfg.brokers
@@ -88,7 +97,7 @@ class TopicManager:
         return dict(sorted(out.items()))
 
     def config_changed(self, *_: object) -> None:
-        """Called by the RouteCache after each change in etcd."""
+        """Called by the RegistryCache after each change in etcd."""
         self._notify(None)
 
     def _notify(self, created: str | None) -> None:

@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 
 from ferry.codec import (
     CHECK_IMMUNITY_MS,
-    HALF_OFFSET,
     MSG_ID_BYTES,
     REAL_QUEUE_ID,
     REAL_TOPIC,
-    TXN_ACTION,
-    TXN_BY,
     TXN_GROUP,
     TXN_ID,
     MessageFlag,
@@ -30,17 +27,15 @@ from ferry.codec import (
     msg_id_hex,
 )
 from ferry.codec.system_properties import TXN_KEY_PREFIX
+from ferry.codec.txn_op import COMMIT, ROLLBACK, TxnOp
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.store import MessageIn, MessageStore
 
 TXN_KEY_BYTES = len(TXN_KEY_PREFIX) + 2 * MSG_ID_BYTES
 HALF_QUEUE_ID = 0
 OP_QUEUE_ID = 0
-COMMIT, ROLLBACK = "commit", "rollback"
-ACTIONS = (COMMIT, ROLLBACK)
 #: The answer's `state` for each action.
 STATES = {COMMIT: "committed", ROLLBACK: "rolled_back"}
-BY_VALUES = ("producer", "check", "discarded")
 # Candidates read per lookup: one op per transaction on a broker, a half more than
 # once only when a producer re-sent its begin; the rest is room for hash collisions.
 MAX_LOOKUP = 8
@@ -95,8 +90,7 @@ def find_op(store: MessageStore, msg_id: bytes) -> StoredMessage | None:
 
 def op_action(op: StoredMessage) -> str:
     """How an op record ended its transaction ("commit" or "rollback")."""
-    action = op.properties.get(TXN_ACTION, "")
-    return action if action in ACTIONS else ROLLBACK
+    return TxnOp.from_properties(op.properties).action
 
 
 def op_message(half: StoredMessage, action: str, by: str, born_host: str) -> MessageIn:
@@ -105,13 +99,11 @@ def op_message(half: StoredMessage, action: str, by: str, born_host: str) -> Mes
     `born_host` is whoever sent the END_TRANSACTION.
     """
     hex_id = msg_id_hex(half.msg_id)
-    props = {TXN_ID: hex_id, TXN_ACTION: action, TXN_BY: by,
-             HALF_OFFSET: str(half.queue_offset),
-             TXN_GROUP: half.properties.get(TXN_GROUP, ""),
-             REAL_TOPIC: half.properties.get(REAL_TOPIC, ""),
-             REAL_QUEUE_ID: half.properties.get(REAL_QUEUE_ID, "")}
+    hp = half.properties
+    op = TxnOp(hex_id, action, by, half.queue_offset, hp.get(TXN_GROUP, ""),
+               hp.get(REAL_TOPIC, ""), hp.get(REAL_QUEUE_ID, ""))
     return MessageIn(OP_TOPIC, OP_QUEUE_ID, hex_id.encode(), tags=action,
-                     keys=txn_key(half.msg_id), properties=encode_properties(props),
+                     keys=txn_key(half.msg_id), properties=encode_properties(op.to_properties()),
                      born_ts_ms=int(time.time() * 1000), born_host=born_host,
                      prepared_offset=half.phy_offset)
 

@@ -39,7 +39,7 @@ from ferry_console.pages.common import CONSOLE, Console, render
 
 log = logging.getLogger("ferry_console")
 
-MAX_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
+MAX_CONSOLE_HTTP_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _STATUS: list[tuple[type[FerryError], int]] = [
@@ -97,7 +97,7 @@ def openapi_document(version: str) -> dict[str, Any]:
 
 def build_app(console: Console, is_ready: Callable[[], bool], version: str,
               guard: HttpGuard | None = None) -> web.Application:
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_CONSOLE_HTTP_BODY_BYTES))
     document = openapi_document(version)
 
     async def healthz(_: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ from ferry.auth.http import server_ssl
 from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
 
-from ferry_console.api import MAX_BODY_BYTES, build_app
+from ferry_console.api import MAX_CONSOLE_HTTP_BODY_BYTES, build_app
 from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
 from ferry_console.rates import RateSampler
@@ -49,7 +49,7 @@ class ConsoleApp:
     async def start(self) -> None:
         cfg = self.config
         await self.sources.start()
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_CONSOLE_HTTP_BODY_BYTES))
         app = build_app(self.console, lambda: self.ready, package_version("ferry-console"),
                         guard=guard)
         self._runner = guard.runner(app, access_log=None)

@@ -43,7 +43,6 @@ from ferry_dedup.openapi import openapi_document
 
 log = logging.getLogger("ferry_dedup")
 
-MAX_BODY_BYTES = 64 * 1024
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}")
@@ -116,7 +115,7 @@ def build_app(backend: Backend,
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    guard = guard or HttpGuard(HttpLimits())
     document = openapi_document(backend.version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers

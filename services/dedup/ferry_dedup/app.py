@@ -31,7 +31,7 @@ from ferry.lifecycle import (
 )
 from ferry.telemetry import setup_tracing
 
-from ferry_dedup.api import MAX_BODY_BYTES, build_app
+from ferry_dedup.api import build_app
 from ferry_dedup.claims import Claims
 from ferry_dedup.config import ENV_PREFIX, DedupConfig, ReconcileTarget
 from ferry_dedup.ledger_store import LedgerStore
@@ -97,7 +97,7 @@ class DedupApp:
         latest, _ = self.store.list(1)
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         self._runner = guard.runner(
             build_app(self, auth=await start_service_auth(self.auth), guard=guard), access_log=None)
         await self._runner.setup()

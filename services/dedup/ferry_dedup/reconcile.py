@@ -38,7 +38,7 @@ from ferry.names import validate_group, validate_topic
 
 from ferry_dedup.config import DedupConfig
 from ferry_dedup.ledger_store import LedgerStore
-from ferry_dedup.stored import StoredMessage, StoredReader
+from ferry_dedup.stored import StoredEntry, StoredReader
 
 TRIGGERS = ("api", "schedule")
 MAX_GRACE_MS = 24 * 3_600_000
@@ -153,7 +153,7 @@ class Reconciler:
         return doc
 
     @staticmethod
-    def _judge(m: StoredMessage, by_msg: dict[str, LedgerEntry],
+    def _judge(m: StoredEntry, by_msg: dict[str, LedgerEntry],
                by_key: dict[str, LedgerEntry], seen: set[str], grace_before_ms: int,
                report: _Sections) -> None:
         copy = m.msg_id in seen

@@ -29,8 +29,8 @@ READ_GROUP = "ferry-dedup-reconcile"
 
 
 @dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One stored message, reduced to what reconciliation compares."""
+class StoredEntry:
+    """One stored message, reduced to what reconciliation compares with a `LedgerEntry`."""
 
     msg_id: str
     biz_key: str       # the message key, else the message id (`biz_key_of`)
@@ -47,7 +47,7 @@ class StoredMessage:
 class StoredWindow:
     """The messages of one topic stored in [from_ms, to_ms), and what could not be read."""
 
-    messages: list[StoredMessage] = field(default_factory=list)
+    messages: list[StoredEntry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     truncated: bool = False   # max_scan_messages was reached
 
@@ -95,7 +95,7 @@ class StoredReader:
                 if len(out.messages) >= self.max_messages:
                     out.truncated = True
                     return
-                out.messages.append(StoredMessage(
+                out.messages.append(StoredEntry(
                     record.msg_id, biz_key_of(record), record.store_ts_ms, str(tq),
                     record.queue_offset))
 

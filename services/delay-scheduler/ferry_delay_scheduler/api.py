@@ -34,7 +34,6 @@ from ferry_delay_scheduler.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024
 
 _STATUS: list[tuple[type[FerryError], int]] = [
     (MalformedRequestError, 400), (MessageNotFoundError, 404), (AlreadyDeliveredError, 409),
@@ -56,7 +55,7 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    guard = guard or HttpGuard(HttpLimits())
     document = openapi_document(version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers

@@ -34,7 +34,7 @@ from ferry.lifecycle import (
 from ferry.telemetry import setup_tracing
 
 from ferry_delay_scheduler import wheel_files
-from ferry_delay_scheduler.api import MAX_BODY_BYTES, build_app
+from ferry_delay_scheduler.api import build_app
 from ferry_delay_scheduler.cancel import Canceller
 from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 from ferry_delay_scheduler.deliver import Deliverer
@@ -132,7 +132,7 @@ class SchedulerApp:
                                  self.deliverer.wake.set)
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
                         package_version("ferry-delay-scheduler"),
                         auth=await start_service_auth(self.auth), guard=guard)

@@ -25,12 +25,12 @@ from ferry.errors import (
     SystemError_,
     TopicNotFoundError,
 )
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.http_limits import MAX_HTTP_BODY_BYTES, HttpGuard, HttpLimits
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
 from ferry_namesrv.handlers import brokers, groups, health, routes, topics, users
-from ferry_namesrv.handlers.common import MAX_BODY_BYTES, json_response
+from ferry_namesrv.handlers.common import json_response
 from ferry_namesrv.openapi import openapi_document
 
 log = logging.getLogger("ferry_namesrv.api")
@@ -50,7 +50,7 @@ def _from_http(exc: web.HTTPException, request: web.Request) -> FerryError:
     if exc.status == 405:
         return MalformedRequestError(f"method {request.method} not allowed on {request.path}")
     if exc.status == 413:
-        return MessageTooLargeError(f"request body larger than {MAX_BODY_BYTES} bytes")
+        return MessageTooLargeError(f"request body larger than {MAX_HTTP_BODY_BYTES} bytes")
     return MalformedRequestError(exc.reason)
 
 
@@ -100,7 +100,7 @@ def build_app(context: NamesrvContext, version: str,
               guard: HttpGuard | None = None) -> web.Application:
     """The namesrv app; with `auth` (FERRY_AUTH=on) every route but the probes and the
     OpenAPI document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    guard = guard or HttpGuard(HttpLimits())
     app = guard.application([errors_and_logs] if auth is None
                             else [errors_and_logs, auth.middleware])
     app[CONTEXT] = context

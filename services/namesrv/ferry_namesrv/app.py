@@ -18,12 +18,11 @@ from aiohttp import web
 from ferry.auth.http import HttpAuth, registry_auth, server_ssl
 from ferry.auth.registry import AuthRegistry
 from ferry.http_limits import HttpGuard, HttpLimits
-from ferry.routing import EtcdRegistry, EtcdUnavailable, RouteCache
+from ferry.routing import EtcdRegistry, EtcdUnavailable, RegistryCache
 
 from ferry_namesrv.api import build_app
 from ferry_namesrv.config import ENV_PREFIX, NamesrvConfig
 from ferry_namesrv.context import NamesrvContext
-from ferry_namesrv.handlers.common import MAX_BODY_BYTES
 from ferry_namesrv.permissions import ROUTES
 
 log = logging.getLogger("ferry_namesrv")
@@ -46,7 +45,7 @@ class NamesrvApp:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.registry = EtcdRegistry(config.etcd, prefix=config.etcd_prefix)
-        self.cache = RouteCache(self.registry)
+        self.cache = RegistryCache(self.registry)
         self.context = NamesrvContext(config, self.registry, self.cache)
         # FERRY_AUTH=on: identities and rules from etcd, checked on every route (permissions.py).
         self.auth: AuthRegistry | None = AuthRegistry(self.registry) if config.auth else None
@@ -57,7 +56,7 @@ class NamesrvApp:
         self.port: int = config.port
 
     async def start(self) -> None:
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         app = build_app(self.context, _version(), self.http_auth, guard=guard)
         self._runner = guard.runner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from ferry.errors import BusyError
-from ferry.routing import EtcdRegistry, RouteCache
+from ferry.routing import EtcdRegistry, RegistryCache
 
 from ferry_namesrv.config import NamesrvConfig
 
@@ -16,9 +16,9 @@ class NamesrvContext:
 
     config: NamesrvConfig
     registry: EtcdRegistry
-    cache: RouteCache
+    cache: RegistryCache
 
-    def ready_cache(self) -> RouteCache:
+    def ready_cache(self) -> RegistryCache:
         """The cache, or BusyError (503) while it has not loaded from etcd yet."""
         if not self.cache.loaded:
             raise BusyError("namesrv has not loaded its routes from etcd yet")

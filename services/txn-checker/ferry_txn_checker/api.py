@@ -33,7 +33,6 @@ from ferry_txn_checker.state import Book
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
 LIST_STATES = ("open", "discarded")
@@ -64,7 +63,7 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
+    guard = guard or HttpGuard(HttpLimits())
     document = openapi_document(version)
     if auth is not None:
         document = document_auth(document)   # 401/403 and the signature headers

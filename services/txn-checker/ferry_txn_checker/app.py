@@ -33,7 +33,7 @@ from ferry.telemetry import setup_tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker import checkpoint
-from ferry_txn_checker.api import MAX_BODY_BYTES, build_app
+from ferry_txn_checker.api import build_app
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import ENV_PREFIX, CheckerConfig
 from ferry_txn_checker.permissions import ROUTES
@@ -88,7 +88,7 @@ class CheckerApp:
         log.info("txn-checker starting", extra={
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_BODY_BYTES))
+        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         app = build_app(self.book, self.stats_document, lambda: self.ready,
                         package_version("ferry-txn-checker"),
                         auth=await start_service_auth(self.auth), guard=guard)

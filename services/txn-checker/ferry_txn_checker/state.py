@@ -17,22 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferry.codec import (
-    CHECK_IMMUNITY_MS,
-    HALF_OFFSET,
-    REAL_TOPIC,
-    TXN_ACTION,
-    TXN_BY,
-    TXN_GROUP,
-    TXN_ID,
-    MessageFlag,
-    StoredMessage,
-)
+from ferry.codec import CHECK_IMMUNITY_MS, REAL_TOPIC, TXN_GROUP, MessageFlag, StoredMessage
 from ferry.codec.system_properties import TRACEPARENT, TRACESTATE
+from ferry.codec.txn_op import COMMIT, ROLLBACK, TxnOp
 
 COMMITTED, ROLLED_BACK, OPEN, DISCARDED = "committed", "rolled_back", "open", "discarded"
 _TRACED = int(MessageFlag.TRACED)
-_STATE_OF_ACTION = {"commit": COMMITTED, "rollback": ROLLED_BACK}
+_STATE_OF_ACTION = {COMMIT: COMMITTED, ROLLBACK: ROLLED_BACK}
 # A broker whose op scan is behind (down, restarting) must not make every call walk
 # all of its due halves: at most this many are put back per call.
 MAX_DEFERRED_PER_TAKE = 1000
@@ -177,23 +168,17 @@ class Book:
             if rec.queue_offset < scan.op_next:
                 continue
             scan.op_next = rec.queue_offset + 1
-            props = rec.properties
-            msg_id = props.get(TXN_ID, "").upper()
-            state = _STATE_OF_ACTION.get(props.get(TXN_ACTION, ""), ROLLED_BACK)
-            by = props.get(TXN_BY, "producer")
+            op = TxnOp.from_properties(rec.properties)
+            msg_id, by = op.txn_id, op.by
+            state = _STATE_OF_ACTION[op.action]
             self._count_op(state, by)
             txn = scan.open.pop(msg_id, None)
             if txn is not None:
                 self.open_count -= 1
-            else:
-                try:
-                    half_offset = int(props.get(HALF_OFFSET, "-1"))
-                except ValueError:
-                    half_offset = -1
-                if half_offset >= scan.half_next:
-                    scan.early_ops[msg_id] = (half_offset, state)
+            elif op.half_offset >= scan.half_next:
+                scan.early_ops[msg_id] = (op.half_offset, state)
             if by == "discarded":
-                self._add_discarded(msg_id, scan.name, txn, props, rec.store_ts_ms)
+                self._add_discarded(op, scan.name, txn, rec.store_ts_ms)
             self._remember(msg_id, scan.name, state, by)
         scan.op_next = max(scan.op_next, next_offset)
 
@@ -205,14 +190,13 @@ class Book:
         else:
             self.counters[f"{state}_by_producer"] += 1
 
-    def _add_discarded(self, msg_id: str, broker: str, txn: OpenTxn | None,
-                       props: dict[str, str], at_ms: int) -> None:
+    def _add_discarded(self, op: TxnOp, broker: str, txn: OpenTxn | None, at_ms: int) -> None:
+        msg_id = op.txn_id
         if msg_id in self.discarded:
             return
         self.discarded[msg_id] = {
-            "msg_id": msg_id, "state": DISCARDED, "group": props.get(TXN_GROUP, ""),
-            "broker": broker, "topic": props.get(REAL_TOPIC, ""),
-            "half_offset": int(props.get(HALF_OFFSET, "-1") or -1),
+            "msg_id": msg_id, "state": DISCARDED, "group": op.group,
+            "broker": broker, "topic": op.topic, "half_offset": op.half_offset,
             "store_ms": txn.store_ms if txn else None,
             "checks": txn.checks if txn else None, "discarded_ms": at_ms}
         while len(self.discarded) > self.max_discarded:
@@ -305,9 +289,8 @@ class Book:
             self.open_count -= 1
         self.dirty = True
         txn.in_flight = False
-        self._add_discarded(txn.msg_id, txn.broker, txn, {
-            TXN_GROUP: txn.group, REAL_TOPIC: txn.topic, HALF_OFFSET: str(txn.half_offset)},
-            now_ms)
+        self._add_discarded(TxnOp(txn.msg_id, ROLLBACK, "discarded", txn.half_offset, txn.group,
+                                  txn.topic), txn.broker, txn, now_ms)
         self._remember(txn.msg_id, txn.broker, ROLLED_BACK, "discarded")
 
     def _requeue(self, txn: OpenTxn) -> None:

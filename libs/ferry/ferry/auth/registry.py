@@ -9,7 +9,7 @@ Keys, under the registry's prefix (`/ferry/` by default):
 
 Only the derived signing key is stored, never the secret (docs/security.md).
 `AuthRegistry.start()` reads everything once and then follows an etcd watch
-(reloading after a lost watch, as `ferry.routing.RouteCache` does), so a
+(reloading after a lost watch, as `ferry.routing.RegistryCache` does), so a
 broker or namesrv refuses a removed identity within moments, without a restart.
 """
 from __future__ import annotations

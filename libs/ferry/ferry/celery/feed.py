@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 GROUP_PREFIX = "celery-"
 
 
-class Outcome(Enum):
+class Settlement(Enum):
     """How kombu settled a delivered record."""
 
     ACK = "ack"            # done: commit past it
@@ -69,7 +69,7 @@ class QueueFeed:
         self._ready = ready                       # set when the inbox gets a record
         # Filled by the loop, drained by kombu's thread: deque append/popleft are atomic.
         self._inbox: collections.deque[tuple[str, ConsumerRecord]] = collections.deque()
-        self._waiting: dict[str, asyncio.Future[Outcome]] = {}
+        self._waiting: dict[str, asyncio.Future[Settlement]] = {}
         self._consumer: Consumer | None = None
         self._run: asyncio.Task[None] | None = None
 
@@ -96,7 +96,7 @@ class QueueFeed:
     async def _hold(self, record: ConsumerRecord) -> None:
         """The run() handler: hand `record` to kombu and wait for its outcome."""
         tag = uuid.uuid4().hex
-        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Settlement] = asyncio.get_running_loop().create_future()
         self._waiting[tag] = future
         self._inbox.append((tag, record))
         self._ready.set()
@@ -104,7 +104,7 @@ class QueueFeed:
             outcome = await future
         finally:
             self._waiting.pop(tag, None)
-        if outcome is Outcome.REQUEUE and self._consumer is not None:
+        if outcome is Settlement.REQUEUE and self._consumer is not None:
             await self._consumer.nack(record, delay_ms=0)
 
     # -- called from kombu's thread ---------------------------------------------------------
@@ -115,7 +115,7 @@ class QueueFeed:
         except IndexError:
             return None
 
-    def settle(self, tag: str, outcome: Outcome) -> None:
+    def settle(self, tag: str, outcome: Settlement) -> None:
         """Record kombu's outcome for `tag` (call on the loop: `LoopThread.call_soon`)."""
         future = self._waiting.get(tag)
         if future is not None and not future.done():

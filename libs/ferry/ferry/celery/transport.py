@@ -36,7 +36,7 @@ from typing import Any
 
 from kombu.transport import virtual
 
-from ferry.celery.feed import FeedConfig, Outcome, QueueFeed
+from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
@@ -79,18 +79,19 @@ class QoS(virtual.QoS):
     restore_at_shutdown = False   # never put back: uncommitted offsets are redelivered
 
     def ack(self, delivery_tag: str) -> None:
-        self.channel.connection.settle(delivery_tag, Outcome.ACK)
+        self.channel.connection.settle(delivery_tag, Settlement.ACK)
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.connection.settle(delivery_tag, Outcome.REQUEUE if requeue else Outcome.DROP)
+        self.channel.connection.settle(delivery_tag,
+                                       Settlement.REQUEUE if requeue else Settlement.DROP)
         self._quick_ack(delivery_tag)
 
     def restore_unacked(self) -> list[Any]:
         # basic_recover(requeue=True): hand every unacked message out again.
         self._flush()
         for tag in list(self._delivered):
-            self.channel.connection.settle(tag, Outcome.REQUEUE)
+            self.channel.connection.settle(tag, Settlement.REQUEUE)
         self._delivered.clear()
         return []
 
@@ -174,7 +175,7 @@ class Transport(virtual.Transport):
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
         # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
-        self._outcomes: collections.deque[tuple[QueueFeed, str, Outcome]] = collections.deque()
+        self._outcomes: collections.deque[tuple[QueueFeed, str, Settlement]] = collections.deque()
         self._outcomes_scheduled = False
         self._closes_at_exit = False
 
@@ -289,7 +290,7 @@ class Transport(virtual.Transport):
             except (ValueError, KeyError, TypeError):
                 log.error("ferry://: %s (%s offset %d) is not a kombu message; dropped",
                           record.msg_id, record.topic_queue, record.queue_offset)
-                self._settle_with(feed, tag, Outcome.DROP)
+                self._settle_with(feed, tag, Settlement.DROP)
                 continue
             props["delivery_tag"] = tag
             if record_context(record) is not None and isinstance(payload.get("headers"), dict):
@@ -300,12 +301,12 @@ class Transport(virtual.Transport):
             self._tags[tag] = feed
             return payload  # type: ignore[no-any-return]
 
-    def settle(self, tag: str, outcome: Outcome) -> None:
+    def settle(self, tag: str, outcome: Settlement) -> None:
         feed = self._tags.pop(tag, None)
         if feed is not None:
             self._settle_with(feed, tag, outcome)
 
-    def _settle_with(self, feed: QueueFeed, tag: str, outcome: Outcome) -> None:
+    def _settle_with(self, feed: QueueFeed, tag: str, outcome: Settlement) -> None:
         loop = self._loop
         if loop is None:
             return

@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--queues", type=int, default=8, help="queues per broker (default 8)")
     create.add_argument("--perm", default="rw", choices=["rw", "r", "w"])
     create.add_argument("--type", default="normal",
-                        choices=["normal", "fifo", "delay", "transaction"])
+                        choices=["normal", "fifo", "delay", "transaction"],
+                        help="what its SENDs may carry (default normal: anything); fifo: "
+                             "keyed messages, delay: delayed ones, transaction: halves")
     create.add_argument("--broker", action="append", default=[], dest="brokers",
                         help="broker group to place it on (repeat; default every master)")
     create.add_argument("--priority-levels", type=int, default=1, metavar="L",

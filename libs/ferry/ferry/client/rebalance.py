@@ -21,7 +21,7 @@ from ferry.client.allocation import Allocator, allocate_all, allocate_averagely
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import TopicQueue
 from ferry.client.namesrv import RouteCache, TopicRoute
-from ferry.errors import FerryError
+from ferry.errors import BroadcastNotAllowedError, FerryError
 from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,9 @@ class GroupMembership:
         return sorted({b.master for r in routes for b in r.brokers if b.master})
 
     async def heartbeat(self, routes: Iterable[TopicRoute]) -> None:
-        """HEARTBEAT to every broker serving a subscribed topic; failures are logged."""
+        """HEARTBEAT to every broker serving a subscribed topic; failures are logged, but
+        a group that refuses this member's mode (BroadcastNotAllowedError) raises: that is
+        no transient failure, and `Consumer.start` must not pretend to have joined."""
         # `subscriptions` is sent even when empty (every topic takes everything): the broker
         # compares members' filters only when each member said what it takes.
         fields = {"client_id": self.client_id, "group": self.group, "topics": self.topics,
@@ -73,6 +75,8 @@ class GroupMembership:
         for addr in self.broker_addrs(routes):
             try:
                 await self.pool.request(addr, RequestCode.HEARTBEAT, fields)
+            except BroadcastNotAllowedError:
+                raise
             except FerryError as exc:
                 log.info("heartbeat to %s failed: %s", addr, exc)
 

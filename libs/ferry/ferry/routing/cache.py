@@ -1,4 +1,4 @@
-"""RouteCache: an in-memory copy of the routing keys, kept current by an etcd watch.
+"""RegistryCache: an in-memory copy of the routing keys, kept current by an etcd watch.
 
 It loads everything under the prefix with one range read (one consistent
 revision), then watches the prefix from the next revision, so no change falls
@@ -39,8 +39,11 @@ class CacheChange:
 Listener = Callable[[CacheChange], Awaitable[None] | None]
 
 
-class RouteCache:
-    """Brokers, topics and groups under the registry's prefix, as of `revision`."""
+class RegistryCache:
+    """Brokers, topics and groups under the registry's prefix, as of `revision`.
+
+    The server side's copy of etcd (namesrv, broker); a client's topic routes come
+    from namesrv over HTTP instead (`ferry.client.namesrv.RouteCache`)."""
 
     def __init__(self, registry: EtcdRegistry) -> None:
         self.registry = registry

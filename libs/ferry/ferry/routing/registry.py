@@ -7,7 +7,7 @@ every namesrv learns that the broker is gone. Topic and group configs live
 under `{prefix}topics/` and `{prefix}groups/` without a lease.
 
 Writes return the etcd revision they were applied at, so that a caller can
-wait until its own `RouteCache` has seen the write (read-your-writes).
+wait until its own `RegistryCache` has seen the write (read-your-writes).
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ class EtcdRegistry:
 
         `failed` is the client that failed: when another task already moved
         on from it, nothing is done, so two failing tasks skip one endpoint, not two.
-        Watches on the old connection end; their owners (RouteCache) reload.
+        Watches on the old connection end; their owners (RegistryCache) reload.
         """
         if failed is not None and failed is not self._client:
             return
@@ -137,7 +137,7 @@ class EtcdRegistry:
 
     @property
     def client(self) -> aetcd.Client:
-        """The aetcd client (for RouteCache's watch); only valid between start() and stop()."""
+        """The aetcd client (for RegistryCache's watch); only valid between start() and stop()."""
         if self._client is None:
             raise RuntimeError("EtcdRegistry is not started")
         return self._client

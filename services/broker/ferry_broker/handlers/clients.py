@@ -21,6 +21,7 @@ from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.filters import FilterCache
 from ferry_broker.handlers.fields import group_field, int_field, str_field
 from ferry_broker.subscription_conflicts import SubFields
+from ferry_broker.topic_types import check_member
 
 MAX_CLIENT_ID_CHARS = 255
 #: Upper bound of a HEARTBEAT's `joined_ms` (epoch ms; far beyond any real clock).
@@ -81,6 +82,8 @@ async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
     mode = str_field(f, "mode", 32, "clustering")
     if mode not in MODES:
         raise MalformedRequestError(f"field 'mode' must be one of {', '.join(MODES)}")
+    config = ctx.topics.configured_group(group)
+    check_member(group, mode, config.broadcast_allowed if config is not None else True)
     subs = _subscriptions(f.get("subscriptions"), ctx.filters)
     joined_ms = int_field(f, "joined_ms", 0, MAX_JOINED_MS, 0)  # 0/absent: an old client
     if not ctx.consumers.heartbeat(client_id, group, _topics(f.get("topics")), mode, subs,

@@ -22,14 +22,13 @@ from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import MAX_QUEUE_ID, int_field, topic_field
 from ferry_broker.handlers.send import checked_queue, decode_batch
 from ferry_broker.put_pipeline import PutBatch
-from ferry_broker.roles import require_master
 
 _DELAY = int(MessageFlag.DELAY)
 _next_queue = itertools.count()
 
 
 async def handle_deliver_due(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
     if is_internal(topic) and not (is_retry_topic(topic) or is_dlq_topic(topic)):
         raise InvalidNameError(f"DELIVER_DUE cannot write {topic}")

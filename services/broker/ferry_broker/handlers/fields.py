@@ -64,3 +64,13 @@ def group_field(fields: dict[str, Any]) -> str:
 
 def queue_field(fields: dict[str, Any]) -> int:
     return int_field(fields, "queue_id", 0, MAX_QUEUE_ID)
+
+
+def position_fields(fields: dict[str, Any]) -> tuple[str, str, int]:
+    """(group, topic, queue_id): whose position in which queue a request is about."""
+    return group_field(fields), topic_field(fields), queue_field(fields)
+
+
+def offset_field(fields: dict[str, Any], name: str = "offset") -> int:
+    """A queue offset (or, with `name`, a timestamp): 0 up to the largest int64."""
+    return int_field(fields, name, 0, MAX_OFFSET)

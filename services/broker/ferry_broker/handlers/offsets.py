@@ -5,10 +5,9 @@ from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import (
-    MAX_OFFSET,
-    group_field,
     hist_field,
-    int_field,
+    offset_field,
+    position_fields,
     queue_field,
     topic_field,
 )
@@ -20,8 +19,8 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     Like Kafka, any offset is taken (an operator may set one ahead of the queue);
     the table is bounded instead: a new entry beyond its limit is BusyError."""
     f = req.fields
-    group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
-    offset = int_field(f, "offset", 0, MAX_OFFSET)
+    group, topic, queue_id = position_fields(f)
+    offset = offset_field(f)
     ctx.offsets.commit(group, topic, queue_id, offset, hist_field(f))
     return response(req)
 
@@ -32,7 +31,7 @@ async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) ->
     `since_ms`: when this broker's table began (its store started on an empty directory;
     0 unknown), so that a group older than that knows its offset here was lost."""
     f = req.fields
-    group, topic, queue_id = group_field(f), topic_field(f), queue_field(f)
+    group, topic, queue_id = position_fields(f)
     fields: dict[str, object] = {"offset": ctx.offsets.query(group, topic, queue_id)}
     if (hist := ctx.offsets.query_hist(group, topic, queue_id)) is not None:
         fields["hist"] = hist
@@ -52,5 +51,5 @@ async def handle_offset_for_time(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     """OFFSET_FOR_TIME: the first queue offset stored at or after `ts_ms`."""
     f = req.fields
     topic, queue_id = topic_field(f), queue_field(f)
-    ts_ms = int_field(f, "ts_ms", 0, MAX_OFFSET)
+    ts_ms = offset_field(f, "ts_ms")
     return response(req, {"offset": ctx.store.offset_for_timestamp(topic, queue_id, ts_ms)})

@@ -20,7 +20,7 @@ Slaves serve PULL too (issue 9). A master whose answer lies more than
 `slave_read_lag_bytes` behind its commit-log end, while a slave is live,
 adds `suggest_slave: true` (the consumer reads from a slave next time). A
 sync master serves only records below its confirmed offset (what every
-in-sync slave acknowledged; `hooks/replication.confirmed_offset`), as if its
+in-sync slave acknowledged; `RoleManager.confirmed_offset`), as if its
 queues ended there: a record a consumer saw survives any failover.
 
 Histories (issue 16, `ferry.store.histories`): `hist` names the history of the
@@ -48,15 +48,7 @@ from ferry.wire.pull import MAX_PULL_BYTES, MAX_PULL_COUNT, PullStatus
 
 from ferry_broker.cold_reads import warm_for_read
 from ferry_broker.context import BrokerContext, ConnInfo
-from ferry_broker.handlers.fields import (
-    MAX_OFFSET,
-    group_field,
-    hist_field,
-    int_field,
-    queue_field,
-    topic_field,
-)
-from ferry_broker.hooks.replication import confirmed_offset
+from ferry_broker.handlers.fields import hist_field, int_field, offset_field, position_fields
 
 DEFAULT_MAX_COUNT = 32
 DEFAULT_MAX_BYTES = 1 << 20
@@ -76,10 +68,8 @@ HISTORY_DIVERGED = PullStatus.HISTORY_DIVERGED.value
 
 async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     f = req.fields
-    group = group_field(f)
-    topic = topic_field(f)
-    queue_id = queue_field(f)
-    offset = int_field(f, "offset", 0, MAX_OFFSET)
+    group, topic, queue_id = position_fields(f)
+    offset = offset_field(f)
     max_count = int_field(f, "max_count", 1, MAX_PULL_COUNT, DEFAULT_MAX_COUNT)
     max_bytes = int_field(f, "max_bytes", 1, MAX_PULL_BYTES, DEFAULT_MAX_BYTES)
     max_wait_ms = min(int_field(f, "max_wait_ms", 0, 2**31, 0), ctx.config.max_pull_wait_ms)
@@ -107,7 +97,7 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
                 status = GetStatus.FOUND if live else GetStatus.NO_MATCHED_MESSAGE
                 got = GetResult(status, live, got.next_queue_offset, got.min_offset,
                                 got.max_offset)
-        if got.records and (limit := confirmed_offset(ctx)) is not None:
+        if got.records and (limit := ctx.roles.confirmed_offset()) is not None:
             got = _confirmed_only(got, limit)
         elif hist is not None and got.status is GetStatus.OFFSET_OVERFLOW_BADLY:
             # Past the end of a history this replica continues (checked below): it has not
@@ -230,7 +220,7 @@ async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: i
     deadline = time.monotonic() + max_wait_ms / 1000.0
     # A sync master also looks again now and then: records become visible when a slave
     # confirms them, and a write whose wait failed (or a smaller in-sync set) wakes nobody.
-    recheck_s = CONFIRMED_RECHECK_S if confirmed_offset(ctx) is not None else None
+    recheck_s = CONFIRMED_RECHECK_S if ctx.roles.confirmed_offset() is not None else None
     with ctx.long_poll.slot(conn.conn_id):
         while _caught_up(got):
             remaining = deadline - time.monotonic()

@@ -10,7 +10,9 @@ and passes the before-put hooks (a delayed message is redirected to
 redirected one. Either way the after-put hooks
 wake parked pulls and, in sync flush mode, wait for the fsync (after
 `flush_timeout_ms`: FlushTimeoutError, the messages are stored, only their
-durability is unconfirmed). A store that refuses the write (failed or closed)
+durability is unconfirmed). A SEND to a typed topic (`fifo`, `delay`,
+`transaction`) is decoded and each message checked against the type
+(`topic_types.py`). A store that refuses the write (failed or closed)
 is answered with StoreUnavailableError, retriable (see `health.py`).
 
 Internal topics (`%...%`) are refused: only the broker's hooks and the
@@ -35,7 +37,7 @@ from ferry.wire import Frame, decode_messages, response
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import int_field, queue_field, topic_field
 from ferry_broker.put_pipeline import PutBatch
-from ferry_broker.roles import require_master
+from ferry_broker.topic_types import NORMAL, check_send
 
 MAX_BATCH_MESSAGES = 10_000
 _TRACED = int(MessageFlag.TRACED)
@@ -69,7 +71,7 @@ def decode_batch(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
 
 
 async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     topic = topic_field(req.fields)
     export = "trace_export" in req.fields
     if export:
@@ -83,12 +85,21 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     checked_queue(ctx, topic, queue_id)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
-    if not flags & HOOKED_FLAGS:  # TRACED alone keeps the fast path (the tracing hook reads it)
+    topic_type = ctx.topics.type_of(topic)
+    if not flags & HOOKED_FLAGS and topic_type == NORMAL:
+        # TRACED alone keeps the fast path (the tracing hook reads it)
         res = await ctx.pipeline.put_encoded(topic, queue_id, req.body, conn.peer,
                                              MAX_BATCH_MESSAGES, traced=bool(flags & _TRACED))
         return response(req, {"queue_id": queue_id, "queue_offset": res.first_queue_offset,
                               "count": res.message_count, "phy_offset": res.first_phy_offset})
     batch = PutBatch(topic, queue_id, decode_batch(ctx, conn, topic, queue_id, req.body))
+    if not flags & HOOKED_FLAGS:  # a typed topic's plain SEND: refused as the fast path would
+        unannounced = next((m.flags & HOOKED_FLAGS for m in batch.messages
+                            if m.flags & HOOKED_FLAGS), 0)
+        if unannounced:
+            raise MalformedRequestError(f"a message carries flag(s) {unannounced} that the "
+                                        f"SEND does not announce")
+    check_send(topic, topic_type, batch.messages)  # a typed topic takes one kind (topic_types)
     results = await ctx.pipeline.put_messages(batch)
     offsets = [r.queue_offset if m.topic == topic and m.queue_id == queue_id else -1
                for m, r in zip(batch.messages, results, strict=True)]

@@ -39,7 +39,6 @@ from opentelemetry.trace import SpanKind
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import group_field, int_field, topic_field
 from ferry_broker.handlers.send import decode_batch
-from ferry_broker.roles import require_master
 
 MAX_RECONSUME_TIMES = 10_000
 # The copy's own routing is decided here: stale ones from an earlier trip are dropped.
@@ -49,7 +48,7 @@ _TRACED = int(MessageFlag.TRACED)   # the only entry flag the copy keeps: its tr
 
 
 async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     f = req.fields
     group = group_field(f)
     topic = topic_field(f)

@@ -36,6 +36,7 @@ from ferry.codec import (
     StoredMessage,
     msg_id_hex,
 )
+from ferry.codec.txn_op import ACTIONS, BY_VALUES, COMMIT
 from ferry.errors import (
     FlushTimeoutError,
     MalformedRequestError,
@@ -53,11 +54,7 @@ from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import group_field, str_field
 from ferry_broker.handlers.query import parse_msg_id
 from ferry_broker.put_pipeline import PutBatch
-from ferry_broker.roles import require_master
 from ferry_broker.transactions import (
-    ACTIONS,
-    BY_VALUES,
-    COMMIT,
     STATES,
     committed_message,
     find_half,
@@ -194,7 +191,7 @@ async def _repeated_pending(ctx: BrokerContext, req: Frame, pend: PendingEnd, ms
 
 
 async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
-    require_master(ctx)  # a slave takes no write (and creates no topic)
+    ctx.roles.require_master()  # a slave takes no write (and creates no topic)
     f = req.fields
     group = group_field(f)
     msg_id = parse_msg_id(f.get("msg_id"))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 
-from ferry.codec import DELIVER_AT_MS, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag
+from ferry.codec import DELIVER_AT_MS, MessageFlag
 from ferry.errors import InvalidDelayError
 from ferry.names import SCHEDULE_TOPIC
-from ferry.store import MessageIn, decode_properties, encode_properties
+from ferry.store import decode_properties
 
-from ferry_broker.put_pipeline import PutBatch, PutHook
+from ferry_broker.put_pipeline import PutBatch, PutHook, redirected
 from ferry_broker.topics import TopicManager
 
 _DELAY = int(MessageFlag.DELAY)
@@ -43,16 +43,6 @@ def deliver_at(props: dict[str, str], now_ms: int, max_delay_ms: int) -> int:
     return at_ms
 
 
-def redirect(msg: MessageIn, props: dict[str, str], schedule_queues: int) -> MessageIn:
-    """`msg` as stored in `%SCHEDULE%`: the same id and parts, its destination in properties."""
-    props = dict(props)
-    props[REAL_TOPIC] = msg.topic
-    props[REAL_QUEUE_ID] = str(msg.queue_id)
-    return msg._replace(topic=SCHEDULE_TOPIC,
-                        queue_id=schedule_queue(msg.queue_id, schedule_queues),
-                        properties=encode_properties(props))
-
-
 class DelayHook(PutHook):
     """Redirects DELAY-flagged messages to `%SCHEDULE%`."""
 
@@ -74,4 +64,4 @@ class DelayHook(PutHook):
                 continue
             if not queues:  # registers %SCHEDULE% here, so that the scheduler finds it
                 queues = self._topics.queues_for_send(SCHEDULE_TOPIC)
-            msgs[i] = redirect(msg, props, queues)
+            msgs[i] = redirected(msg, props, SCHEDULE_TOPIC, schedule_queue(msg.queue_id, queues))

@@ -25,20 +25,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ferry_broker.put_pipeline import PutDone, PutHook
-from ferry_broker.roles import not_master
 
 if TYPE_CHECKING:
-    from ferry_broker.context import BrokerContext
+    from ferry_broker.config import BrokerConfig
+    from ferry_broker.roles import RoleManager
 
 
 class ReplicationNotifyHook(PutHook):
     """Wakes the replication links: new records to stream."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._ctx = ctx
+    def __init__(self, roles: RoleManager) -> None:
+        self._roles = roles
 
     async def after_put(self, done: PutDone) -> None:
-        server = self._ctx.roles.server
+        server = self._roles.server
         if server is not None:
             server.notify()
 
@@ -46,32 +46,17 @@ class ReplicationNotifyHook(PutHook):
 class ReplicationWaitHook(PutHook):
     """Sync mode: the in-sync slaves have the records; every mode: still the master."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._ctx = ctx
-        self._sync = ctx.config.replication == "sync"
-        self._timeout_ms = ctx.config.repl_timeout_ms
+    def __init__(self, config: BrokerConfig, roles: RoleManager) -> None:
+        self._roles = roles
+        self._sync = config.replication == "sync"
+        self._timeout_ms = config.repl_timeout_ms
 
     async def after_put(self, done: PutDone) -> None:
-        ctx = self._ctx
+        roles = self._roles
         if self._sync:
-            server = ctx.roles.server
+            server = roles.server
             if server is None:  # stepped down between the put and now
-                raise not_master(ctx)
+                raise roles.not_master()
             await server.wait_replicated(done.end_offset, self._timeout_ms)
-        if not ctx.roles.writable:
-            raise not_master(ctx)
-
-
-def confirmed_offset(ctx: BrokerContext) -> int | None:
-    """On a sync master: the commit-log offset below which every in-sync slave has the
-    records (the log end while the set is the master alone); None elsewhere.
-
-    PULL serves a sync master's records only below it (Kafka's high watermark): a
-    record a consumer saw is then on every member that may be elected, so a failover
-    can neither take it back nor write another record at its queue offset (which the
-    consumer, already past that offset, would skip)."""
-    roles = ctx.roles
-    server = roles.server
-    if server is None or roles.mode != "sync":
-        return None
-    return server.confirmed_offset
+        if not roles.writable:
+            raise roles.not_master()

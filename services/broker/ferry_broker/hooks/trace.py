@@ -17,7 +17,6 @@ so the durability and replication waits are not in it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from ferry.codec import ENTRY_HEAD, ENTRY_HEAD_SIZE, MessageFlag, msg_id_hex
 from ferry.names import HALF_TOPIC
@@ -26,9 +25,6 @@ from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
 from ferry_broker.put_pipeline import PutDone, PutHook
-
-if TYPE_CHECKING:
-    from ferry_broker.context import BrokerContext
 
 _TRACED = int(MessageFlag.TRACED)
 # Span attribute names beyond the ones hop_span sets itself.
@@ -85,8 +81,8 @@ class TraceHook(PutHook):
 
     traced_only = True  # a fast-path put that announced no TRACED entry has no span
 
-    def __init__(self, ctx: BrokerContext) -> None:
-        self._broker = ctx.config.name
+    def __init__(self, broker_name: str) -> None:
+        self._broker = broker_name
 
     async def after_put(self, done: PutDone) -> None:
         if done.messages is None and done.traced_body is None:

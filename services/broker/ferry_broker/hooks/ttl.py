@@ -18,19 +18,8 @@ from pathlib import Path
 
 from ferry.atomic_file import replace_durably
 from ferry.codec import TTL_MS, MessageFlag
+from ferry.codec import record as layout
 from ferry.codec.properties import decode_properties
-from ferry.codec.record import (
-    AT_FLAGS,
-    H_BORN_HOST_LEN,
-    H_KEYS_LEN,
-    H_PROPS_LEN,
-    H_STORE_HOST_LEN,
-    H_STORE_TS_MS,
-    H_TAGS_LEN,
-    H_TOPIC_LEN,
-    HEADER,
-    HEADER_SIZE,
-)
 from ferry.errors import MalformedRequestError
 
 from ferry_broker.put_pipeline import PutBatch, PutHook
@@ -40,7 +29,8 @@ _TXN_HALF = int(MessageFlag.TXN_HALF)
 MAX_TTL_QUEUES = 100_000
 _FLAGS = struct.Struct("<I")
 # The record's parts before its properties.
-_H_LENS = [H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN, H_TAGS_LEN, H_KEYS_LEN]
+_H_LENS = [layout.H_TOPIC_LEN, layout.H_BORN_HOST_LEN, layout.H_STORE_HOST_LEN,
+           layout.H_TAGS_LEN, layout.H_KEYS_LEN]
 
 
 def ttl_ms_of(props: dict[str, str]) -> int:
@@ -111,17 +101,17 @@ class ExpiryFilter:
         now_ms = int(time.time() * 1000)
         out: list[memoryview] | None = None
         for i, rec in enumerate(records):
-            if not _FLAGS.unpack_from(rec, AT_FLAGS)[0] & _TTL:
+            if not _FLAGS.unpack_from(rec, layout.AT_FLAGS)[0] & _TTL:
                 if out is not None:
                     out.append(rec)
                 continue
-            h = HEADER.unpack_from(rec, 0)
-            start = HEADER_SIZE + sum(h[j] for j in _H_LENS)
+            h = layout.HEADER.unpack_from(rec, 0)
+            start = layout.HEADER_SIZE + sum(h[j] for j in _H_LENS)
             try:
-                ttl = ttl_ms_of(decode_properties(rec[start:start + h[H_PROPS_LEN]]))
+                ttl = ttl_ms_of(decode_properties(rec[start:start + h[layout.H_PROPS_LEN]]))
             except MalformedRequestError:
                 ttl = 0
-            if ttl and h[H_STORE_TS_MS] + ttl > now_ms:
+            if ttl and h[layout.H_STORE_TS_MS] + ttl > now_ms:
                 if out is not None:
                     out.append(rec)
                 continue

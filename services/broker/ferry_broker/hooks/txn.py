@@ -21,16 +21,14 @@ from ferry.codec import (
     CHECK_IMMUNITY_MS,
     MAX_KEYS_BYTES,
     NO_MSG_ID,
-    REAL_QUEUE_ID,
-    REAL_TOPIC,
     TXN_GROUP,
     MessageFlag,
 )
 from ferry.errors import FerryError, MalformedRequestError
 from ferry.names import HALF_TOPIC, validate_group
-from ferry.store import MessageIn, decode_properties, encode_properties
+from ferry.store import MessageIn, decode_properties
 
-from ferry_broker.put_pipeline import PutBatch, PutHook
+from ferry_broker.put_pipeline import PutBatch, PutHook, redirected
 from ferry_broker.topics import TopicManager
 from ferry_broker.transactions import HALF_QUEUE_ID, TXN_KEY_BYTES, TxnStats, with_txn_key
 
@@ -70,12 +68,8 @@ def check_half(msg: MessageIn, props: dict[str, str]) -> None:
 
 def to_half(msg: MessageIn, props: dict[str, str]) -> MessageIn:
     """`msg` as stored in `%HALF%`: the same id and parts, its destination in properties."""
-    props = dict(props)
-    props[REAL_TOPIC] = msg.topic
-    props[REAL_QUEUE_ID] = str(msg.queue_id)
-    return msg._replace(topic=HALF_TOPIC, queue_id=HALF_QUEUE_ID,
-                        keys=with_txn_key(msg.keys, msg.msg_id),
-                        properties=encode_properties(props))
+    return redirected(msg, props, HALF_TOPIC, HALF_QUEUE_ID,
+                      keys=with_txn_key(msg.keys, msg.msg_id))
 
 
 class TxnHook(PutHook):

@@ -24,6 +24,7 @@ from ferry.store.epochs import EpochLog
 from ferry.tasks import cancel_and_wait
 
 from . import protocol as p
+from .link import LinkProtocol
 from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class ReplicaFollower:
         host, _, port = addr.rpartition(":")
         loop = asyncio.get_running_loop()
         transport, link = await asyncio.wait_for(
-            loop.create_connection(p.LinkProtocol, host, int(port), ssl=self.tls,
+            loop.create_connection(LinkProtocol, host, int(port), ssl=self.tls,
                                    server_hostname=host if self.tls is not None else None),
             CONNECT_TIMEOUT_MS / 1000)
         try:
@@ -139,7 +140,7 @@ class ReplicaFollower:
         finally:
             transport.close()
 
-    async def _handshake(self, link: p.LinkProtocol, epoch: int) -> None:
+    async def _handshake(self, link: LinkProtocol, epoch: int) -> None:
         hello = p.Hello(p.MAGIC, p.VERSION, self.broker_id, epoch,
                         self.store.commit_log_max_offset, self.cluster, self.name,
                         self.epochs.entries)
@@ -193,7 +194,7 @@ class ReplicaFollower:
             self.epochs.replace(want)
         return end
 
-    async def _apply_frames(self, link: p.LinkProtocol) -> None:
+    async def _apply_frames(self, link: LinkProtocol) -> None:
         loop = asyncio.get_running_loop()
         while True:
             # (payload: a view of the link's buffer, valid until the next read_frame)

@@ -31,16 +31,12 @@ from ferry.store import MessageStore
 from ferry.store.epochs import EpochLog, divergence_point
 
 from . import protocol as p
+from .admission import HELLO_TIMEOUT_MS, Authenticate, SlaveAdmission
 from .waiters import AckWaiters
 from .watch import until_first_ends, watch_idle
 
 log = logging.getLogger(__name__)
 
-#: Judges a slave's AUTH frame: (HELLO payload, AUTH payload); raises FerryError to refuse.
-Authenticate = Callable[[bytes, bytes], None]
-
-#: A connection must send its HELLO within this (a silent one holds a slot otherwise).
-HELLO_TIMEOUT_MS = 5_000
 #: An idle link gets a HEARTBEAT this often; the slave answers with an ACK.
 HEARTBEAT_INTERVAL_MS = 500
 #: A slave silent this long (no ACK, not even to heartbeats) is dropped.
@@ -97,14 +93,13 @@ class ReplicationServer:
                  listener: InSyncListener | None = None,
                  authenticate: Authenticate | None = None) -> None:
         self.store = store
-        #: With auth on: checks a slave's AUTH frame against its HELLO (raises FerryError).
-        self._authenticate = authenticate
+        self._admission = SlaveAdmission(cluster=cluster, name=name, broker_id=broker_id,
+                                         is_peer=is_peer, authenticate=authenticate)
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
         self.broker_id = broker_id
         self._epoch = epoch
-        self._is_peer = is_peer
         self._offsets_snapshot = offsets_snapshot
         self.lag_bytes_max = lag_bytes_max
         self._links: dict[int, _Link] = {}
@@ -264,8 +259,8 @@ class ReplicationServer:
             raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
         hello = p.decode_hello(payload)
         epoch = self._epoch()
-        reason = await self._auth_refusal(reader, payload)
-        reason = reason or self._refusal(hello, epoch)
+        reason = await self._admission.auth_refusal(reader, payload)
+        reason = reason or self._admission.refusal(hello, epoch)
         end = self.store.commit_log_max_offset
         entries = self.epochs.entries
         # min(): a slave's entries cannot move the point past its own end
@@ -289,39 +284,6 @@ class ReplicationServer:
         log.info("replication: slave %d at %s linked; its log agrees up to %d (its end %d, "
                  "ours %d)", hello.broker_id, peer, start, hello.end_offset, end)
         return link
-
-    async def _auth_refusal(self, reader: asyncio.StreamReader, hello: bytes) -> str | None:
-        """With auth on: why the slave's AUTH frame (next after HELLO) is refused, or None."""
-        if self._authenticate is None:
-            return None
-        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
-        if ftype is not p.FrameType.AUTH:
-            return f"authentication required: auth is on and the slave sent {ftype.name}, not AUTH"
-        try:
-            self._authenticate(hello, payload)
-        except FerryError as exc:
-            return str(exc)
-        return None
-
-    def _refusal(self, hello: p.Hello, epoch: int) -> str | None:
-        """Why this HELLO is refused, or None to accept it."""
-        if hello.version != p.VERSION:
-            return f"unsupported replication protocol version {hello.version}"
-        if (hello.cluster, hello.name) != (self.cluster, self.name):
-            return (f"this is broker group {self.cluster}/{self.name}, "
-                    f"not {hello.cluster}/{hello.name}")
-        if hello.broker_id == self.broker_id:
-            return f"broker id {hello.broker_id} is this master's own"
-        try:
-            peer_ok = self._is_peer(hello.broker_id)
-        except Exception:
-            log.exception("replication: the peer check failed")
-            peer_ok = False
-        if not peer_ok:
-            return f"broker {hello.broker_id} is not a live broker of the group"
-        if hello.epoch > epoch:
-            return f"this master's epoch {epoch} is older than the slave's {hello.epoch}"
-        return None
 
     async def _serve(self, link: _Link, reader: asyncio.StreamReader) -> None:
         """Stream to the slave and read its ACKs until either side ends the link."""

@@ -7,10 +7,8 @@ from typing import Any
 from aiohttp import web
 from ferry.errors import BusyError, MalformedRequestError
 from ferry.http_errors import json_response as json_response  # re-exported for the handlers
-from ferry.routing import RouteCache
+from ferry.routing import RegistryCache
 
-# A config body is a few hundred bytes; anything near this is a mistake.
-MAX_BODY_BYTES = 64 * 1024
 # How long a write waits for this instance's cache to see it (read-your-writes).
 WRITE_VISIBLE_TIMEOUT_S = 5.0
 
@@ -28,7 +26,7 @@ async def read_json(request: web.Request) -> Any:
         raise MalformedRequestError("the body nests too deeply") from None
 
 
-async def visible(cache: RouteCache, revision: int) -> None:
+async def visible(cache: RegistryCache, revision: int) -> None:
     """Wait until our cache has applied `revision`, so the next read on this instance sees it."""
     if revision and not await cache.wait_revision(revision, WRITE_VISIBLE_TIMEOUT_S):
         raise BusyError("the write is stored in etcd but this namesrv has not seen it yet")
