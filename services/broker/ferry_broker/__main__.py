@@ -5,15 +5,11 @@ on the command line wins over the variable.
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import resource
 import sys
-from collections.abc import Coroutine
-from typing import Any
 
-from ferry.telemetry.logs import setup_logging
+from ferry.service.startup import Entry, Flag
 
 from ferry_broker.config import BrokerConfig
 
@@ -26,8 +22,7 @@ DESCRIPTION = (
     "the topics it serves. Configured by FERRY_BROKER_* environment variables; flags override them."
 )
 
-# flag -> (config field, type, help)
-_FLAGS: list[tuple[str, str, type, str]] = [
+_FLAGS: list[Flag] = [
     ("--cluster", "cluster", str, "cluster name (FERRY_BROKER_CLUSTER)"),
     ("--name", "name", str, "broker group name (FERRY_BROKER_NAME)"),
     ("--id", "id", int, "broker id; without replication 0 = master (FERRY_BROKER_ID)"),
@@ -52,31 +47,9 @@ _FLAGS: list[tuple[str, str, type, str]] = [
     ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
     ("--namesrv", "namesrv", str, "namesrv address(es) for the trace topic exporter, empty = "
      "none (FERRY_BROKER_NAMESRV)"),
+    ("--auto-create-topics", "auto_create_topics", bool,
+     "create unknown topics on first SEND (FERRY_BROKER_AUTO_CREATE_TOPICS)"),
 ]
-
-
-def parse_args(argv: list[str] | None) -> BrokerConfig:
-    parser = argparse.ArgumentParser(prog="ferry-broker", description=DESCRIPTION)
-    for flag, dest, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
-    parser.add_argument("--auto-create-topics", dest="auto_create_topics", default=None,
-                        action=argparse.BooleanOptionalAction,
-                        help="create unknown topics on first SEND (FERRY_BROKER_AUTO_CREATE_TOPICS)")
-    args = parser.parse_args(argv)
-    try:
-        return BrokerConfig.from_env(overrides=vars(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
-
-
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        import uvloop
-    except ImportError:  # optional: the standard loop works, only slower
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
 
 
 def raise_fd_limit() -> int:
@@ -96,18 +69,14 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-    setup_logging(config.log_level)
+def _log_fd_limit() -> None:
     logging.getLogger("ferry_broker").info("open-files limit %d", raise_fd_limit())
-    from ferry_broker.app import BrokerApp  # after logging is set up
 
-    try:
-        _run(BrokerApp(config).run())
-    except Exception:
-        logging.getLogger("ferry_broker").exception("broker failed")
-        return 1
-    return 0
+
+ENTRY = Entry("ferry-broker", DESCRIPTION, _FLAGS, BrokerConfig.from_env,
+              "ferry_broker.app:BrokerApp", "broker", uvloop=True, prepare=_log_fd_limit)
+parse_args = ENTRY.parse
+main = ENTRY.main
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ferry.errors import SlaveNotAvailableError
-from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
+from ferry.service.lifecycle import cancel_and_wait
 
 if TYPE_CHECKING:
     from ferry_broker.replication.master import ReplicationServer

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 from ferry.auth.credentials import service_credentials
 from ferry.auth.tls import server_context
 from ferry.errors import NotMasterError
-from ferry.lifecycle import cancel_and_wait
 from ferry.routing.election import Election
+from ferry.service.lifecycle import cancel_and_wait
 from ferry.store.epochs import EpochLog
 
 from ferry_broker.insync import InSyncSet, insync_key, may_lead

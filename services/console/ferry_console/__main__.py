@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_console.config import ConsoleConfig
 
@@ -34,18 +34,10 @@ _FLAGS: list[Flag] = [
 ]
 
 
-def parse_args(argv: list[str] | None) -> ConsoleConfig:
-    return parse_config(argv, "ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_console.app import ConsoleApp  # after logging is set up
-        await ConsoleApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_console", "console")
+ENTRY = Entry("ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env,
+              "ferry_console.app:ConsoleApp", "console")
+parse_args = ENTRY.parse
+main = ENTRY.main
 
 
 if __name__ == "__main__":

@@ -5,21 +5,16 @@
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import check_service, service_from_env
 
 ENV_PREFIX = "FERRY_CONSOLE_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
 MAX_PREVIEW_BYTES = 64 * 1024
 MAX_SESSIONS = 100_000  # each holds a user's clients in memory
-# Fields that may be 0 (a port chosen by the OS).
-_MAY_BE_ZERO = frozenset({"http_port"})
 
 
 @dataclass(frozen=True)
@@ -49,16 +44,7 @@ class ConsoleConfig:
     max_sessions: int = 1000              # the oldest session ends past this many
 
     def __post_init__(self) -> None:
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type != "int":
-                continue
-            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX)
         if self.preview_bytes > MAX_PREVIEW_BYTES:
             raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
         if self.max_sessions > MAX_SESSIONS:
@@ -70,5 +56,4 @@ class ConsoleConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> ConsoleConfig:
         """Build from FERRY_CONSOLE_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})
+        return service_from_env(cls, ENV_PREFIX, env, overrides)

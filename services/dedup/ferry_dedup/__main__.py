@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_dedup.config import DedupConfig
 
@@ -39,18 +39,10 @@ _FLAGS: list[Flag] = [
 ]
 
 
-def parse_args(argv: list[str] | None) -> DedupConfig:
-    return parse_config(argv, "ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_dedup.app import DedupApp  # after logging is set up
-        await DedupApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_dedup", "dedup")
+ENTRY = Entry("ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env, "ferry_dedup.app:DedupApp",
+              "dedup")
+parse_args = ENTRY.parse
+main = ENTRY.main
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_delay_scheduler.config import SchedulerConfig
 
@@ -40,18 +40,10 @@ _FLAGS: list[Flag] = [
 ]
 
 
-def parse_args(argv: list[str] | None) -> SchedulerConfig:
-    return parse_config(argv, "ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_delay_scheduler.app import SchedulerApp  # after logging is set up
-        await SchedulerApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_delay_scheduler", "delay scheduler")
+ENTRY = Entry("ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env,
+              "ferry_delay_scheduler.app:SchedulerApp", "delay scheduler")
+parse_args = ENTRY.parse
+main = ENTRY.main
 
 
 if __name__ == "__main__":

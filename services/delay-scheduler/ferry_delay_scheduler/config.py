@@ -6,7 +6,6 @@ is a field here (the table is in docs/delay.md).
 """
 from __future__ import annotations
 
-import dataclasses
 import socket
 import uuid
 from collections.abc import Mapping
@@ -14,17 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import check_service, service_from_env
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
 MIN_SEGMENT_BYTES = 8 << 20  # the local log's segments must hold one largest record
 MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
-# Fields that may be 0 (an int that is "off" or a port chosen by the OS).
-_MAY_BE_ZERO = frozenset({"http_port"})
 
 
 @dataclass(frozen=True)
@@ -74,17 +69,7 @@ class SchedulerConfig:
     auth: bool = False
 
     def __post_init__(self) -> None:
-        if self.auth and not self.etcd:
-            raise ValueError("FERRY_AUTH=on needs FERRY_DELAY_SCHEDULER_ETCD: identities and "
-                             "their rules live in etcd")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("int", "float") and f.name not in _MAY_BE_ZERO and value <= 0:
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX)
         if self.retention_hours * 3_600_000 <= MAX_DELAY_MS:
             raise ValueError("retention_hours must exceed the 30-day maximum delay "
                              "(a pending message's record must outlive its delay)")
@@ -115,5 +100,4 @@ class SchedulerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
         """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})
+        return service_from_env(cls, ENV_PREFIX, env, overrides)

@@ -27,8 +27,8 @@ from ferry.errors import (
     MessageNotFoundError,
     TopicNotFoundError,
 )
-from ferry.lifecycle import KeyedTasks
 from ferry.names import SCHEDULE_TOPIC
+from ferry.service.lifecycle import KeyedTasks
 from ferry.wire import RequestCode
 
 from ferry_delay_scheduler.config import SchedulerConfig

@@ -9,12 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
 from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
+from ferry.service.config import check_service, service_from_env
 
 ENV_PREFIX = "FERRY_NAMESRV_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(ValueError):
@@ -40,8 +38,7 @@ class NamesrvConfig:
     auth: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port < 65536:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        check_service(self, ENV_PREFIX, port_field="port", error=ConfigError)
         try:
             parse_endpoints(self.etcd)
         except ValueError as exc:
@@ -53,24 +50,15 @@ class NamesrvConfig:
                               f"got {self.default_queues}")
         if not self.console_url.startswith(("http://", "https://")):
             raise ConfigError(f"console_url must be an http(s) URL, got {self.console_url!r}")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> NamesrvConfig:
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> NamesrvConfig:
         """Read every FERRY_NAMESRV_<FIELD> that is set, and FERRY_AUTH; the rest keep their
-        defaults."""
-        try:
-            auth = auth_enabled(env)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        return settings.from_env(cls, ENV_PREFIX, env, {"auth": auth}, error=ConfigError)
+        defaults; `overrides` (flags, non-None) win."""
+        return service_from_env(cls, ENV_PREFIX, env, overrides, error=ConfigError)
 
     def with_overrides(self, **overrides: Any) -> NamesrvConfig:
         """A copy with the given fields replaced (None means "not given")."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
-
-def parse_bool(raw: str, what: str) -> bool:
-    """`raw` (a flag's text) as a bool; ConfigError naming `what` otherwise."""
-    return settings.parse_bool(raw, what, ConfigError)

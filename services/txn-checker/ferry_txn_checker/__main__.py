@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_txn_checker.config import CheckerConfig
 
@@ -39,18 +39,10 @@ _FLAGS: list[Flag] = [
 ]
 
 
-def parse_args(argv: list[str] | None) -> CheckerConfig:
-    return parse_config(argv, "ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_txn_checker.app import CheckerApp  # after logging is set up
-        await CheckerApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_txn_checker", "txn-checker")
+ENTRY = Entry("ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env,
+              "ferry_txn_checker.app:CheckerApp", "txn-checker")
+parse_args = ENTRY.parse
+main = ENTRY.main
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ is a field here (the table is in docs/transactions.md, "The txn-checker").
 """
 from __future__ import annotations
 
-import dataclasses
 import socket
 import uuid
 from collections.abc import Mapping
@@ -14,15 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import check_service, service_from_env
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
 MAX_CHECKS_LIMIT = 1000  # a higher max_checks would keep a half open for days
-# Fields that may be 0 (a port chosen by the OS, no immunity).
-_MAY_BE_ZERO = frozenset({"http_port", "check_immunity_ms"})
+# Fields that may be 0 (no immunity).
+_MAY_BE_ZERO = frozenset({"check_immunity_ms"})
 
 
 @dataclass(frozen=True)
@@ -67,19 +64,7 @@ class CheckerConfig:
     auth: bool = False
 
     def __post_init__(self) -> None:
-        if self.auth and not self.etcd:
-            raise ValueError("FERRY_AUTH=on needs FERRY_TXN_CHECKER_ETCD: identities and "
-                             "their rules live in etcd")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type not in ("int", "float"):
-                continue
-            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX, _MAY_BE_ZERO)
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.max_checks > MAX_CHECKS_LIMIT:
@@ -97,5 +82,4 @@ class CheckerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> CheckerConfig:
         """Build from FERRY_TXN_CHECKER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})
+        return service_from_env(cls, ENV_PREFIX, env, overrides)

@@ -18,8 +18,8 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, TopicRoute
 from ferry.codec import iter_records
 from ferry.errors import CorruptRecordError, FerryError, MessageNotFoundError, TopicNotFoundError
-from ferry.lifecycle import KeyedTasks
 from ferry.names import HALF_TOPIC, OP_TOPIC
+from ferry.service.lifecycle import KeyedTasks
 from ferry.wire import RequestCode
 
 from ferry_txn_checker.config import CheckerConfig

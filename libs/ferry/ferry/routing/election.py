@@ -40,7 +40,6 @@ from typing import Any
 
 import aetcd.exceptions
 
-from ferry.lifecycle import cancel_and_wait
 from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
 
 log = logging.getLogger("ferry.routing.election")
@@ -178,7 +177,10 @@ class Election:
     async def stop(self) -> None:
         """Resign (revoke the lease: the key goes at once) and stop."""
         task, self._task = self._task, None
-        await cancel_and_wait(task)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self._set(False, None, "stopped")
         await self._drop_lease()
         if self._owns_registry:

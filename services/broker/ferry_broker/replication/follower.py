@@ -19,7 +19,7 @@ from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_repl
 from ferry.auth.tls import client_context_from_env
 from ferry.errors import FerryError
-from ferry.lifecycle import cancel_and_wait
+from ferry.service.lifecycle import cancel_and_wait
 from ferry.store import FlushMode, MessageStore
 from ferry.store.epochs import EpochLog
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from aiohttp import web
 from ferry.errors import BusyError, MalformedRequestError
-from ferry.http_errors import json_response as json_response  # re-exported for the handlers
 from ferry.routing import RouteCache
 
 # A config body is a few hundred bytes; anything near this is a mistake.

@@ -28,7 +28,7 @@ from ferry.errors import AlreadyExistsError, MalformedRequestError
 from ferry.routing.follow import follow_prefix
 from ferry.routing.registry import EtcdRegistry
 
-log = logging.getLogger("ferry.auth.registry")
+log = logging.getLogger(__name__)
 
 #: The longest description kept with an identity.
 MAX_DESCRIPTION_CHARS = 256

@@ -2,9 +2,10 @@
 
 Every service's config is a frozen dataclass whose fields are its settings;
 `from_env` fills it from `<prefix><FIELD>` variables (parsed by each field's
-type), then lets `overrides` (command-line flags, non-None values) win. The
-dataclass's own `__post_init__` still checks ranges: this module only turns
-strings into typed values and names the variable when one cannot be.
+type), then lets `overrides` (command-line flags, non-None values) win;
+`service_from_env` adds the mesh-wide auth switch FERRY_AUTH. The dataclass's
+own `__post_init__` checks ranges, starting with `check_service` (the checks
+every service shares: log level, no negative numbers, the port, etcd for auth).
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from ferry.auth.credentials import auth_enabled
+from ferry.env import parse_bool
 
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
+T = TypeVar("T")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 # A field with this name is upper-cased wherever it comes from ("debug" -> "DEBUG").
 LOG_LEVEL_FIELD = "log_level"
 
@@ -48,6 +51,40 @@ def from_env(cls: type[T], prefix: str, env: Mapping[str, str] | None = None,
     return cls(**values)
 
 
+def service_from_env(cls: type[T], prefix: str, env: Mapping[str, str] | None = None,
+                     overrides: Mapping[str, Any] | None = None,
+                     error: type[ValueError] = ValueError) -> T:
+    """`from_env` with the `auth` field set by FERRY_AUTH, the one switch every service reads
+    (not a `<prefix>AUTH` variable); `overrides` (non-None) still win."""
+    try:
+        auth = auth_enabled(env)
+    except ValueError as exc:
+        raise error(str(exc)) from None
+    return from_env(cls, prefix, env, {"auth": auth, **(overrides or {})}, error)
+
+
+def check_service(config: Any, prefix: str, may_be_zero: frozenset[str] = frozenset(),
+                  port_field: str = "http_port", error: type[ValueError] = ValueError) -> None:
+    """The checks every service's config starts with: etcd when auth is on (identities live
+    there), a known log level, every number positive (or 0 when its field is in
+    `may_be_zero`; the port may always be 0: a free one), the port within 0..65535."""
+    if getattr(config, "auth", False) and getattr(config, "etcd", None) == "":
+        raise error(f"FERRY_AUTH=on needs {prefix}ETCD: identities and their rules live "
+                    "in etcd")
+    if config.log_level.upper() not in LOG_LEVELS:
+        raise error(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+    zero_ok = may_be_zero | {port_field}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if _type_name(f.type) not in ("int", "float") or isinstance(value, bool):
+            continue
+        if value < 0 or (value == 0 and f.name not in zero_ok):
+            raise error(f"{f.name} must be positive, not {value}")
+    port = getattr(config, port_field)
+    if not 0 <= port < 65536:
+        raise error(f"{port_field} must be in 0..65535, not {port}")
+
+
 def parse_value(raw: str, type_name: str, what: str,
                 error: type[ValueError] = ValueError) -> Any:
     """`raw` as a value of the type named `type_name` ("int", "float", "bool", "str")."""
@@ -62,16 +99,6 @@ def parse_value(raw: str, type_name: str, what: str,
         kind = "a number (an integer)" if type_name == "int" else "a number"
         raise error(f"{what} must be {kind}, not {raw!r}") from None
     return raw
-
-
-def parse_bool(raw: str, what: str, error: type[ValueError] = ValueError) -> bool:
-    """`raw` as a bool: 1/true/yes/on or 0/false/no/off in any case; `what` names it."""
-    low = raw.strip().lower()
-    if low in TRUE_WORDS:
-        return True
-    if low in FALSE_WORDS:
-        return False
-    raise error(f"{what} must be true or false, not {raw!r}")
 
 
 def _type_name(annotation: object) -> str:
