@@ -23,32 +23,20 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--cluster", "cluster", str, "cluster name (FERRY_BROKER_CLUSTER)"),
-    ("--name", "name", str, "broker group name (FERRY_BROKER_NAME)"),
-    ("--id", "id", int, "broker id; without replication 0 = master (FERRY_BROKER_ID)"),
-    ("--host", "host", str, "address to bind (FERRY_BROKER_HOST)"),
-    ("--advertise-host", "advertise_host", str, "host registered for clients "
-     "(FERRY_BROKER_ADVERTISE_HOST, default: --host)"),
-    ("--port", "port", int, "wire protocol port (FERRY_BROKER_PORT)"),
-    ("--http-port", "http_port", int, "HTTP API port, 0 = none (FERRY_BROKER_HTTP_PORT)"),
-    ("--data-dir", "data_dir", str, "log store directory (FERRY_BROKER_DATA_DIR)"),
-    ("--etcd", "etcd", str, "etcd endpoints host:port[,host:port], empty = no etcd "
-     "(FERRY_BROKER_ETCD)"),
-    ("--etcd-prefix", "etcd_prefix", str, "etcd key prefix (FERRY_BROKER_ETCD_PREFIX)"),
-    ("--lease-ttl-s", "lease_ttl_s", int, "etcd lease TTL in seconds (FERRY_BROKER_LEASE_TTL_S)"),
-    ("--flush-mode", "flush_mode", str, "async or sync (FERRY_BROKER_FLUSH_MODE)"),
-    ("--default-queues", "default_queues", int, "queues of an auto-created topic "
-     "(FERRY_BROKER_DEFAULT_QUEUES)"),
-    ("--segment-bytes", "segment_bytes", int, "commit log segment size "
-     "(FERRY_BROKER_SEGMENT_BYTES)"),
-    ("--replication", "replication", str, "none, async or sync: elect the group's master "
-     "in etcd and replicate to its slaves (FERRY_BROKER_REPLICATION)"),
-    ("--repl-port", "repl_port", int, "replication port (FERRY_BROKER_REPL_PORT)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) for the trace topic exporter, empty = "
-     "none (FERRY_BROKER_NAMESRV)"),
-    ("--auto-create-topics", "auto_create_topics", bool,
-     "create unknown topics on first SEND (FERRY_BROKER_AUTO_CREATE_TOPICS)"),
+    ("cluster", str, "cluster name"), ("name", str, "broker group name"),
+    ("id", int, "broker id; without replication 0 = master"), "host",
+    ("advertise_host", str, "host registered for clients, empty = --host"),
+    ("port", int, "wire protocol port"), ("http_port", int, "HTTP API port, 0 = none"),
+    ("data_dir", str, "log store directory"),
+    ("etcd", str, "etcd endpoints host:port[,host:port], empty = no etcd"), "etcd_prefix",
+    ("lease_ttl_s", int, "etcd lease TTL in seconds"), ("flush_mode", str, "async or sync"),
+    ("default_queues", int, "queues of an auto-created topic"),
+    ("segment_bytes", int, "commit log segment size"),
+    ("replication", str, "none, async or sync: elect the group's master in etcd and "
+     "replicate to its slaves"),
+    ("repl_port", int, "replication port"), "log_level",
+    ("namesrv", str, "namesrv address(es) for the trace topic exporter, empty = none"),
+    ("auto_create_topics", bool, "create unknown topics on first SEND"),
 ]
 
 

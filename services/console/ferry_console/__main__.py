@@ -21,22 +21,13 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_CONSOLE_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_CONSOLE_HTTP_PORT, 10927)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_CONSOLE_NAMESRV)"),
-    ("--delay-scheduler", "delay_scheduler", str,
-     "delay scheduler HTTP address(es), empty = none (FERRY_CONSOLE_DELAY_SCHEDULER)"),
-    ("--txn-checker", "txn_checker", str,
-     "txn-checker HTTP address(es), empty = none (FERRY_CONSOLE_TXN_CHECKER)"),
-    ("--dedup", "dedup", str, "dedup HTTP address(es), empty = none (FERRY_CONSOLE_DEDUP)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_CONSOLE_LOG_LEVEL)"),
+    "host", "http_port", "namesrv",
+    ("delay_scheduler", str, "delay scheduler HTTP address(es), empty = none"),
+    ("txn_checker", str, "txn-checker HTTP address(es), empty = none"),
+    ("dedup", str, "dedup HTTP address(es), empty = none"), "log_level",
 ]
-
-
 ENTRY = Entry("ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env,
               "ferry_console.app:ConsoleApp", "console")
-parse_args = ENTRY.parse
 main = ENTRY.main
 
 

@@ -31,7 +31,7 @@ from ferry.errors import (
 )
 from ferry.service import errors as http_errors
 from ferry.service.http import service_app
-from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.limits import HttpGuard
 from ferry.service.openapi import document, stats_path
 
 from ferry_console import login
@@ -41,7 +41,7 @@ from ferry_console.pages.common import CONSOLE, Console, render
 
 log = logging.getLogger("ferry_console")
 
-MAX_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
+MAX_REQUEST_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _STATUS: list[tuple[type[FerryError], int]] = [
@@ -98,10 +98,10 @@ def openapi_document(version: str) -> dict[str, Any]:
 
 def build_app(console: Console, is_ready: Callable[[], bool], version: str,
               guard: HttpGuard | None = None) -> web.Application:
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     # html_errors outermost: the origin check's own 403 is a page already. The origin
     # check before the login: a cross-site login form is refused too.
     app = service_app(guard, html_errors, openapi_document(version), ready=is_ready,
+                      max_body_bytes=MAX_REQUEST_BODY_BYTES,
                       not_ready="not ready: starting or stopping", stats=dict,
                       middlewares=[same_origin_only, login.login_required])
     app[CONSOLE] = console

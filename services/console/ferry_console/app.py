@@ -14,7 +14,7 @@ from ferry.service.app import ServiceApp
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 
-from ferry_console.api import MAX_BODY_BYTES, build_app
+from ferry_console.api import MAX_REQUEST_BODY_BYTES, build_app
 from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
 from ferry_console.rates import RateSampler
@@ -31,7 +31,7 @@ class ConsoleApp(ServiceApp):
     log = log
 
     def __init__(self, config: ConsoleConfig) -> None:
-        super().__init__(HttpServer("console", ENV_PREFIX, MAX_BODY_BYTES), config.http_port)
+        super().__init__(HttpServer("console", ENV_PREFIX, MAX_REQUEST_BODY_BYTES), config.http_port)
         self.config = config
         self.sources = Sources(config)
         self.rates = RateSampler(self.sources, config.rate_interval_ms)

@@ -5,11 +5,9 @@
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from ferry.service.config import check_service, service_from_env
+from ferry.service.config import ServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_CONSOLE_"
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
@@ -18,13 +16,15 @@ MAX_SESSIONS = 100_000  # each holds a user's clients in memory
 
 
 @dataclass(frozen=True)
-class ConsoleConfig:
+class ConsoleConfig(ServiceConfig):
     """Everything the console needs to start; defaults run on one machine.
 
     `delay_scheduler`, `txn_checker` and `dedup` are HTTP addresses (h:p, or
     h:p,h:p to try in turn) whose /v1/stats the services page shows; empty
     leaves that service out.
     """
+
+    ENV_PREFIX = ENV_PREFIX
 
     host: str = "127.0.0.1"
     http_port: int = 10927
@@ -51,9 +51,3 @@ class ConsoleConfig:
             raise ValueError(f"max_sessions cannot exceed {MAX_SESSIONS}")
         if self.list_rows > MAX_LIST_ROWS:
             raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> ConsoleConfig:
-        """Build from FERRY_CONSOLE_<FIELD> variables; `overrides` (non-None) win."""
-        return service_from_env(cls, ENV_PREFIX, env, overrides)

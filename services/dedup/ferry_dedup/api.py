@@ -36,7 +36,7 @@ from ferry.errors import (
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
 from ferry.service.http import service_app
-from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.limits import HttpGuard
 from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
@@ -44,7 +44,6 @@ from ferry_dedup.openapi import openapi_document
 
 log = logging.getLogger("ferry_dedup")
 
-MAX_BODY_BYTES = 64 * 1024
 DEFAULT_LIST_LIMIT = 20
 MAX_LIST_LIMIT = 100
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}")
@@ -117,10 +116,9 @@ def build_app(backend: Backend,
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     app = service_app(guard, errors_and_logs, openapi_document(backend.version),
                       ready=lambda: backend.ready, not_ready="not ready: starting or stopping",
-                      stats=backend.stats_document, auth=auth)
+                      stats=lambda: backend.stats_document(), auth=auth)
 
     async def health(_: web.Request) -> web.Response:
         ok, doc = await backend.health()

@@ -25,7 +25,7 @@ from ferry.service.http import HttpServer
 from ferry.service.lifecycle import cancel_tasks, package_version, stop_step, stop_tracing
 from ferry.telemetry import setup_tracing
 
-from ferry_dedup.api import MAX_BODY_BYTES, build_app
+from ferry_dedup.api import build_app
 from ferry_dedup.claims import Claims
 from ferry_dedup.config import ENV_PREFIX, DedupConfig, ReconcileTarget
 from ferry_dedup.ledger_store import LedgerStore
@@ -48,7 +48,7 @@ class DedupApp(ServiceApp):
     log = log
 
     def __init__(self, config: DedupConfig) -> None:
-        super().__init__(HttpServer("dedup", ENV_PREFIX, MAX_BODY_BYTES), config.http_port)
+        super().__init__(HttpServer("dedup", ENV_PREFIX), config.http_port)
         self.config = config
         self.version = package_version("ferry-dedup")
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,

@@ -6,14 +6,12 @@ a field here (the table is in docs/idempotence.md, "The dedup service").
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ferry.idempotence import validate_scene
 from ferry.names import validate_group, validate_topic
-from ferry.service.config import check_service, service_from_env
+from ferry.service.config import ServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_DEDUP_"
 SQLITE_URL_PREFIX = "sqlite:///"
@@ -53,8 +51,10 @@ class ReconcileTarget:
 
 
 @dataclass(frozen=True)
-class DedupConfig:
+class DedupConfig(ServiceConfig):
     """Everything the dedup service needs to start; defaults run on one machine."""
+
+    ENV_PREFIX = ENV_PREFIX
 
     host: str = "127.0.0.1"
     http_port: int = 10926
@@ -126,9 +126,3 @@ class DedupConfig:
     @property
     def targets(self) -> tuple[ReconcileTarget, ...]:
         return ReconcileTarget.parse_list(self.reconcile)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> DedupConfig:
-        """Build from FERRY_DEDUP_<FIELD> variables; `overrides` (non-None) win."""
-        return service_from_env(cls, ENV_PREFIX, env, overrides)

@@ -22,24 +22,11 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_DELAY_SCHEDULER_HOST)"),
-    ("--advertise-host", "advertise_host", str,
-     "host published as the leader's address (FERRY_DELAY_SCHEDULER_ADVERTISE_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_DELAY_SCHEDULER_HTTP_PORT, 10922)"),
-    ("--data-dir", "data_dir", str, "local log and wheel directory "
-     "(FERRY_DELAY_SCHEDULER_DATA_DIR)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_DELAY_SCHEDULER_NAMESRV)"),
-    ("--etcd", "etcd", str, "etcd endpoints for the election, empty = always lead "
-     "(FERRY_DELAY_SCHEDULER_ETCD)"),
-    ("--etcd-prefix", "etcd_prefix", str, "etcd key prefix (FERRY_DELAY_SCHEDULER_ETCD_PREFIX)"),
-    ("--instance-id", "instance_id", str, "this instance's id in the leader key "
-     "(FERRY_DELAY_SCHEDULER_INSTANCE_ID)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR "
-     "(FERRY_DELAY_SCHEDULER_LOG_LEVEL)"),
+    "host", ("advertise_host", str, "host published as the leader's address"), "http_port",
+    ("data_dir", str, "local log and wheel directory"), "namesrv",
+    ("etcd", str, "etcd endpoints for the election, empty = always lead"), "etcd_prefix",
+    ("instance_id", str, "this instance's id in the leader key"), "log_level",
 ]
-
-
 ENTRY = Entry("ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env,
               "ferry_delay_scheduler.app:SchedulerApp", "delay scheduler")
 parse_args = ENTRY.parse

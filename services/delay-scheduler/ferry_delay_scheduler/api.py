@@ -28,14 +28,13 @@ from ferry.errors import (
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
 from ferry.service.http import service_app
-from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.limits import HttpGuard
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024
 NOT_READY = "not ready: recovering or stopping"
 
 _STATUS: list[tuple[type[FerryError], int]] = [
@@ -58,7 +57,6 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     app = service_app(guard, errors_and_logs, openapi_document(version), ready=is_ready,
                       not_ready=NOT_READY, ready_fields=lambda: {"role": role()}, stats=stats,
                       auth=auth)

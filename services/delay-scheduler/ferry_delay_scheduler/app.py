@@ -33,7 +33,7 @@ from ferry.service.lifecycle import (
 from ferry.telemetry import setup_tracing
 
 from ferry_delay_scheduler import wheel_files
-from ferry_delay_scheduler.api import MAX_BODY_BYTES, build_app
+from ferry_delay_scheduler.api import build_app
 from ferry_delay_scheduler.cancel import Canceller
 from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 from ferry_delay_scheduler.deliver import Deliverer
@@ -62,7 +62,7 @@ class SchedulerApp(ServiceApp):
     log = log
 
     def __init__(self, config: SchedulerConfig) -> None:
-        super().__init__(HttpServer("delay-scheduler", ENV_PREFIX, MAX_BODY_BYTES),
+        super().__init__(HttpServer("delay-scheduler", ENV_PREFIX),
                          config.http_port)
         self.config = config
         self.node_id = config.node_id

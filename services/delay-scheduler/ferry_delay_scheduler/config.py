@@ -6,14 +6,9 @@ is a field here (the table is in docs/delay.md).
 """
 from __future__ import annotations
 
-import socket
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from ferry.service.config import check_service, service_from_env
+from ferry.service.config import InstanceConfig, check_service
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
 MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
@@ -23,8 +18,10 @@ MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 day
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
+class SchedulerConfig(InstanceConfig):
     """Everything the delay scheduler needs to start; defaults run on one machine."""
+
+    ENV_PREFIX = ENV_PREFIX
 
     host: str = "127.0.0.1"
     # The host other instances and clients are told to use (leader record, 503 bodies).
@@ -87,17 +84,3 @@ class SchedulerConfig:
                              f"{MAX_DELIVER_BATCH_MESSAGES}")
         if self.deliver_batch_bytes > 8 << 20:
             raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir)
-
-    @property
-    def node_id(self) -> str:
-        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
-        """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
-        return service_from_env(cls, ENV_PREFIX, env, overrides)

@@ -19,26 +19,15 @@ DESCRIPTION = (
 
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_NAMESRV_HOST, 127.0.0.1)"),
-    ("--port", "port", int, "HTTP port, 0 = any free one (FERRY_NAMESRV_PORT, 9876)"),
-    ("--etcd", "etcd", str, "etcd endpoints host:port[,host:port] "
-     "(FERRY_NAMESRV_ETCD, 127.0.0.1:2379)"),
-    ("--etcd-prefix", "etcd_prefix", str, "key prefix in etcd (FERRY_NAMESRV_ETCD_PREFIX, "
-     "/ferry/)"),
-    ("--auto-create-topics", "auto_create_topics", bool_value,
-     "true or false: create unknown topics on GET /v1/routes/{topic}?create=1 "
-     "(FERRY_NAMESRV_AUTO_CREATE_TOPICS, true)"),
-    ("--default-queues", "default_queues", int, "queues of an auto-created topic "
-     "(FERRY_NAMESRV_DEFAULT_QUEUES, 8)"),
-    ("--console-url", "console_url", str, "where GET /console redirects "
-     "(FERRY_NAMESRV_CONSOLE_URL, http://127.0.0.1:10927/console)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_NAMESRV_LOG_LEVEL, "
-     "INFO)"),
+    "host", ("port", int, "HTTP port, 0 = any free one"), "etcd", "etcd_prefix",
+    ("auto_create_topics", bool_value,
+     "true or false: create unknown topics on GET /v1/routes/{topic}?create=1"),
+    ("default_queues", int, "queues of an auto-created topic"),
+    ("console_url", str, "where GET /console redirects"), "log_level",
 ]
 
 ENTRY = Entry("ferry-namesrv", DESCRIPTION, _FLAGS, NamesrvConfig.from_env,
               "ferry_namesrv.app:NamesrvApp", "namesrv")
-parse_args = ENTRY.parse
 main = ENTRY.main
 
 

@@ -27,11 +27,10 @@ from ferry.routing import EtcdUnavailable
 from ferry.service.auth import HttpAuth, access_key_of
 from ferry.service.errors import error_middleware, json_response
 from ferry.service.http import service_app
-from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.limits import HttpGuard
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
 from ferry_namesrv.handlers import brokers, groups, routes, topics, users
-from ferry_namesrv.handlers.common import MAX_BODY_BYTES
 from ferry_namesrv.openapi import openapi_document
 
 log = logging.getLogger("ferry_namesrv.api")
@@ -64,7 +63,6 @@ def build_app(context: NamesrvContext, version: str,
               guard: HttpGuard | None = None) -> web.Application:
     """The namesrv app; with `auth` (FERRY_AUTH=on) every route but the probes and the
     OpenAPI document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     app = service_app(guard, errors_and_logs, openapi_document(version),
                       ready=lambda: context.cache.loaded,
                       not_ready="routes not loaded from etcd yet",

@@ -21,7 +21,6 @@ from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 from ferry_namesrv.api import build_app
 from ferry_namesrv.config import ENV_PREFIX, NamesrvConfig
 from ferry_namesrv.context import NamesrvContext
-from ferry_namesrv.handlers.common import MAX_BODY_BYTES
 from ferry_namesrv.permissions import ROUTES
 
 log = logging.getLogger("ferry_namesrv")
@@ -38,7 +37,7 @@ class NamesrvApp(ServiceApp):
     log = log
 
     def __init__(self, config: NamesrvConfig) -> None:
-        super().__init__(HttpServer("namesrv", ENV_PREFIX, MAX_BODY_BYTES), config.port)
+        super().__init__(HttpServer("namesrv", ENV_PREFIX), config.port)
         self.config = config
         self.registry = EtcdRegistry(config.etcd, prefix=config.etcd_prefix)
         self.cache = RouteCache(self.registry)

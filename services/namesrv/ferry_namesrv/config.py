@@ -5,12 +5,11 @@ with a message naming the variable, never a traceback.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
-from ferry.service.config import check_service, service_from_env
+from ferry.service.config import ServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_NAMESRV_"
 
@@ -20,8 +19,11 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class NamesrvConfig:
+class NamesrvConfig(ServiceConfig):
     """Everything the name server needs to start (see docs/namesrv.md for the table)."""
+
+    ENV_PREFIX = ENV_PREFIX
+    config_error = ConfigError
 
     host: str = "127.0.0.1"
     port: int = 9876
@@ -50,13 +52,6 @@ class NamesrvConfig:
                               f"got {self.default_queues}")
         if not self.console_url.startswith(("http://", "https://")):
             raise ConfigError(f"console_url must be an http(s) URL, got {self.console_url!r}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> NamesrvConfig:
-        """Read every FERRY_NAMESRV_<FIELD> that is set, and FERRY_AUTH; the rest keep their
-        defaults; `overrides` (flags, non-None) win."""
-        return service_from_env(cls, ENV_PREFIX, env, overrides, error=ConfigError)
 
     def with_overrides(self, **overrides: Any) -> NamesrvConfig:
         """A copy with the given fields replaced (None means "not given")."""

@@ -27,14 +27,13 @@ from ferry.errors import (
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
 from ferry.service.http import service_app
-from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.limits import HttpGuard
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 64 * 1024
 DEFAULT_LIST_LIMIT = 100
 MAX_LIST_LIMIT = 1000
 LIST_STATES = ("open", "discarded")
@@ -65,7 +64,6 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_BODY_BYTES))
     app = service_app(guard, errors_and_logs, openapi_document(version), ready=is_ready,
                       not_ready="not ready: loading the checkpoint or stopping", stats=stats,
                       auth=auth)

@@ -32,7 +32,7 @@ from ferry.telemetry import setup_tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker import checkpoint
-from ferry_txn_checker.api import MAX_BODY_BYTES, build_app
+from ferry_txn_checker.api import build_app
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import ENV_PREFIX, CheckerConfig
 from ferry_txn_checker.permissions import ROUTES
@@ -53,7 +53,7 @@ class CheckerApp(ServiceApp):
     log = log
 
     def __init__(self, config: CheckerConfig) -> None:
-        super().__init__(HttpServer("txn-checker", ENV_PREFIX, MAX_BODY_BYTES), config.http_port)
+        super().__init__(HttpServer("txn-checker", ENV_PREFIX), config.http_port)
         self.config = config
         self.node_id = config.node_id
         # Its own identity on the wire and HTTP (FERRY_TXN_CHECKER_ACCESS_KEY /

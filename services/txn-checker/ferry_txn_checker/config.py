@@ -6,14 +6,9 @@ is a field here (the table is in docs/transactions.md, "The txn-checker").
 """
 from __future__ import annotations
 
-import socket
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from ferry.service.config import check_service, service_from_env
+from ferry.service.config import InstanceConfig, check_service
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
 MAX_PULL_COUNT = 1024  # a broker answers PULL with at most this many records
@@ -23,8 +18,10 @@ _MAY_BE_ZERO = frozenset({"check_immunity_ms"})
 
 
 @dataclass(frozen=True)
-class CheckerConfig:
+class CheckerConfig(InstanceConfig):
     """Everything the txn-checker needs to start; defaults run on one machine."""
+
+    ENV_PREFIX = ENV_PREFIX
 
     host: str = "127.0.0.1"
     http_port: int = 10923
@@ -69,17 +66,3 @@ class CheckerConfig:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.max_checks > MAX_CHECKS_LIMIT:
             raise ValueError(f"max_checks cannot exceed {MAX_CHECKS_LIMIT}")
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir)
-
-    @property
-    def node_id(self) -> str:
-        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> CheckerConfig:
-        """Build from FERRY_TXN_CHECKER_<FIELD> variables; `overrides` (non-None) win."""
-        return service_from_env(cls, ENV_PREFIX, env, overrides)

@@ -27,6 +27,7 @@ from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
 from ferry.errors import AlreadyExistsError, MalformedRequestError
 from ferry.routing.follow import follow_prefix
 from ferry.routing.registry import EtcdRegistry
+from ferry.service.lifecycle import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +120,7 @@ class AuthRegistry:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _load(self) -> None:
         got = await self.etcd.client.get_prefix(self._root.encode())

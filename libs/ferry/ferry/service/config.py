@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
+import uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Self, TypeVar
 
 from ferry.auth.credentials import auth_enabled
 from ferry.env import parse_bool
@@ -83,6 +86,40 @@ def check_service(config: Any, prefix: str, may_be_zero: frozenset[str] = frozen
     port = getattr(config, port_field)
     if not 0 <= port < 65536:
         raise error(f"{port_field} must be in 0..65535, not {port}")
+
+
+class ServiceConfig:
+    """The base of a service's config dataclass: `from_env` reads `ENV_PREFIX` variables.
+
+    Not a dataclass itself: the subclass declares every field (and sets
+    `ENV_PREFIX`; `config_error` is the ValueError it raises, namesrv's own).
+    """
+
+    ENV_PREFIX: ClassVar[str] = ""
+    config_error: ClassVar[type[ValueError]] = ValueError
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> Self:
+        """Build from <ENV_PREFIX><FIELD> variables and FERRY_AUTH; `overrides` (non-None,
+        the command line's flags) win."""
+        return service_from_env(cls, cls.ENV_PREFIX, env, overrides, cls.config_error)
+
+
+class InstanceConfig(ServiceConfig):
+    """A service config with a data directory and an instance id (fields of the subclass)."""
+
+    data_dir: str
+    instance_id: str
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def node_id(self) -> str:
+        """`instance_id`, or the host name and a random suffix when it is empty."""
+        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
 def parse_value(raw: str, type_name: str, what: str,

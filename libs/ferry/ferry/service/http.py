@@ -27,20 +27,22 @@ from aiohttp.typedefs import Middleware
 from ferry.errors import BusyError
 from ferry.service.auth import HttpAuth, server_ssl
 from ferry.service.errors import json_response
-from ferry.service.limits import MAX_BODY_BYTES, HttpGuard, HttpLimits
+from ferry.service.limits import MAX_REQUEST_BODY_BYTES, HttpGuard, HttpLimits
 from ferry.service.openapi import document_auth
 
 Json = Mapping[str, Any]
 
 
-def service_app(guard: HttpGuard, errors: Middleware, document: dict[str, Any], *,
-                ready: Callable[[], bool], not_ready: str,
+def service_app(guard: HttpGuard | None, errors: Middleware, document: dict[str, Any], *,
+                ready: Callable[[], bool], not_ready: str, max_body_bytes: int = MAX_REQUEST_BODY_BYTES,
                 ready_fields: Callable[[], Json] | None = None,
                 stats: Callable[[], Json] | None = None, limits_key: str = "limits",
                 auth: HttpAuth | None = None,
                 middlewares: Sequence[Middleware] = ()) -> web.Application:
     """An app with the kit's middlewares and routes (module docstring); `middlewares` run
-    after the error and auth ones."""
+    after the error and auth ones. Without `guard` (a test's app), the default limits
+    with `max_body_bytes`."""
+    guard = guard or HttpGuard(HttpLimits(max_body_bytes=max_body_bytes))
     chain = [errors, *([auth.middleware] if auth is not None else []), *middlewares]
     app = guard.application(chain)
     served = document_auth(document) if auth is not None else document
@@ -70,7 +72,7 @@ def service_app(guard: HttpGuard, errors: Middleware, document: dict[str, Any], 
 class HttpServer:
     """Runs one service's app: `guard` for its limits, `start(app, host, port)`, `stop()`."""
 
-    def __init__(self, service: str, env_prefix: str, max_body_bytes: int = MAX_BODY_BYTES,
+    def __init__(self, service: str, env_prefix: str, max_body_bytes: int = MAX_REQUEST_BODY_BYTES,
                  *, tls: bool = True) -> None:
         self.service = service
         self.guard = HttpGuard(HttpLimits.from_env(env_prefix, max_body_bytes))

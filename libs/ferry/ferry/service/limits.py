@@ -42,7 +42,7 @@ from ferry.service.admission import (
 log = logging.getLogger(__name__)
 
 #: The default body limit; each service passes its own (the console's resend form is larger).
-MAX_BODY_BYTES = 64 * 1024
+MAX_REQUEST_BODY_BYTES = 64 * 1024
 #: The request line and each header line (aiohttp's default, named here).
 MAX_LINE_BYTES = 8190
 MAX_FIELD_BYTES = 8190
@@ -66,7 +66,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class HttpLimits:
     """The limits of one HTTP API; `from_env` reads `<service prefix>HTTP_<FIELD>`."""
 
-    max_body_bytes: int = MAX_BODY_BYTES
+    max_body_bytes: int = MAX_REQUEST_BODY_BYTES
     max_line_bytes: int = MAX_LINE_BYTES
     max_field_bytes: int = MAX_FIELD_BYTES
     max_headers: int = MAX_HEADERS
@@ -80,7 +80,7 @@ class HttpLimits:
                 raise ValueError(f"HTTP limit {f.name} must be positive")
 
     @classmethod
-    def from_env(cls, prefix: str, max_body_bytes: int = MAX_BODY_BYTES,
+    def from_env(cls, prefix: str, max_body_bytes: int = MAX_REQUEST_BODY_BYTES,
                  env: Mapping[str, str] | None = None) -> HttpLimits:
         """The limits for the service whose variables start with `prefix` ("FERRY_DEDUP_")."""
         env = os.environ if env is None else env

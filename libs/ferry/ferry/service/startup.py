@@ -1,8 +1,8 @@
 """The `python -m ferry_<service>` entry every service shares: flags, config, logging, run.
 
-A service's `__main__` declares one `Entry`: its program name, description,
-flags as (flag, config field, type, help), its config's `from_env` and its app
-class. `Entry.parse` turns the flags into overrides of the config's
+A service's `__main__` declares one `Entry`: its program name (which names
+its variables: ferry-txn-checker reads FERRY_TXN_CHECKER_*), description,
+flags, its config's `from_env` and its app class. `Entry.parse` turns the flags into overrides of the config's
 environment variables (a bad value exits with argparse's usage message and
 status 2, never a traceback; a `bool` flag is `--x/--no-x`); `Entry.main` sets
 up logging, imports and runs the app until it is signalled, and turns a crash
@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ferry.env import parse_bool
 from ferry.telemetry.logs import setup_logging
 
-C = TypeVar("C")
-# flag -> (config field, type, help)
-Flag = tuple[str, str, Callable[[str], Any], str]
+#: The flags several services share: config field -> (type, help).
+COMMON_FLAGS: Mapping[str, tuple[Callable[[str], Any], str]] = {
+    "host": (str, "listen address"),
+    "http_port": (int, "HTTP port, 0 = any free one"),
+    "data_dir": (str, "data directory"),
+    "namesrv": (str, "namesrv address(es)"),
+    "etcd": (str, "etcd endpoints host:port[,host:port]"),
+    "etcd_prefix": (str, "etcd key prefix"),
+    "instance_id": (str, "this instance's id (empty: host name and a random suffix)"),
+    "log_level": (str, "DEBUG, INFO, WARNING, ERROR"),
+}
+#: One flag: a field of COMMON_FLAGS by name, or (config field, type, help). The flag is
+#: `--<field with dashes>`; its help names the variable and the default.
+Flag = str | tuple[str, Callable[[str], Any], str]
 
 
 @dataclass(frozen=True)
@@ -40,9 +52,36 @@ class Entry:
     #: Run once logging is set up, before the app is imported (the broker's fd limit).
     prepare: Callable[[], None] | None = None
 
+    @property
+    def env_prefix(self) -> str:
+        """FERRY_TXN_CHECKER_ for ferry-txn-checker."""
+        return self.prog.upper().replace("-", "_") + "_"
+
     def parse(self, argv: list[str] | None) -> Any:
         """The config from the environment, `argv`'s flags winning."""
-        return parse_config(argv, self.prog, self.description, self.flags, self.from_env)
+        parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
+        config_cls = getattr(self.from_env, "__self__", None)
+        defaults = ({f.name: f.default for f in dataclasses.fields(config_cls)}
+                    if dataclasses.is_dataclass(config_cls) else {})
+        for flag in self.flags:
+            field, typ, text = (flag, *COMMON_FLAGS[flag]) if isinstance(flag, str) else flag
+            default = defaults.get(field, dataclasses.MISSING)
+            if isinstance(default, bool):
+                default = "true" if default else "false"
+            shown = "" if default in (dataclasses.MISSING, "") else f", {default}"
+            help_text = f"{text} ({self.env_prefix}{field.upper()}{shown})"
+            name = "--" + field.replace("_", "-")
+            if typ is bool:
+                parser.add_argument(name, dest=field, default=None, help=help_text,
+                                    action=argparse.BooleanOptionalAction)
+            else:
+                parser.add_argument(name, dest=field, type=typ, default=None, help=help_text)
+        args = parser.parse_args(argv)
+        try:
+            return self.from_env(overrides=vars(args))
+        except ValueError as exc:
+            parser.error(str(exc))
+            raise  # unreachable: parser.error exits
 
     def main(self, argv: list[str] | None = None) -> int:
         """Parse, set up logging, run the app until signalled: the process's exit status."""
@@ -56,25 +95,6 @@ class Entry:
 
         return run_app(config.log_level, run, module.partition(".")[0], self.what,
                        self.uvloop, self.prepare)
-
-
-def parse_config(argv: list[str] | None, prog: str, description: str, flags: Sequence[Flag],
-                 from_env: Callable[..., C]) -> C:
-    """The config built by `from_env(overrides=...)` from the environment and `argv`."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    for flag, dest, typ, help_text in flags:
-        if typ is bool:
-            parser.add_argument(flag, dest=dest, default=None, help=help_text,
-                                action=argparse.BooleanOptionalAction)
-        else:
-            parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
-    args = parser.parse_args(argv)
-    overrides: Mapping[str, Any] = vars(args)
-    try:
-        return from_env(overrides=overrides)
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
 
 
 def bool_value(raw: str) -> bool:

@@ -8,8 +8,6 @@ from aiohttp import web
 from ferry.errors import BusyError, MalformedRequestError
 from ferry.routing import RouteCache
 
-# A config body is a few hundred bytes; anything near this is a mistake.
-MAX_BODY_BYTES = 64 * 1024
 # How long a write waits for this instance's cache to see it (read-your-writes).
 WRITE_VISIBLE_TIMEOUT_S = 5.0
 
