@@ -1,8 +1,4 @@
-"""Entry point: `python -m ferry_broker` or `ferry-broker`.
-
-Configuration comes from FERRY_BROKER_* environment variables; a flag given
-on the command line wins over the variable.
-"""
+"""`python -m ferry_broker` or `ferry-broker`: flags over the FERRY_BROKER_* variables."""
 from __future__ import annotations
 
 import logging
@@ -63,8 +59,7 @@ def _log_fd_limit() -> None:
 
 ENTRY = Entry("ferry-broker", DESCRIPTION, _FLAGS, BrokerConfig.from_env,
               "ferry_broker.app:BrokerApp", "broker", uvloop=True, prepare=_log_fd_limit)
-parse_args = ENTRY.parse
-main = ENTRY.main
+parse_args, main = ENTRY.parse, ENTRY.main
 
 
 if __name__ == "__main__":

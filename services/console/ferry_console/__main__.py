@@ -1,8 +1,4 @@
-"""Entry point: `python -m ferry_console` or `ferry-console`.
-
-Configuration comes from FERRY_CONSOLE_* environment variables; a flag given
-on the command line wins over the variable.
-"""
+"""`python -m ferry_console` or `ferry-console`: flags over the FERRY_CONSOLE_* variables."""
 from __future__ import annotations
 
 import sys
@@ -21,14 +17,12 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    "host", "http_port", "namesrv",
+    "host", "http_port", "log_level", "namesrv",
     ("delay_scheduler", str, "delay scheduler HTTP address(es), empty = none"),
     ("txn_checker", str, "txn-checker HTTP address(es), empty = none"),
-    ("dedup", str, "dedup HTTP address(es), empty = none"), "log_level",
-]
-ENTRY = Entry("ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env,
-              "ferry_console.app:ConsoleApp", "console")
-main = ENTRY.main
+    ("dedup", str, "dedup HTTP address(es), empty = none")]
+main = Entry("ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env,
+             "ferry_console.app:ConsoleApp", "console").main
 
 
 if __name__ == "__main__":

@@ -26,20 +26,17 @@ class ConsoleConfig(ServiceConfig):
 
     ENV_PREFIX = ENV_PREFIX
 
-    host: str = "127.0.0.1"
     http_port: int = 10927
     namesrv: str = "127.0.0.1:9876"
     delay_scheduler: str = "127.0.0.1:10922"
     txn_checker: str = "127.0.0.1:10923"
     dedup: str = "127.0.0.1:10926"
-    log_level: str = "INFO"
     request_timeout_ms: int = 5000     # one broker or service call
     preview_bytes: int = 4096          # of a message body on its page
     list_rows: int = 100               # messages per search or DLQ page
     rate_interval_ms: int = 10_000     # topic rates: max offsets sampled this often
-    # FERRY_AUTH=on (the one switch every service reads): every page and action needs a
-    # login, and acts with the logged-in user's own rights (sessions.py).
-    auth: bool = False
+    # With auth on (FERRY_AUTH=on) every page and action needs a login, and acts with the
+    # logged-in user's own rights (sessions.py).
     session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
     max_sessions: int = 1000              # the oldest session ends past this many
 

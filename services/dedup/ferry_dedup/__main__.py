@@ -1,8 +1,4 @@
-"""Entry point: `python -m ferry_dedup` or `ferry-dedup`.
-
-Configuration comes from FERRY_DEDUP_* environment variables; a flag given on
-the command line wins over the variable.
-"""
+"""`python -m ferry_dedup` or `ferry-dedup`: flags over the FERRY_DEDUP_* variables."""
 from __future__ import annotations
 
 import sys
@@ -28,9 +24,8 @@ _FLAGS: list[Flag] = [
     ("reconcile", str, "scheduled targets topic:group[:scene],..."),
     ("reconcile_interval_s", int, "seconds between scheduled runs"), "log_level",
 ]
-ENTRY = Entry("ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env, "ferry_dedup.app:DedupApp",
-              "dedup")
-main = ENTRY.main
+main = Entry("ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env, "ferry_dedup.app:DedupApp",
+             "dedup").main
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ferry.idempotence import validate_scene
 from ferry.names import validate_group, validate_topic
-from ferry.service.config import ServiceConfig, check_service
+from ferry.service.config import MeshServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_DEDUP_"
 SQLITE_URL_PREFIX = "sqlite:///"
@@ -51,20 +51,17 @@ class ReconcileTarget:
 
 
 @dataclass(frozen=True)
-class DedupConfig(ServiceConfig):
+class DedupConfig(MeshServiceConfig):
     """Everything the dedup service needs to start; defaults run on one machine."""
 
     ENV_PREFIX = ENV_PREFIX
 
-    host: str = "127.0.0.1"
     http_port: int = 10926
     data_dir: str = "./var/dedup"
-    namesrv: str = "127.0.0.1:9876"
     redis: str = "redis://127.0.0.1:6379/0"
     # sqlite:///PATH or postgresql://user@host:port/db; empty = sqlite:///<data_dir>/ledger.db
     ledger_url: str = ""
     ledger_table: str = "ferry_ledger"
-    log_level: str = "INFO"
     # Claims over HTTP (the Redis weak check): the default lease and "done" TTL.
     claim_lease_ms: int = 30_000
     claim_done_ttl_ms: int = 7 * 24 * 3_600_000
@@ -91,11 +88,6 @@ class DedupConfig(ServiceConfig):
     db_timeout_ms: int = 5_000           # connecting to / locking the ledger database
     # Where identities live when auth is on (FERRY_AUTH=on); unused otherwise.
     etcd: str = ""
-    etcd_prefix: str = "/ferry/"
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX, _MAY_BE_ZERO)

@@ -1,8 +1,5 @@
-"""Entry point: `python -m ferry_delay_scheduler` or `ferry-delay-scheduler`.
-
-Configuration comes from FERRY_DELAY_SCHEDULER_* environment variables; a
-flag given on the command line wins over the variable.
-"""
+"""`python -m ferry_delay_scheduler` or `ferry-delay-scheduler`: flags over the
+FERRY_DELAY_SCHEDULER_* variables."""
 from __future__ import annotations
 
 import sys
@@ -29,8 +26,7 @@ _FLAGS: list[Flag] = [
 ]
 ENTRY = Entry("ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env,
               "ferry_delay_scheduler.app:SchedulerApp", "delay scheduler")
-parse_args = ENTRY.parse
-main = ENTRY.main
+parse_args, main = ENTRY.parse, ENTRY.main
 
 
 if __name__ == "__main__":

@@ -23,16 +23,11 @@ class SchedulerConfig(InstanceConfig):
 
     ENV_PREFIX = ENV_PREFIX
 
-    host: str = "127.0.0.1"
     # The host other instances and clients are told to use (leader record, 503 bodies).
     advertise_host: str = ""
     http_port: int = 10922
     data_dir: str = "./var/delay-scheduler"
-    namesrv: str = "127.0.0.1:9876"
     etcd: str = "127.0.0.1:2379"  # empty = no election: this instance always leads
-    etcd_prefix: str = "/ferry/"
-    instance_id: str = ""  # empty = host name + a random suffix
-    log_level: str = "INFO"
     # Leadership: the lease TTL bounds how long a dead leader blocks a standby.
     leader_ttl_s: int = 10
     # The timing wheel: one bucket file per `bucket_ms` of due time; buckets due
@@ -60,10 +55,6 @@ class SchedulerConfig(InstanceConfig):
     # A cancel that finds nothing waits this long for the pull loop to catch up.
     cancel_wait_ms: int = 2000
     shutdown_timeout_ms: int = 10_000
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX)

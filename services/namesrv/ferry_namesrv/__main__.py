@@ -1,4 +1,4 @@
-"""Entry point: `python -m ferry_namesrv` or `ferry-namesrv`."""
+"""`python -m ferry_namesrv` or `ferry-namesrv`: flags over the FERRY_NAMESRV_* variables."""
 from __future__ import annotations
 
 import sys
@@ -25,10 +25,8 @@ _FLAGS: list[Flag] = [
     ("default_queues", int, "queues of an auto-created topic"),
     ("console_url", str, "where GET /console redirects"), "log_level",
 ]
-
-ENTRY = Entry("ferry-namesrv", DESCRIPTION, _FLAGS, NamesrvConfig.from_env,
-              "ferry_namesrv.app:NamesrvApp", "namesrv")
-main = ENTRY.main
+main = Entry("ferry-namesrv", DESCRIPTION, _FLAGS, NamesrvConfig.from_env,
+             "ferry_namesrv.app:NamesrvApp", "namesrv").main
 
 
 if __name__ == "__main__":

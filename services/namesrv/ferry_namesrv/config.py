@@ -25,19 +25,14 @@ class NamesrvConfig(ServiceConfig):
     ENV_PREFIX = ENV_PREFIX
     config_error = ConfigError
 
-    host: str = "127.0.0.1"
     port: int = 9876
     etcd: str = "127.0.0.1:2379"
     etcd_prefix: str = "/ferry/"
     auto_create_topics: bool = True
     default_queues: int = 8
-    log_level: str = "INFO"
     # Where `GET /console` sends a browser: the console is a service of its own
     # (ferry-console); namesrv only points at it.
     console_url: str = "http://127.0.0.1:10927/console"
-    # FERRY_AUTH=on (the one switch every service reads, not a FERRY_NAMESRV_ variable):
-    # every route but /healthz, /readyz and /openapi.json needs a signed, permitted request.
-    auth: bool = False
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX, port_field="port", error=ConfigError)

@@ -1,8 +1,5 @@
-"""Entry point: `python -m ferry_txn_checker` or `ferry-txn-checker`.
-
-Configuration comes from FERRY_TXN_CHECKER_* environment variables; a flag
-given on the command line wins over the variable.
-"""
+"""`python -m ferry_txn_checker` or `ferry-txn-checker`: flags over the
+FERRY_TXN_CHECKER_* variables."""
 from __future__ import annotations
 
 import sys
@@ -28,9 +25,8 @@ _FLAGS: list[Flag] = [
     ("max_checks", int, "checks before a rollback as discarded"),
     "log_level",
 ]
-ENTRY = Entry("ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env,
-              "ferry_txn_checker.app:CheckerApp", "txn-checker")
-main = ENTRY.main
+main = Entry("ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env,
+             "ferry_txn_checker.app:CheckerApp", "txn-checker").main
 
 
 if __name__ == "__main__":

@@ -23,16 +23,11 @@ class CheckerConfig(InstanceConfig):
 
     ENV_PREFIX = ENV_PREFIX
 
-    host: str = "127.0.0.1"
     http_port: int = 10923
     data_dir: str = "./var/txn-checker"
-    namesrv: str = "127.0.0.1:9876"
-    # Reserved for leader election between instances (not built: one instance runs;
-    # a second one is safe, since END_TRANSACTION is idempotent, but checks twice).
-    etcd: str = "127.0.0.1:2379"
-    etcd_prefix: str = "/ferry/"  # where identities live when auth is on
-    instance_id: str = ""  # empty = host name + a random suffix
-    log_level: str = "INFO"
+    # etcd: where identities live when auth is on; also reserved for leader election
+    # between instances (not built: one instance runs; a second one is safe, since
+    # END_TRANSACTION is idempotent, but checks twice).
     # The check schedule: a half with no op is first checked `check_immunity_ms` after
     # its store time (its CHECK_IMMUNITY_MS property wins), then every
     # `check_interval_ms`; `check_interval_ms` after the `max_checks`-th check it is
@@ -55,10 +50,6 @@ class CheckerConfig(InstanceConfig):
     pull_max_wait_ms: int = 1000
     checkpoint_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX, _MAY_BE_ZERO)

@@ -14,6 +14,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -88,15 +89,20 @@ def check_service(config: Any, prefix: str, may_be_zero: frozenset[str] = frozen
         raise error(f"{port_field} must be in 0..65535, not {port}")
 
 
+@dataclass(frozen=True)
 class ServiceConfig:
-    """The base of a service's config dataclass: `from_env` reads `ENV_PREFIX` variables.
-
-    Not a dataclass itself: the subclass declares every field (and sets
-    `ENV_PREFIX`; `config_error` is the ValueError it raises, namesrv's own).
-    """
+    """The fields every service's config dataclass starts with; `from_env` reads them and
+    the subclass's own from `ENV_PREFIX` variables (`config_error`: namesrv's own error)."""
 
     ENV_PREFIX: ClassVar[str] = ""
     config_error: ClassVar[type[ValueError]] = ValueError
+
+    host: str = "127.0.0.1"   # the HTTP listen address
+    log_level: str = "INFO"
+    # FERRY_AUTH=on (the one switch every service reads, not a <PREFIX>AUTH variable):
+    # every route but /healthz, /readyz and /openapi.json needs a signed request with its
+    # permission; the identities come from etcd.
+    auth: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,
@@ -106,11 +112,21 @@ class ServiceConfig:
         return service_from_env(cls, cls.ENV_PREFIX, env, overrides, cls.config_error)
 
 
-class InstanceConfig(ServiceConfig):
-    """A service config with a data directory and an instance id (fields of the subclass)."""
+@dataclass(frozen=True)
+class MeshServiceConfig(ServiceConfig):
+    """A service that reaches the brokers (through namesrv) and etcd (identities, elections)."""
 
-    data_dir: str
-    instance_id: str
+    namesrv: str = "127.0.0.1:9876"
+    etcd: str = "127.0.0.1:2379"
+    etcd_prefix: str = "/ferry/"   # where identities (and leader keys) live
+
+
+@dataclass(frozen=True)
+class InstanceConfig(MeshServiceConfig):
+    """A service instance with a data directory of its own and an id among its peers."""
+
+    data_dir: str = ""   # each service sets its default (./var/<service>)
+    instance_id: str = ""   # empty = host name + a random suffix
 
     @property
     def data_path(self) -> Path:
