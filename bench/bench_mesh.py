@@ -60,8 +60,8 @@ sys.path.insert(0, str(ROOT))
 from ferry import Consumer, Message, Producer  # noqa: E402
 from ferry.auth.acl import admin_rules  # noqa: E402
 from ferry.auth.credentials import Credentials  # noqa: E402
-from ferry.auth.registry import AuthRegistry  # noqa: E402
 from ferry.routing import EtcdRegistry  # noqa: E402
+from ferry.service.auth_registry import AuthRegistry  # noqa: E402
 
 from tests.support.procs import (  # noqa: E402
     Proc,

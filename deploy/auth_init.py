@@ -26,8 +26,8 @@ from pathlib import Path
 
 from ferry.auth.acl import Rule, admin_rules
 from ferry.auth.credentials import Credentials, generate_secret
-from ferry.auth.registry import AuthRegistry
 from ferry.routing.registry import EtcdRegistry
+from ferry.service.auth_registry import AuthRegistry
 
 ADMIN = "admin"
 #: Each service's identity and its rules: what it does, and nothing more (docs/security.md,

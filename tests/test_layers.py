@@ -27,16 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Lowest first. A package may import its own layer and the ones below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"ferry.codec", "ferry.errors", "ferry.names", "ferry.atomic_file", "ferry.tasks"}),
+    frozenset({"ferry.codec", "ferry.errors", "ferry.names", "ferry.atomic_file", "ferry.tasks",
+               "ferry.env"}),
     frozenset({"ferry.store", "ferry.wire", "ferry.filter", "ferry.auth"}),
     frozenset({"ferry.telemetry", "ferry.routing"}),
     frozenset({"ferry.client"}),
     # `ferry` itself is the public facade (`from ferry import Producer`, `__version__`).
     frozenset({"ferry.idempotence", "ferry.celery", "ferry.kombu_alias", "ferry"}),
-    # The loose service-only modules belong to the service kit (issue 22 moves them).
-    frozenset({"ferry.service", "ferry.cli",
-               "ferry.admission", "ferry.entry", "ferry.http_errors", "ferry.http_limits",
-               "ferry.lifecycle", "ferry.settings"}),
+    frozenset({"ferry.service", "ferry.cli"}),
 )
 #: The top layer: every package that is not `ferry.*` (services and Spark).
 TOP = len(LAYERS)
@@ -61,14 +59,6 @@ KNOWN_VIOLATIONS: frozenset[Violation] = frozenset({
     ("layer", ("ferry.telemetry.trace_topic", "ferry.client.namesrv")),
     # issue 22: the consumer wires idempotence in (idempotence ↔ client)
     ("layer", ("ferry.client.consumer", "ferry.idempotence.wiring")),
-    # issue 22 (service kit): loose service modules used below the kit's layer
-    ("layer", ("ferry.telemetry.settings", "ferry.settings")),
-    # issue 22, not assigned yet: the identity registry follows etcd through routing,
-    # while the layering puts ferry.auth below routing (move `auth.registry` and
-    # `auth.http`'s registry glue up, or place ferry.auth above routing).
-    ("layer", ("ferry.auth.http", "ferry.routing.registry")),
-    ("layer", ("ferry.auth.registry", "ferry.routing.follow")),
-    ("layer", ("ferry.auth.registry", "ferry.routing.registry")),
 })
 
 

@@ -15,10 +15,11 @@ import aiohttp
 from aiohttp import web
 from ferry.auth.acl import Rule, admin_rules
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import OPEN_PATHS, RouteTable, signed_url_headers
-from ferry.auth.registry import AuthRegistry
+from ferry.auth.http import signed_url_headers
 from ferry.auth.signing import now_ms
 from ferry.routing.registry import EtcdRegistry
+from ferry.service.auth import OPEN_PATHS, RouteTable
+from ferry.service.auth_registry import AuthRegistry
 
 ADMIN = Credentials("admin", "admin-secret-0123456789")
 #: No rules at all: authenticated, permitted nothing.

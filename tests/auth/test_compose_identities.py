@@ -12,8 +12,8 @@ from uuid import uuid4
 
 import pytest
 from ferry.auth.credentials import derive_signing_key
-from ferry.auth.registry import AuthRegistry
 from ferry.routing.registry import EtcdRegistry
+from ferry.service.auth_registry import AuthRegistry
 
 from tests.support.procs import Etcd
 

@@ -6,8 +6,8 @@ import hmac
 
 import pytest
 from ferry.auth.credentials import Credentials, derive_signing_key, generate_secret
-from ferry.auth.registry import User
 from ferry.errors import MalformedRequestError
+from ferry.service.auth_registry import User
 
 SECRET = "s3cret-s3cret-s3cret"
 

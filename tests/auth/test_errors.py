@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ferry.errors import AccessDeniedError, AuthenticationError, BusyError, error_for_code
-from ferry.http_errors import error_body, status_for
+from ferry.service.errors import error_body, status_for
 
 
 def test_wire_codes_round_trip_and_are_not_retriable() -> None:

@@ -18,17 +18,14 @@ from aiohttp import web
 from ferry.auth.acl import Acl, Rule
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import (
-    AUTHENTICATED,
     HEADER_SIGNATURE,
     HEADER_TIMESTAMP,
-    HttpAuth,
-    Permission,
-    access_key_of,
     client_session,
     signed_url_headers,
 )
 from ferry.auth.signing import now_ms
-from ferry.http_errors import error_middleware, json_response
+from ferry.service.auth import AUTHENTICATED, HttpAuth, Permission, access_key_of
+from ferry.service.errors import error_middleware, json_response
 
 from tests.auth.http_support import uncovered_routes
 from tests.support.procs import free_port

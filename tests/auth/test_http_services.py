@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import RouteTable, client_session
+from ferry.auth.http import client_session
+from ferry.service.auth import RouteTable
 from ferry_dedup.api import build_app as dedup_app
 from ferry_dedup.permissions import ROUTES as DEDUP_ROUTES
 from ferry_delay_scheduler.api import build_app as scheduler_app

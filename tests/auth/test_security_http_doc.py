@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import RouteTable, signed_headers
+from ferry.auth.http import signed_headers
 from ferry.auth.signing import string_to_sign_http
+from ferry.service.auth import RouteTable
 from ferry_dedup.permissions import ROUTES as DEDUP
 from ferry_delay_scheduler.permissions import ROUTES as SCHEDULER
 from ferry_namesrv.permissions import ROUTES as NAMESRV

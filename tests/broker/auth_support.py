@@ -7,9 +7,9 @@ from typing import Any
 
 from ferry.auth.acl import Rule, admin_rules
 from ferry.auth.credentials import Credentials
-from ferry.auth.registry import AuthRegistry
 from ferry.auth.signing import sign_wire
 from ferry.routing import EtcdRegistry
+from ferry.service.auth_registry import AuthRegistry
 from ferry.wire import Frame, encode_frame_parts, request
 
 from tests.broker.wire_client import WireClient

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from ferry.auth.acl import Rule
 from ferry.auth.credentials import Credentials
-from ferry.auth.registry import AuthRegistry, User
 from ferry.routing import EtcdRegistry
+from ferry.service.auth_registry import AuthRegistry, User
 from ferry_broker.auth import BrokerAuth
 from ferry_broker.config import BrokerConfig
 

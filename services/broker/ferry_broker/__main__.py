@@ -1,19 +1,11 @@
-"""Entry point: `python -m ferry_broker` or `ferry-broker`.
-
-Configuration comes from FERRY_BROKER_* environment variables; a flag given
-on the command line wins over the variable.
-"""
+"""`python -m ferry_broker` or `ferry-broker`: flags over the FERRY_BROKER_* variables."""
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
 import resource
 import sys
-from collections.abc import Coroutine
-from typing import Any
 
-from ferry.telemetry.logs import setup_logging
+from ferry.service.startup import Entry, Flag
 
 from ferry_broker.config import BrokerConfig
 
@@ -26,57 +18,22 @@ DESCRIPTION = (
     "the topics it serves. Configured by FERRY_BROKER_* environment variables; flags override them."
 )
 
-# flag -> (config field, type, help)
-_FLAGS: list[tuple[str, str, type, str]] = [
-    ("--cluster", "cluster", str, "cluster name (FERRY_BROKER_CLUSTER)"),
-    ("--name", "name", str, "broker group name (FERRY_BROKER_NAME)"),
-    ("--id", "id", int, "broker id; without replication 0 = master (FERRY_BROKER_ID)"),
-    ("--host", "host", str, "address to bind (FERRY_BROKER_HOST)"),
-    ("--advertise-host", "advertise_host", str, "host registered for clients "
-     "(FERRY_BROKER_ADVERTISE_HOST, default: --host)"),
-    ("--port", "port", int, "wire protocol port (FERRY_BROKER_PORT)"),
-    ("--http-port", "http_port", int, "HTTP API port, 0 = none (FERRY_BROKER_HTTP_PORT)"),
-    ("--data-dir", "data_dir", str, "log store directory (FERRY_BROKER_DATA_DIR)"),
-    ("--etcd", "etcd", str, "etcd endpoints host:port[,host:port], empty = no etcd "
-     "(FERRY_BROKER_ETCD)"),
-    ("--etcd-prefix", "etcd_prefix", str, "etcd key prefix (FERRY_BROKER_ETCD_PREFIX)"),
-    ("--lease-ttl-s", "lease_ttl_s", int, "etcd lease TTL in seconds (FERRY_BROKER_LEASE_TTL_S)"),
-    ("--flush-mode", "flush_mode", str, "async or sync (FERRY_BROKER_FLUSH_MODE)"),
-    ("--default-queues", "default_queues", int, "queues of an auto-created topic "
-     "(FERRY_BROKER_DEFAULT_QUEUES)"),
-    ("--segment-bytes", "segment_bytes", int, "commit log segment size "
-     "(FERRY_BROKER_SEGMENT_BYTES)"),
-    ("--replication", "replication", str, "none, async or sync: elect the group's master "
-     "in etcd and replicate to its slaves (FERRY_BROKER_REPLICATION)"),
-    ("--repl-port", "repl_port", int, "replication port (FERRY_BROKER_REPL_PORT)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_BROKER_LOG_LEVEL)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) for the trace topic exporter, empty = "
-     "none (FERRY_BROKER_NAMESRV)"),
+_FLAGS: list[Flag] = [
+    ("cluster", str, "cluster name"), ("name", str, "broker group name"),
+    ("id", int, "broker id; without replication 0 = master"), "host",
+    ("advertise_host", str, "host registered for clients, empty = --host"),
+    ("port", int, "wire protocol port"), ("http_port", int, "HTTP API port, 0 = none"),
+    ("data_dir", str, "log store directory"),
+    ("etcd", str, "etcd endpoints host:port[,host:port], empty = no etcd"), "etcd_prefix",
+    ("lease_ttl_s", int, "etcd lease TTL in seconds"), ("flush_mode", str, "async or sync"),
+    ("default_queues", int, "queues of an auto-created topic"),
+    ("segment_bytes", int, "commit log segment size"),
+    ("replication", str, "none, async or sync: elect the group's master in etcd and "
+     "replicate to its slaves"),
+    ("repl_port", int, "replication port"), "log_level",
+    ("namesrv", str, "namesrv address(es) for the trace topic exporter, empty = none"),
+    ("auto_create_topics", bool, "create unknown topics on first SEND"),
 ]
-
-
-def parse_args(argv: list[str] | None) -> BrokerConfig:
-    parser = argparse.ArgumentParser(prog="ferry-broker", description=DESCRIPTION)
-    for flag, dest, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
-    parser.add_argument("--auto-create-topics", dest="auto_create_topics", default=None,
-                        action=argparse.BooleanOptionalAction,
-                        help="create unknown topics on first SEND (FERRY_BROKER_AUTO_CREATE_TOPICS)")
-    args = parser.parse_args(argv)
-    try:
-        return BrokerConfig.from_env(overrides=vars(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-        raise  # unreachable: parser.error exits
-
-
-def _run(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        import uvloop
-    except ImportError:  # optional: the standard loop works, only slower
-        asyncio.run(coro)
-        return
-    uvloop.run(coro)
 
 
 def raise_fd_limit() -> int:
@@ -96,18 +53,13 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-    setup_logging(config.log_level)
+def _log_fd_limit() -> None:
     logging.getLogger("ferry_broker").info("open-files limit %d", raise_fd_limit())
-    from ferry_broker.app import BrokerApp  # after logging is set up
 
-    try:
-        _run(BrokerApp(config).run())
-    except Exception:
-        logging.getLogger("ferry_broker").exception("broker failed")
-        return 1
-    return 0
+
+ENTRY = Entry("ferry-broker", DESCRIPTION, _FLAGS, BrokerConfig.from_env,
+              "ferry_broker.app:BrokerApp", "broker", uvloop=True, prepare=_log_fd_limit)
+parse_args, main = ENTRY.parse, ENTRY.main
 
 
 if __name__ == "__main__":

@@ -27,9 +27,12 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth
-from ferry.http_errors import error_middleware
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.errors import BusyError
+from ferry.service.auth import HttpAuth
+from ferry.service.errors import error_middleware
+from ferry.service.http import service_app
+from ferry.service.limits import HttpGuard, HttpLimits
+from ferry.service.openapi import document, stats_path
 
 from ferry_broker.consumers import ConsumerInfo
 from ferry_broker.context import BrokerContext
@@ -37,24 +40,13 @@ from ferry_broker.permissions import HTTP_ROUTES
 from ferry_broker.subscription_conflicts import as_json
 
 log = logging.getLogger(__name__)
+errors_and_logs = error_middleware([(BusyError, 503)], log, "broker")
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.0.3",
-    "info": {"title": "ferry-broker", "version": "1",
-             "description": "Health and statistics of one Ferry broker. Messages travel "
-                            "over the Ferry wire protocol, not over HTTP."},
-    "paths": {
-        "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}},
-        "/readyz": {"get": {"summary": "Readiness", "responses": {
-            "200": {"description": "serving"}, "503": {"description": "starting or stopping"}}}},
-        "/v1/stats": {"get": {"summary": "Queue offsets, committed offsets and lag, "
-                                         "transactions and their producers",
-                              "responses": {"200": {"description": "statistics",
-                                                    "content": {"application/json": {}}}}}},
-        "/openapi.json": {"get": {"summary": "This document",
-                                  "responses": {"200": {"description": "OpenAPI 3"}}}},
-    },
-}
+OPENAPI: dict[str, Any] = document(
+    "ferry-broker", "1", "Health and statistics of one Ferry broker. Messages travel over the "
+    "Ferry wire protocol, not over HTTP.",
+    stats_path("Queue offsets, committed offsets and lag, transactions and their producers"),
+    ready="Store open, wire port listening, registered in etcd (when it uses etcd)")
 
 
 def member_json(info: ConsumerInfo) -> dict[str, Any]:
@@ -108,48 +100,14 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
 
 def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],
               guard: HttpGuard | None = None) -> web.Application:
-    guard = guard or HttpGuard(HttpLimits())
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        if is_ready():
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
-
-    async def get_stats(_: web.Request) -> web.Response:
-        return web.json_response({**stats(ctx), "http_limits": guard.as_json()})
-
-    async def openapi(_: web.Request) -> web.Response:
-        return web.json_response(OPENAPI)
-
-    middlewares = []
+    """The broker's HTTP app: the kit's probes, /v1/stats (its HTTP limits under
+    `http_limits`: `limits` are the wire's) and /openapi.json; with auth on (FERRY_AUTH=on)
+    /v1/stats needs admin read (a signed request, checked against the wire's identities)."""
+    auth = None
     if ctx.auth is not None:
-        # Auth on: /v1/stats needs admin read (a signed request); failures are JSON 401/403.
         auth = HttpAuth(ctx.auth.registry.signing_key, ctx.auth.registry.allows,
                         HTTP_ROUTES, ctx.auth.guard)
-        middlewares = [error_middleware([], log, "broker"), auth.middleware]
-    app = guard.application(middlewares)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/v1/stats", get_stats)
-    app.router.add_get("/openapi.json", openapi)
-    return app
-
-
-class ApiServer:
-    """Runs the aiohttp app on the HTTP port."""
-
-    def __init__(self, ctx: BrokerContext, is_ready: Callable[[], bool]) -> None:
-        self._guard = HttpGuard(HttpLimits.from_env("FERRY_BROKER_"))
-        self._runner = self._guard.runner(build_app(ctx, is_ready, self._guard), access_log=None)
-        self._site: web.TCPSite | None = None
-
-    async def start(self, host: str, port: int) -> None:
-        await self._runner.setup()
-        self._site = await self._guard.start_site(self._runner, host, port)
-        log.info("HTTP API listening on %s:%d", host, port)
-
-    async def stop(self) -> None:
-        await self._runner.cleanup()
+    return service_app(guard or HttpGuard(HttpLimits()), errors_and_logs, OPENAPI,
+                       ready=is_ready, not_ready="not ready: starting, not registered, store "
+                       "failed or stopping", stats=lambda: stats(ctx), limits_key="http_limits",
+                       auth=auth)

@@ -20,13 +20,15 @@ from pathlib import Path
 
 from ferry.auth.tls import server_context
 from ferry.errors import FerryError
-from ferry.lifecycle import as_step, flush_tracing, serve_until_signalled, stop_step, stop_tracing
+from ferry.service.app import ServiceApp
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import as_step, flush_tracing, stop_step, stop_tracing
 from ferry.store import FlushMode, MessageStore, StoreConfig
 from ferry.telemetry import setup_tracing
 
-from ferry_broker.api import ApiServer
+from ferry_broker.api import build_app
 from ferry_broker.auth import BrokerAuth
-from ferry_broker.config import BrokerConfig
+from ferry_broker.config import ENV_PREFIX, BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
@@ -60,15 +62,19 @@ def open_store(config: BrokerConfig) -> MessageStore:
     ))
 
 
-class BrokerApp:
+class BrokerApp(ServiceApp):
     """The whole broker process."""
 
+    name = "broker"
+    log = log
+
     def __init__(self, config: BrokerConfig) -> None:
+        # The HTTP API (0: none) is plain HTTP; TLS is on the wire and replication ports.
+        super().__init__(HttpServer("broker", ENV_PREFIX, tls=False), config.http_port)
         self.config = config
         self.ctx: BrokerContext | None = None
         self.server: BrokerServer | None = None
         self.registration = Registration(config)
-        self.api: ApiServer | None = None
         #: Request verification (FERRY_AUTH=on); None when auth is off.
         self.auth: BrokerAuth | None = BrokerAuth(config) if config.auth else None
         self._tasks: list[asyncio.Task[None]] = []
@@ -76,7 +82,6 @@ class BrokerApp:
         self._withdraw_task: asyncio.Task[None] | None = None
         self._started = False
         self._registered = False
-        self._stopping = False
 
     @property
     def ready(self) -> bool:
@@ -115,8 +120,9 @@ class BrokerApp:
         self.server = BrokerServer(self.ctx, HANDLERS, self.auth)
         await self.server.start(cfg.host, cfg.port, server_context(cfg.tls_cert, cfg.tls_key))
         if cfg.http_port:
-            self.api = ApiServer(self.ctx, lambda: self.ready)
-            await self.api.start(cfg.host, cfg.http_port)
+            await self.serve_http(build_app(self.ctx, lambda: self.ready, self.http.guard),
+                                  cfg.host)
+            log.info("HTTP API listening on %s:%d", cfg.host, self.port)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._save_offsets_loop()),
                        loop.create_task(retention_loop(self.ctx.store,
@@ -151,12 +157,7 @@ class BrokerApp:
             await stop_step("resign the group's election", self.ctx.roles.stop)
         await self.registration.unregister()
 
-    async def stop(self) -> None:
-        """Stop every part; a failing step is logged and the next ones still run."""
-        if self._stopping:
-            return
-        self._stopping = True
-        log.info("broker stopping")
+    async def stop_steps(self) -> None:
         ctx = self.ctx
         await stop_step("stop registering", self._cancel_registration)
         # While this broker still serves: the trace topic may be stored here.
@@ -169,8 +170,7 @@ class BrokerApp:
         if self.server is not None and ctx is not None:
             await stop_step("drain requests", self._drain)
         await stop_step("stop background tasks", self._cancel_tasks)
-        if self.api is not None:
-            await stop_step("stop the HTTP API", self.api.stop)
+        await stop_step("stop the HTTP API", self.http.stop)
         if ctx is not None:
             await stop_step("save consumer offsets", as_step(ctx.offsets.save))
             await stop_step("close the store", as_step(ctx.store.close))
@@ -178,7 +178,6 @@ class BrokerApp:
         if self.auth is not None:
             await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("stop tracing", stop_tracing)
-        log.info("broker stopped")
 
     async def _cancel_registration(self) -> None:
         for task in (self._register_task, self._withdraw_task):
@@ -199,10 +198,6 @@ class BrokerApp:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, stop."""
-        await serve_until_signalled(self.start, self.stop)
 
     async def _save_offsets_loop(self) -> None:
         assert self.ctx is not None

@@ -4,7 +4,7 @@ With auth on (FERRY_AUTH=on) every request's signature is verified
 (ferry.auth.signing: known key, timestamp window, HMAC, nonce not seen) and
 then its permission (permissions.py), before the request becomes a task; a
 refusal is an error response and the connection goes on serving. Identities
-and rules come from etcd (ferry.auth.registry), loaded in the background:
+and rules come from etcd (ferry.service.auth_registry), loaded in the background:
 until they are, requests are refused with BusyError (retriable), never let
 through. With auth off none of this exists (the server checks one attribute).
 """
@@ -16,10 +16,10 @@ import logging
 
 from ferry.auth.acl import ADMIN
 from ferry.auth.nonces import ReplayGuard
-from ferry.auth.registry import AuthRegistry
 from ferry.auth.signing import SignedParts, string_to_sign_repl, verify_parts, verify_wire
 from ferry.errors import AccessDeniedError, AuthenticationError, BusyError
 from ferry.routing import EtcdRegistry
+from ferry.service.auth_registry import AuthRegistry
 from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig

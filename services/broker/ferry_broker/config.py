@@ -6,15 +6,14 @@ broker enforces is a field here so that operators can see and change it.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ferry import settings
 from ferry.auth.credentials import auth_enabled
+from ferry.service.config import check_service, from_env
 from ferry.wire.codes import MAX_FRAME_BYTES
 
 ENV_PREFIX = "FERRY_BROKER_"
@@ -107,22 +106,15 @@ class BrokerConfig:
     tls_key: str = ""
 
     def __post_init__(self) -> None:
+        check_service(self, ENV_PREFIX, frozenset({"id"}))
         if self.flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {self.flush_mode!r}")
         if not 1 <= self.default_queues <= 1024:
             raise ValueError("default_queues must be within 1..1024")
-        if self.lease_ttl_s < 1:
-            raise ValueError("lease_ttl_s must be at least 1")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type == "int" and f.name not in ("id", "http_port") and value <= 0:
-                raise ValueError(f"{f.name} must be positive, not {value}")
         if self.max_held_pulls_per_conn >= self.max_inflight_per_conn:
             # Parked pulls are in flight too: at the in-flight limit reading
             # pauses, and the request that would get BusyError is never read.
             raise ValueError("max_held_pulls_per_conn must be below max_inflight_per_conn")
-        if self.retention_hours <= 0:
-            raise ValueError("retention_hours must be positive")
         if not 0 < self.disk_high_water_ratio <= 1:
             raise ValueError("disk_high_water_ratio must be within (0, 1]")
         if self.max_message_bytes > 4 << 20:
@@ -140,8 +132,6 @@ class BrokerConfig:
                              "an election there")
         if self.election_ttl_s < 2:
             raise ValueError("election_ttl_s must be at least 2 (etcd's shortest lease)")
-        if self.id < 0 or self.http_port < 0:
-            raise ValueError("id and http_port must not be negative")
 
     @property
     def addr(self) -> str:
@@ -177,4 +167,4 @@ class BrokerConfig:
         for key in ("TLS_CERT", "TLS_KEY"):
             if ENV_PREFIX + key not in env and "FERRY_" + key in env:
                 env = {**env, ENV_PREFIX + key: env["FERRY_" + key]}
-        return settings.from_env(cls, ENV_PREFIX, env, overrides)
+        return from_env(cls, ENV_PREFIX, env, overrides)

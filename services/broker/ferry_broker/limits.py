@@ -15,7 +15,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Protocol
 
-from ferry.admission import CONNECTIONS_OVER_PER_ADDR, CONNECTIONS_OVER_TOTAL, Admission
+from ferry.service.admission import CONNECTIONS_OVER_PER_ADDR, CONNECTIONS_OVER_TOTAL, Admission
 from ferry.wire.codes import MAX_HEADER_BYTES
 
 from ferry_broker.config import BrokerConfig
@@ -23,7 +23,7 @@ from ferry_broker.config import BrokerConfig
 log = logging.getLogger(__name__)
 
 # The counters /v1/stats shows (each also a `why` of `refuse`); the two connection
-# counters are ferry.admission's.
+# counters are ferry.service.admission's.
 FRAMES_MALFORMED = "frames_malformed"
 RESPONSES_IGNORED = "responses_ignored"  # a client sent a response frame: dropped
 READING_PAUSED_INFLIGHT = "reading_paused_inflight"
@@ -91,7 +91,7 @@ class PendingFrameBudget:
 
 
 class WireLimits(Admission):
-    """The wire server's limits: connection admission and refusal counters (ferry.admission)
+    """The wire server's limits: connection admission and refusal counters (ferry.service.admission)
     plus the pending-frame budget."""
 
     def __init__(self, config: BrokerConfig) -> None:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ferry.auth.acl import ADMIN, Acl, group_resource, topic_resource
-from ferry.auth.http import RouteTable, admin
 from ferry.errors import AccessDeniedError
 from ferry.names import RETRY_PREFIX
+from ferry.service.auth import RouteTable, admin
 from ferry.wire import Frame, RequestCode
 
 from ferry_broker.handlers.fields import group_field, topic_field

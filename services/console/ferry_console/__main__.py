@@ -1,13 +1,9 @@
-"""Entry point: `python -m ferry_console` or `ferry-console`.
-
-Configuration comes from FERRY_CONSOLE_* environment variables; a flag given
-on the command line wins over the variable.
-"""
+"""`python -m ferry_console` or `ferry-console`: flags over the FERRY_CONSOLE_* variables."""
 from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_console.config import ConsoleConfig
 
@@ -21,31 +17,12 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_CONSOLE_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_CONSOLE_HTTP_PORT, 10927)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_CONSOLE_NAMESRV)"),
-    ("--delay-scheduler", "delay_scheduler", str,
-     "delay scheduler HTTP address(es), empty = none (FERRY_CONSOLE_DELAY_SCHEDULER)"),
-    ("--txn-checker", "txn_checker", str,
-     "txn-checker HTTP address(es), empty = none (FERRY_CONSOLE_TXN_CHECKER)"),
-    ("--dedup", "dedup", str, "dedup HTTP address(es), empty = none (FERRY_CONSOLE_DEDUP)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_CONSOLE_LOG_LEVEL)"),
-]
-
-
-def parse_args(argv: list[str] | None) -> ConsoleConfig:
-    return parse_config(argv, "ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_console.app import ConsoleApp  # after logging is set up
-        await ConsoleApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_console", "console")
+    "host", "http_port", "log_level", "namesrv",
+    ("delay_scheduler", str, "delay scheduler HTTP address(es), empty = none"),
+    ("txn_checker", str, "txn-checker HTTP address(es), empty = none"),
+    ("dedup", str, "dedup HTTP address(es), empty = none")]
+main = Entry("ferry-console", DESCRIPTION, _FLAGS, ConsoleConfig.from_env,
+             "ferry_console.app:ConsoleApp", "console").main
 
 
 if __name__ == "__main__":

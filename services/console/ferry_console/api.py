@@ -1,4 +1,4 @@
-"""The console's HTTP app: the pages under /console, health, readiness, OpenAPI.
+"""The console's HTTP app: the pages under /console, and the kit's health, readiness, OpenAPI.
 
 - `GET /healthz`: 200 while the process serves HTTP.
 - `GET /readyz`: 200 once its clients are started; 503 before and while stopping.
@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from ferry import http_errors
 from ferry.errors import (
     BusyError,
     ConnectionLostError,
@@ -30,7 +29,10 @@ from ferry.errors import (
     RequestTimeoutError,
     TopicNotFoundError,
 )
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.service import errors as http_errors
+from ferry.service.http import service_app
+from ferry.service.limits import HttpGuard
+from ferry.service.openapi import document, stats_path
 
 from ferry_console import login
 from ferry_console.csrf import same_origin_only
@@ -89,39 +91,20 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
         "summary": "Resend dead letters (form: id=... repeated, or all=1)",
         "responses": {"303": {"description": "back to the DLQ page"}}}}
-    for p in ("/healthz", "/readyz", "/v1/stats", "/openapi.json"):
-        paths[p] = {"get": {"responses": {"200": {"description": "JSON"}}}}
-    return {"openapi": "3.0.3", "info": {"title": "ferry-console", "version": version},
-            "paths": paths}
+    paths.update(stats_path("The HTTP limits and how often each refused"))
+    return document("ferry-console", version, "Server-rendered pages for operators; "
+                    "the console keeps no state.", paths, ready="Its clients are started")
 
 
 def build_app(console: Console, is_ready: Callable[[], bool], version: str,
               guard: HttpGuard | None = None) -> web.Application:
-    guard = guard or HttpGuard(HttpLimits(max_body_bytes=MAX_CONSOLE_HTTP_BODY_BYTES))
-    document = openapi_document(version)
-
-    async def healthz(_: web.Request) -> web.Response:
-        return http_errors.json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        if not is_ready():
-            raise BusyError("not ready: starting or stopping")
-        return http_errors.json_response({"status": "ready"})
-
-    async def openapi(_: web.Request) -> web.Response:
-        return http_errors.json_response(document)
-
-    async def stats(_: web.Request) -> web.Response:
-        return http_errors.json_response({"limits": guard.as_json()})
-
     # html_errors outermost: the origin check's own 403 is a page already. The origin
     # check before the login: a cross-site login form is refused too.
-    app = guard.application([html_errors, same_origin_only, login.login_required])
+    app = service_app(guard, html_errors, openapi_document(version), ready=is_ready,
+                      max_body_bytes=MAX_CONSOLE_HTTP_BODY_BYTES,
+                      not_ready="not ready: starting or stopping", stats=dict,
+                      middlewares=[same_origin_only, login.login_required])
     app[CONSOLE] = console
     for family in (login, cluster, topics, groups, messages, services):
         family.register(app.router)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/v1/stats", stats)
-    app.router.add_get("/openapi.json", openapi)
     return app

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import web
-from ferry.auth.http import server_ssl
-from ferry.http_limits import HttpGuard, HttpLimits
-from ferry.lifecycle import cancel_and_wait, package_version, serve_until_signalled, stop_step
+from ferry.service.app import ServiceApp
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 
 from ferry_console.api import MAX_CONSOLE_HTTP_BODY_BYTES, build_app
 from ferry_console.config import ENV_PREFIX, ConsoleConfig
@@ -25,10 +24,14 @@ from ferry_console.sources import Sources
 log = logging.getLogger("ferry_console")
 
 
-class ConsoleApp:
+class ConsoleApp(ServiceApp):
     """One console: `await start()`, then `await stop()` (or `run()` for both)."""
 
+    name = "console"
+    log = log
+
     def __init__(self, config: ConsoleConfig) -> None:
+        super().__init__(HttpServer("console", ENV_PREFIX, MAX_CONSOLE_HTTP_BODY_BYTES), config.http_port)
         self.config = config
         self.sources = Sources(config)
         self.rates = RateSampler(self.sources, config.rate_interval_ms)
@@ -36,48 +39,23 @@ class ConsoleApp:
         sessions = (SessionStore(lambda creds: Sources(config, creds), config.session_ttl_ms,
                                  config.max_sessions) if config.auth else None)
         self.console = Console(config, self.sources, self.rates, environment(), sessions)
-        self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
-        self._ready = False
-        self._stopping = False
-        self.port = config.http_port
-
-    @property
-    def ready(self) -> bool:
-        return self._ready and not self._stopping
 
     async def start(self) -> None:
         cfg = self.config
         await self.sources.start()
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX, MAX_CONSOLE_HTTP_BODY_BYTES))
         app = build_app(self.console, lambda: self.ready, package_version("ferry-console"),
-                        guard=guard)
-        self._runner = guard.runner(app, access_log=None)
-        await self._runner.setup()
-        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_CONSOLE_TLS_*): HTTPS only.
-        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
-                                      ssl_context=server_ssl("console"))
-        self.port = site.port
+                        guard=self.http.guard)
+        await self.serve_http(app, cfg.host)
         self._sampler = asyncio.create_task(self.rates.run(), name="rates")
         self._ready = True
         log.info("console ready", extra={"http_port": self.port, "namesrv": cfg.namesrv,
                                          "auth": cfg.auth,
                                          "url": f"http://{cfg.host}:{self.port}/console"})
 
-    async def stop(self) -> None:
-        """Stop every part; a failing step is logged and the next ones still run."""
-        if self._stopping:
-            return
-        self._stopping = True
-        log.info("console stopping")
+    async def stop_steps(self) -> None:
         await stop_step("stop the rate sampler", lambda: cancel_and_wait(self._sampler))
-        if self._runner is not None:
-            await stop_step("stop the HTTP server", self._runner.cleanup)
+        await stop_step("stop the HTTP server", self.http.stop)
         if self.console.sessions is not None:
             await stop_step("end the sessions", self.console.sessions.close)
         await stop_step("close the clients", self.sources.stop)
-        log.info("console stopped")
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, stop."""
-        await serve_until_signalled(self.start, self.stop)

@@ -5,25 +5,18 @@
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import ServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_CONSOLE_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
 MAX_PREVIEW_BYTES = 64 * 1024
 MAX_SESSIONS = 100_000  # each holds a user's clients in memory
-# Fields that may be 0 (a port chosen by the OS).
-_MAY_BE_ZERO = frozenset({"http_port"})
 
 
 @dataclass(frozen=True)
-class ConsoleConfig:
+class ConsoleConfig(ServiceConfig):
     """Everything the console needs to start; defaults run on one machine.
 
     `delay_scheduler`, `txn_checker` and `dedup` are HTTP addresses (h:p, or
@@ -31,44 +24,27 @@ class ConsoleConfig:
     leaves that service out.
     """
 
-    host: str = "127.0.0.1"
+    ENV_PREFIX = ENV_PREFIX
+
     http_port: int = 10927
     namesrv: str = "127.0.0.1:9876"
     delay_scheduler: str = "127.0.0.1:10922"
     txn_checker: str = "127.0.0.1:10923"
     dedup: str = "127.0.0.1:10926"
-    log_level: str = "INFO"
     request_timeout_ms: int = 5000     # one broker or service call
     preview_bytes: int = 4096          # of a message body on its page
     list_rows: int = 100               # messages per search or DLQ page
     rate_interval_ms: int = 10_000     # topic rates: max offsets sampled this often
-    # FERRY_AUTH=on (the one switch every service reads): every page and action needs a
-    # login, and acts with the logged-in user's own rights (sessions.py).
-    auth: bool = False
+    # With auth on (FERRY_AUTH=on) every page and action needs a login, and acts with the
+    # logged-in user's own rights (sessions.py).
     session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
     max_sessions: int = 1000              # the oldest session ends past this many
 
     def __post_init__(self) -> None:
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type != "int":
-                continue
-            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX)
         if self.preview_bytes > MAX_PREVIEW_BYTES:
             raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
         if self.max_sessions > MAX_SESSIONS:
             raise ValueError(f"max_sessions cannot exceed {MAX_SESSIONS}")
         if self.list_rows > MAX_LIST_ROWS:
             raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> ConsoleConfig:
-        """Build from FERRY_CONSOLE_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -1,13 +1,9 @@
-"""Entry point: `python -m ferry_dedup` or `ferry-dedup`.
-
-Configuration comes from FERRY_DEDUP_* environment variables; a flag given on
-the command line wins over the variable.
-"""
+"""`python -m ferry_dedup` or `ferry-dedup`: flags over the FERRY_DEDUP_* variables."""
 from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_dedup.config import DedupConfig
 
@@ -22,35 +18,14 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_DEDUP_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_DEDUP_HTTP_PORT, 10926)"),
-    ("--data-dir", "data_dir", str, "reports and the default SQLite ledger "
-     "(FERRY_DEDUP_DATA_DIR)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_DEDUP_NAMESRV)"),
-    ("--redis", "redis", str, "Redis URL for claims (FERRY_DEDUP_REDIS)"),
-    ("--ledger-url", "ledger_url", str, "sqlite:///PATH or postgresql://... "
-     "(FERRY_DEDUP_LEDGER_URL; default sqlite:///DATA_DIR/ledger.db)"),
-    ("--reconcile", "reconcile", str, "scheduled targets topic:group[:scene],... "
-     "(FERRY_DEDUP_RECONCILE)"),
-    ("--reconcile-interval-s", "reconcile_interval_s", int,
-     "seconds between scheduled runs (FERRY_DEDUP_RECONCILE_INTERVAL_S, 300)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR (FERRY_DEDUP_LOG_LEVEL)"),
+    "host", "http_port", ("data_dir", str, "reports and the default SQLite ledger"), "namesrv",
+    ("redis", str, "Redis URL for claims"),
+    ("ledger_url", str, "sqlite:///PATH or postgresql://...; empty: sqlite:///DATA_DIR/ledger.db"),
+    ("reconcile", str, "scheduled targets topic:group[:scene],..."),
+    ("reconcile_interval_s", int, "seconds between scheduled runs"), "log_level",
 ]
-
-
-def parse_args(argv: list[str] | None) -> DedupConfig:
-    return parse_config(argv, "ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_dedup.app import DedupApp  # after logging is set up
-        await DedupApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_dedup", "dedup")
+main = Entry("ferry-dedup", DESCRIPTION, _FLAGS, DedupConfig.from_env, "ferry_dedup.app:DedupApp",
+             "dedup").main
 
 
 if __name__ == "__main__":

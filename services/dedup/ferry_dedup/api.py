@@ -14,7 +14,7 @@ header (a traced message's consumer sends its context) gets a `dedup` span
 (SERVER kind) child of it, with `ferry.outcome` the claim's state or ok; a
 request without the header makes no span.
 
-Every failure is the JSON error body of the other services (ferry.http_errors):
+Every failure is the JSON error body of the other services (ferry.service.errors):
 bad input 400, unknown topic / row / report 404, Redis or the database away 503.
 """
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth, document_auth
 from ferry.errors import (
     BusyError,
     FerryError,
@@ -34,8 +33,10 @@ from ferry.errors import (
     StoreUnavailableError,
     TopicNotFoundError,
 )
-from ferry.http_errors import error_middleware, json_response
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.service.auth import HttpAuth
+from ferry.service.errors import error_middleware, json_response
+from ferry.service.http import service_app
+from ferry.service.limits import HttpGuard
 from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
@@ -115,18 +116,9 @@ def build_app(backend: Backend,
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits())
-    document = openapi_document(backend.version)
-    if auth is not None:
-        document = document_auth(document)   # 401/403 and the signature headers
-
-    async def healthz(_: web.Request) -> web.Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        if not backend.ready:
-            raise BusyError("not ready: starting or stopping")
-        return json_response({"status": "ready"})
+    app = service_app(guard, errors_and_logs, openapi_document(backend.version),
+                      ready=lambda: backend.ready, not_ready="not ready: starting or stopping",
+                      stats=lambda: backend.stats_document(), auth=auth)
 
     async def health(_: web.Request) -> web.Response:
         ok, doc = await backend.health()
@@ -176,16 +168,6 @@ def build_app(backend: Backend,
             raise MessageNotFoundError(f"no report {report_id!r} (kept: the newest only)")
         return json_response(report)
 
-    async def stats(_: web.Request) -> web.Response:
-        return json_response({**backend.stats_document(), "limits": guard.as_json()})
-
-    async def openapi(_: web.Request) -> web.Response:
-        return json_response(document)
-
-    app = guard.application([errors_and_logs] if auth is None
-                            else [errors_and_logs, auth.middleware])
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
     app.router.add_get("/v1/health", health)
     app.router.add_post("/v1/claims", posted(backend.claim, "claim"))
     app.router.add_post("/v1/claims/confirm", posted(confirm, "confirm"))
@@ -195,7 +177,5 @@ def build_app(backend: Backend,
     app.router.add_post("/v1/reconcile", posted(backend.reconcile))
     app.router.add_get("/v1/reports", list_reports)
     app.router.add_get("/v1/reports/{report_id}", get_report)
-    app.router.add_get("/v1/stats", stats)
-    app.router.add_get("/openapi.json", openapi)
     return app
 

@@ -15,20 +15,14 @@ import logging
 from collections import Counter
 from typing import Any
 
-from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
-from ferry.http_limits import HttpGuard, HttpLimits
-from ferry.lifecycle import (
-    cancel_tasks,
-    package_version,
-    serve_until_signalled,
-    stop_step,
-    stop_tracing,
-)
+from ferry.service.app import ServiceApp
+from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import cancel_tasks, package_version, stop_step, stop_tracing
 from ferry.telemetry import setup_tracing
 
 from ferry_dedup.api import build_app
@@ -47,10 +41,14 @@ TRACE_SERVICE = "ferry-dedup"
 Json = dict[str, Any]
 
 
-class DedupApp:
+class DedupApp(ServiceApp):
     """One dedup service: `await start()`, then `await stop()` (or `run()` for both)."""
 
+    name = "dedup"
+    log = log
+
     def __init__(self, config: DedupConfig) -> None:
+        super().__init__(HttpServer("dedup", ENV_PREFIX), config.http_port)
         self.config = config
         self.version = package_version("ferry-dedup")
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,
@@ -75,15 +73,7 @@ class DedupApp:
         self.lookups: Counter[str] = Counter()
         self.reconciliations: Counter[str] = Counter()
         self.last_report: Json | None = None
-        self._runner: web.AppRunner | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._ready = False
-        self._stopping = False
-        self.port = config.http_port
-
-    @property
-    def ready(self) -> bool:
-        return self._ready and not self._stopping
 
     async def start(self) -> None:
         cfg = self.config
@@ -97,14 +87,8 @@ class DedupApp:
         latest, _ = self.store.list(1)
         self.last_report = latest[0] if latest else None
         await self.namesrv.start()
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
-        self._runner = guard.runner(
-            build_app(self, auth=await start_service_auth(self.auth), guard=guard), access_log=None)
-        await self._runner.setup()
-        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DEDUP_TLS_*): HTTPS only.
-        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
-                                      ssl_context=server_ssl("dedup"))
-        self.port = site.port
+        app = build_app(self, auth=await start_service_auth(self.auth), guard=self.http.guard)
+        await self.serve_http(app, cfg.host)
         if cfg.targets:
             self._tasks["schedule"] = asyncio.create_task(self._schedule(), name="schedule")
         self._ready = True
@@ -201,23 +185,12 @@ class DedupApp:
                         target.group, exc)
 
     # -- stop ---------------------------------------------------------------------------
-    async def stop(self) -> None:
-        """Stop every part; a failing step is logged and the next ones still run."""
-        if self._stopping:
-            return
-        self._stopping = True
-        log.info("dedup stopping")
+    async def stop_steps(self) -> None:
         await stop_step("stop the schedule", lambda: cancel_tasks(self._tasks))
-        if self._runner is not None:
-            await stop_step("stop the HTTP API", self._runner.cleanup)
+        await stop_step("stop the HTTP API", self.http.stop)
         if self.auth is not None:
             await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close Redis", self.claims.close)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)
-        log.info("dedup stopped")
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, stop."""
-        await serve_until_signalled(self.start, self.stop)

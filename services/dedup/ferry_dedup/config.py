@@ -6,26 +6,21 @@ a field here (the table is in docs/idempotence.md, "The dedup service").
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
 from ferry.idempotence import validate_scene
 from ferry.names import validate_group, validate_topic
+from ferry.service.config import MeshServiceConfig, check_service
 from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_DEDUP_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SQLITE_URL_PREFIX = "sqlite:///"
 POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
 MAX_REPORTS_LIMIT = 10_000
 MAX_SAMPLE_LIMIT = 1000
-# Fields that may be 0 (a port chosen by the OS, no grace, no margin).
-_MAY_BE_ZERO = frozenset({"http_port", "grace_ms", "clock_skew_ms", "margin_ms"})
+# Fields that may be 0 (no grace, no margin).
+_MAY_BE_ZERO = frozenset({"grace_ms", "clock_skew_ms", "margin_ms"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,18 +51,17 @@ class ReconcileTarget:
 
 
 @dataclass(frozen=True)
-class DedupConfig:
+class DedupConfig(MeshServiceConfig):
     """Everything the dedup service needs to start; defaults run on one machine."""
 
-    host: str = "127.0.0.1"
+    ENV_PREFIX = ENV_PREFIX
+
     http_port: int = 10926
     data_dir: str = "./var/dedup"
-    namesrv: str = "127.0.0.1:9876"
     redis: str = "redis://127.0.0.1:6379/0"
     # sqlite:///PATH or postgresql://user@host:port/db; empty = sqlite:///<data_dir>/ledger.db
     ledger_url: str = ""
     ledger_table: str = "ferry_ledger"
-    log_level: str = "INFO"
     # Claims over HTTP (the Redis weak check): the default lease and "done" TTL.
     claim_lease_ms: int = 30_000
     claim_done_ttl_ms: int = 7 * 24 * 3_600_000
@@ -94,26 +88,9 @@ class DedupConfig:
     db_timeout_ms: int = 5_000           # connecting to / locking the ledger database
     # Where identities live when auth is on (FERRY_AUTH=on); unused otherwise.
     etcd: str = ""
-    etcd_prefix: str = "/ferry/"
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
-        if self.auth and not self.etcd:
-            raise ValueError("FERRY_AUTH=on needs FERRY_DEDUP_ETCD: identities and "
-                             "their rules live in etcd")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type not in ("int", "float"):
-                continue
-            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX, _MAY_BE_ZERO)
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.max_reports > MAX_REPORTS_LIMIT or self.sample_limit > MAX_SAMPLE_LIMIT:
@@ -141,10 +118,3 @@ class DedupConfig:
     @property
     def targets(self) -> tuple[ReconcileTarget, ...]:
         return ReconcileTarget.parse_list(self.reconcile)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> DedupConfig:
-        """Build from FERRY_DEDUP_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -3,14 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-_ERROR = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {
-        "type": "object", "required": ["code", "type", "message"],
-        "properties": {
-            "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
-            "type": {"type": "string", "description": "error class, e.g. MalformedRequestError"},
-            "message": {"type": "string"}}}}}
+from ferry.service.openapi import document, stats_path
+from ferry.service.openapi import error_response as _error
+from ferry.service.openapi import json_response as _json
+
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
 _CLAIM_KEYS = {"scene": {**_STR, "description": "1..64 of [A-Za-z0-9_.-]"},
@@ -47,14 +43,6 @@ _REPORT = {"type": "object", "description": "see docs/idempotence.md, Reconcilia
                "samples": {"type": "object", "description": "up to sample_limit items per "
                                                             "section"},
                "sample_limit": _INT}}
-
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return _json({"$ref": "#/components/schemas/Error"}, description)
 
 
 def _post(summary: str, op: str, request: dict[str, Any], answer: dict[str, Any],
@@ -96,8 +84,6 @@ GONE = ("404", "MessageNotFoundError (12): nothing found")
 def openapi_document(version: str) -> dict[str, Any]:
     obj = {"type": "object"}
     paths: dict[str, Any] = {
-        "/healthz": _get("The process answers", "healthz", obj),
-        "/readyz": _get("Started", "readyz", obj, ("503", "starting or stopping")),
         "/v1/health": _get("Redis and the ledger database reachable", "health", obj,
                            ("503", "one of them is not (the body says which)")),
         "/v1/claims": _post("Claim (scene, biz_key) on Redis", "claim", _CLAIM_REQ, _CLAIM,
@@ -128,12 +114,8 @@ def openapi_document(version: str) -> dict[str, Any]:
                                 "default": 20}}]),
         "/v1/reports/{report_id}": _get("One whole report", "get_report", _REPORT, GONE,
                                         parameters=[_param("report_id", "path")]),
-        "/v1/stats": _get("Claims by outcome, look-ups, reconciliations, the last report's "
-                          "counts", "stats", obj),
-        "/openapi.json": _get("This document", "openapi", obj),
+        **stats_path("Claims by outcome, look-ups, reconciliations, the last report's counts"),
     }
-    return {"openapi": "3.0.3",
-            "info": {"title": "Ferry dedup", "version": version,
-                     "description": "Idempotence over HTTP: Redis claims, ledger look-ups, "
-                                    "reconciliation of the ledger against the brokers."},
-            "paths": paths, "components": {"schemas": {"Error": _ERROR}}}
+    return document("Ferry dedup", version,
+                    "Idempotence over HTTP: Redis claims, ledger look-ups, reconciliation of "
+                    "the ledger against the brokers.", paths, ready="Started")

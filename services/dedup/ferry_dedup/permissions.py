@@ -7,7 +7,7 @@ reconciliation and statistics are admin `read`.
 """
 from __future__ import annotations
 
-from ferry.auth.http import AUTHENTICATED, RouteTable, admin
+from ferry.service.auth import AUTHENTICATED, RouteTable, admin
 
 _READ = (admin("read"),)
 

@@ -1,13 +1,10 @@
-"""Entry point: `python -m ferry_delay_scheduler` or `ferry-delay-scheduler`.
-
-Configuration comes from FERRY_DELAY_SCHEDULER_* environment variables; a
-flag given on the command line wins over the variable.
-"""
+"""`python -m ferry_delay_scheduler` or `ferry-delay-scheduler`: flags over the
+FERRY_DELAY_SCHEDULER_* variables."""
 from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_delay_scheduler.config import SchedulerConfig
 
@@ -22,36 +19,14 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_DELAY_SCHEDULER_HOST)"),
-    ("--advertise-host", "advertise_host", str,
-     "host published as the leader's address (FERRY_DELAY_SCHEDULER_ADVERTISE_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_DELAY_SCHEDULER_HTTP_PORT, 10922)"),
-    ("--data-dir", "data_dir", str, "local log and wheel directory "
-     "(FERRY_DELAY_SCHEDULER_DATA_DIR)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_DELAY_SCHEDULER_NAMESRV)"),
-    ("--etcd", "etcd", str, "etcd endpoints for the election, empty = always lead "
-     "(FERRY_DELAY_SCHEDULER_ETCD)"),
-    ("--etcd-prefix", "etcd_prefix", str, "etcd key prefix (FERRY_DELAY_SCHEDULER_ETCD_PREFIX)"),
-    ("--instance-id", "instance_id", str, "this instance's id in the leader key "
-     "(FERRY_DELAY_SCHEDULER_INSTANCE_ID)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR "
-     "(FERRY_DELAY_SCHEDULER_LOG_LEVEL)"),
+    "host", ("advertise_host", str, "host published as the leader's address"), "http_port",
+    ("data_dir", str, "local log and wheel directory"), "namesrv",
+    ("etcd", str, "etcd endpoints for the election, empty = always lead"), "etcd_prefix",
+    ("instance_id", str, "this instance's id in the leader key"), "log_level",
 ]
-
-
-def parse_args(argv: list[str] | None) -> SchedulerConfig:
-    return parse_config(argv, "ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_delay_scheduler.app import SchedulerApp  # after logging is set up
-        await SchedulerApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_delay_scheduler", "delay scheduler")
+ENTRY = Entry("ferry-delay-scheduler", DESCRIPTION, _FLAGS, SchedulerConfig.from_env,
+              "ferry_delay_scheduler.app:SchedulerApp", "delay scheduler")
+parse_args, main = ENTRY.parse, ENTRY.main
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth, document_auth
 from ferry.errors import (
     AlreadyDeliveredError,
     BusyError,
@@ -26,14 +25,17 @@ from ferry.errors import (
     MalformedRequestError,
     MessageNotFoundError,
 )
-from ferry.http_errors import error_middleware, json_response
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.service.auth import HttpAuth
+from ferry.service.errors import error_middleware, json_response
+from ferry.service.http import service_app
+from ferry.service.limits import HttpGuard
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 
+NOT_READY = "not ready: recovering or stopping"
 
 _STATUS: list[tuple[type[FerryError], int]] = [
     (MalformedRequestError, 400), (MessageNotFoundError, 404), (AlreadyDeliveredError, 409),
@@ -55,35 +57,14 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits())
-    document = openapi_document(version)
-    if auth is not None:
-        document = document_auth(document)   # 401/403 and the signature headers
-
-    async def healthz(_: web.Request) -> web.Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        if not is_ready():
-            raise BusyError("not ready: recovering or stopping")
-        return json_response({"status": "ready", "role": role()})
-
-    async def get_stats(_: web.Request) -> web.Response:
-        return json_response({**stats(), "limits": guard.as_json()})
+    app = service_app(guard, errors_and_logs, openapi_document(version), ready=is_ready,
+                      not_ready=NOT_READY, ready_fields=lambda: {"role": role()}, stats=stats,
+                      auth=auth)
 
     async def cancel(request: web.Request) -> web.Response:
         if not is_ready():
-            raise BusyError("not ready: recovering or stopping")
+            raise BusyError(NOT_READY)
         return json_response(await canceller.cancel(request.match_info["msg_id"]))
 
-    async def openapi(_: web.Request) -> web.Response:
-        return json_response(document)
-
-    app = guard.application([errors_and_logs] if auth is None
-                            else [errors_and_logs, auth.middleware])
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/v1/stats", get_stats)
     app.router.add_post("/v1/delayed/{msg_id}/cancel", cancel)
-    app.router.add_get("/openapi.json", openapi)
     return app

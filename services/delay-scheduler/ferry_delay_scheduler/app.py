@@ -15,19 +15,18 @@ import asyncio
 import logging
 from typing import Any
 
-from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
-from ferry.http_limits import HttpGuard, HttpLimits
-from ferry.lifecycle import (
+from ferry.service.app import ServiceApp
+from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import (
     as_step,
     cancel_task,
     cancel_tasks,
     package_version,
-    serve_until_signalled,
     stop_step,
     stop_tracing,
 )
@@ -56,10 +55,15 @@ MINUTE_MS = 60_000
 TRACE_SERVICE = "ferry-delay-scheduler"
 
 
-class SchedulerApp:
+class SchedulerApp(ServiceApp):
     """One scheduler instance: `await start()`, then `await stop()` (or `run()` for both)."""
 
+    name = "delay scheduler"
+    log = log
+
     def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(HttpServer("delay-scheduler", ENV_PREFIX),
+                         config.http_port)
         self.config = config
         self.node_id = config.node_id
         self.stats = Stats()
@@ -78,11 +82,7 @@ class SchedulerApp:
         self.progress = Progress()
         self.ingestor: Ingestor | None = None
         self.deliverer: Deliverer | None = None
-        self._runner: web.AppRunner | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._ready = False
-        self._stopping = False
-        self.port = config.http_port
 
     # -- roles -----------------------------------------------------------------------
 
@@ -101,10 +101,6 @@ class SchedulerApp:
         if self.election is None:
             return f"{self.config.advertise_host or self.config.host}:{self.port}"
         return self.election.leader_addr
-
-    @property
-    def ready(self) -> bool:
-        return self._ready and not self._stopping
 
     # -- start -----------------------------------------------------------------------
 
@@ -132,16 +128,10 @@ class SchedulerApp:
                                  self.deliverer.wake.set)
         canceller = Canceller(self.local, self.wheel, self.stats, self.is_leader,
                               self.leader_addr, cfg.cancel_wait_ms, cfg.deliver_timeout_ms)
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
                         package_version("ferry-delay-scheduler"),
-                        auth=await start_service_auth(self.auth), guard=guard)
-        self._runner = guard.runner(app, access_log=None)
-        await self._runner.setup()
-        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_DELAY_SCHEDULER_TLS_*): HTTPS only.
-        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
-                                      ssl_context=server_ssl("delay-scheduler"))
-        self.port = site.port
+                        auth=await start_service_auth(self.auth), guard=self.http.guard)
+        await self.serve_http(app, cfg.host)
         if cfg.etcd:
             http_addr = f"{cfg.advertise_host or cfg.host}:{self.port}"
             self.election = LeaderElection(cfg.etcd, cfg.etcd_prefix, self.node_id, http_addr,
@@ -245,12 +235,7 @@ class SchedulerApp:
 
     # -- stop ------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Stop every part; a failing step is logged and the next ones still run."""
-        if self._stopping:
-            return
-        self._stopping = True
-        log.info("delay scheduler stopping")
+    async def stop_steps(self) -> None:
         await stop_step("stop pulling", self._stop_pulling)
         await stop_step("stop delivering", self._stop_delivering)
         if self.election is not None:
@@ -258,8 +243,7 @@ class SchedulerApp:
         await stop_step("stop background tasks", lambda: cancel_tasks(self._tasks))
         if self.wheel is not None and self.ingestor is not None:
             await stop_step("save progress", self.save_progress)
-        if self._runner is not None:
-            await stop_step("stop the HTTP API", self._runner.cleanup)
+        await stop_step("stop the HTTP API", self.http.stop)
         if self.auth is not None:
             await stop_step("stop the auth registry", self.auth.stop)
         if self.local is not None:
@@ -267,7 +251,6 @@ class SchedulerApp:
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)
-        log.info("delay scheduler stopped")
 
     async def _stop_pulling(self) -> None:
         await cancel_task(self._tasks, "ingest")
@@ -278,8 +261,4 @@ class SchedulerApp:
         await cancel_task(self._tasks, "deliver")
         if self.deliverer is not None:
             await self.deliverer.drain(self.config.shutdown_timeout_ms / 1000)
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, stop."""
-        await serve_until_signalled(self.start, self.stop)
 

@@ -6,41 +6,28 @@ is a field here (the table is in docs/delay.md).
 """
 from __future__ import annotations
 
-import dataclasses
-import socket
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import InstanceConfig, check_service
 from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_DELAY_SCHEDULER_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_DELIVER_BATCH_MESSAGES = 10_000  # a broker refuses a larger SEND / DELIVER_DUE batch
 MIN_SEGMENT_BYTES = 8 << 20  # the local log's segments must hold one largest record
 MAX_DELAY_MS = 30 * 24 * 3_600_000  # the broker's default maximum delay (30 days)
-# Fields that may be 0 (an int that is "off" or a port chosen by the OS).
-_MAY_BE_ZERO = frozenset({"http_port"})
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
+class SchedulerConfig(InstanceConfig):
     """Everything the delay scheduler needs to start; defaults run on one machine."""
 
-    host: str = "127.0.0.1"
+    ENV_PREFIX = ENV_PREFIX
+
     # The host other instances and clients are told to use (leader record, 503 bodies).
     advertise_host: str = ""
     http_port: int = 10922
     data_dir: str = "./var/delay-scheduler"
-    namesrv: str = "127.0.0.1:9876"
     etcd: str = "127.0.0.1:2379"  # empty = no election: this instance always leads
-    etcd_prefix: str = "/ferry/"
-    instance_id: str = ""  # empty = host name + a random suffix
-    log_level: str = "INFO"
     # Leadership: the lease TTL bounds how long a dead leader blocks a standby.
     leader_ttl_s: int = 10
     # The timing wheel: one bucket file per `bucket_ms` of due time; buckets due
@@ -68,23 +55,9 @@ class SchedulerConfig:
     # A cancel that finds nothing waits this long for the pull loop to catch up.
     cancel_wait_ms: int = 2000
     shutdown_timeout_ms: int = 10_000
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
-        if self.auth and not self.etcd:
-            raise ValueError("FERRY_AUTH=on needs FERRY_DELAY_SCHEDULER_ETCD: identities and "
-                             "their rules live in etcd")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("int", "float") and f.name not in _MAY_BE_ZERO and value <= 0:
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX)
         if self.retention_hours * 3_600_000 <= MAX_DELAY_MS:
             raise ValueError("retention_hours must exceed the 30-day maximum delay "
                              "(a pending message's record must outlive its delay)")
@@ -102,18 +75,3 @@ class SchedulerConfig:
                              f"{MAX_DELIVER_BATCH_MESSAGES}")
         if self.deliver_batch_bytes > 8 << 20:
             raise ValueError("deliver_batch_bytes must stay well under the 16 MiB frame limit")
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir)
-
-    @property
-    def node_id(self) -> str:
-        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> SchedulerConfig:
-        """Build from FERRY_DELAY_SCHEDULER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})

@@ -3,38 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-_ERROR = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {
-        "type": "object", "required": ["code", "type", "message"],
-        "properties": {
-            "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
-            "type": {"type": "string", "description": "error class, e.g. AlreadyDeliveredError"},
-            "message": {"type": "string"},
-            "leader": {"type": "string", "description": "a standby's 503: the leader's HTTP "
-                                                        "address, where to ask again"}}}}}
+from ferry.service.openapi import document, stats_path
+from ferry.service.openapi import error_response as _error
+from ferry.service.openapi import json_response as _json
 
-
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return _json({"$ref": "#/components/schemas/Error"}, description)
+_LEADER = {"leader": {"type": "string", "description": "a standby's 503: the leader's HTTP "
+                                                      "address, where to ask again"}}
 
 
 def openapi_document(version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {
-        "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
-                             "responses": {"200": _json({"type": "object"}, "alive")}}},
-        "/readyz": {"get": {"summary": "Local log recovered, wheel open (leader or standby)",
-                            "operationId": "readyz",
-                            "responses": {"200": _json({"type": "object"}, "ready"),
-                                          "503": _error("recovering or stopping")}}},
-        "/v1/stats": {"get": {
-            "summary": "Role, pending, due in the next minute, delivered, duplicates after a "
-                       "crash, cancelled, lateness histogram", "operationId": "stats",
-            "responses": {"200": _json({"type": "object"}, "statistics")}}},
+        **stats_path("Role, pending, due in the next minute, delivered, duplicates after a "
+                     "crash, cancelled, lateness histogram"),
         "/v1/delayed/{msg_id}/cancel": {"post": {
             "summary": "Cancel a pending delayed message: it is never delivered",
             "operationId": "cancel_delayed",
@@ -48,11 +28,9 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "404": _error("MessageNotFoundError (12): no such delayed message"),
                 "409": _error("AlreadyDeliveredError (21): delivered before the cancel"),
                 "503": _error("a standby that does not hold it (see `leader`), or not ready")}}},
-        "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
-                                  "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
     }
-    return {"openapi": "3.0.3",
-            "info": {"title": "Ferry delay scheduler", "version": version,
-                     "description": "Delayed delivery: statistics and cancel. Messages arrive "
-                                    "through the brokers' %SCHEDULE% topic, not over HTTP."},
-            "paths": paths, "components": {"schemas": {"Error": _ERROR}}}
+    return document("Ferry delay scheduler", version,
+                    "Delayed delivery: statistics and cancel. Messages arrive through the "
+                    "brokers' %SCHEDULE% topic, not over HTTP.", paths,
+                    ready="Local log recovered, wheel open (leader or standby)",
+                    not_ready="recovering or stopping", error_fields=_LEADER)

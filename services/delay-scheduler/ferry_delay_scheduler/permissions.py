@@ -1,7 +1,7 @@
 """Which permission each scheduler route needs when auth is on (docs/security.md, "HTTP APIs")."""
 from __future__ import annotations
 
-from ferry.auth.http import RouteTable, admin
+from ferry.service.auth import RouteTable, admin
 
 ROUTES: RouteTable = {
     ("GET", "/v1/stats"): (admin("read"),),

@@ -1,14 +1,11 @@
-"""Entry point: `python -m ferry_namesrv` or `ferry-namesrv`."""
+"""`python -m ferry_namesrv` or `ferry-namesrv`: flags over the FERRY_NAMESRV_* variables."""
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
 
-from ferry.telemetry.logs import setup_logging
+from ferry.service.startup import Entry, Flag, bool_value
 
-from ferry_namesrv.app import NamesrvApp
-from ferry_namesrv.config import ConfigError, NamesrvConfig, parse_bool
+from ferry_namesrv.config import NamesrvConfig
 
 DESCRIPTION = (
     "Ferry name server. It owns what clients need to find messages: topic routes "
@@ -21,41 +18,15 @@ DESCRIPTION = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ferry-namesrv", description=DESCRIPTION)
-    p.add_argument("--host", help="HTTP listen address (FERRY_NAMESRV_HOST, 127.0.0.1)")
-    p.add_argument("--port", type=int, help="HTTP port, 0 = any free one "
-                                            "(FERRY_NAMESRV_PORT, 9876)")
-    p.add_argument("--etcd", help="etcd endpoints host:port[,host:port] "
-                                  "(FERRY_NAMESRV_ETCD, 127.0.0.1:2379)")
-    p.add_argument("--etcd-prefix", help="key prefix in etcd (FERRY_NAMESRV_ETCD_PREFIX, /ferry/)")
-    p.add_argument("--auto-create-topics", metavar="BOOL",
-                   help="create unknown topics on GET /v1/routes/{topic}?create=1 "
-                        "(FERRY_NAMESRV_AUTO_CREATE_TOPICS, true)")
-    p.add_argument("--default-queues", type=int, help="queues of an auto-created topic "
-                                                      "(FERRY_NAMESRV_DEFAULT_QUEUES, 8)")
-    p.add_argument("--console-url", help="where GET /console redirects (FERRY_NAMESRV_CONSOLE_URL, "
-                                        "http://127.0.0.1:10927/console)")
-    p.add_argument("--log-level", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="FERRY_NAMESRV_LOG_LEVEL, INFO")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        config = NamesrvConfig.from_env().with_overrides(
-            host=args.host, port=args.port, etcd=args.etcd, etcd_prefix=args.etcd_prefix,
-            default_queues=args.default_queues, log_level=args.log_level,
-            console_url=args.console_url,
-            auto_create_topics=None if args.auto_create_topics is None
-            else parse_bool(args.auto_create_topics, "--auto-create-topics"))
-    except ConfigError as exc:
-        print(f"ferry-namesrv: {exc}", file=sys.stderr)
-        return 2
-    setup_logging(config.log_level)
-    asyncio.run(NamesrvApp(config).run())
-    return 0
+_FLAGS: list[Flag] = [
+    "host", ("port", int, "HTTP port, 0 = any free one"), "etcd", "etcd_prefix",
+    ("auto_create_topics", bool_value,
+     "true or false: create unknown topics on GET /v1/routes/{topic}?create=1"),
+    ("default_queues", int, "queues of an auto-created topic"),
+    ("console_url", str, "where GET /console redirects"), "log_level",
+]
+main = Entry("ferry-namesrv", DESCRIPTION, _FLAGS, NamesrvConfig.from_env,
+             "ferry_namesrv.app:NamesrvApp", "namesrv").main
 
 
 if __name__ == "__main__":

@@ -9,16 +9,14 @@ its own, so there is nothing to flush.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-from importlib.metadata import PackageNotFoundError, version
 
-from aiohttp import web
-from ferry.auth.http import HttpAuth, registry_auth, server_ssl
-from ferry.auth.registry import AuthRegistry
-from ferry.http_limits import HttpGuard, HttpLimits
 from ferry.routing import EtcdRegistry, EtcdUnavailable, RegistryCache
+from ferry.service.app import ServiceApp
+from ferry.service.auth import HttpAuth, registry_auth
+from ferry.service.auth_registry import AuthRegistry
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 
 from ferry_namesrv.api import build_app
 from ferry_namesrv.config import ENV_PREFIX, NamesrvConfig
@@ -32,17 +30,14 @@ _MAX_BACKOFF_S = 5.0
 SHUTDOWN_GRACE_S = 5.0
 
 
-def _version() -> str:
-    try:
-        return version("ferry-namesrv")
-    except PackageNotFoundError:
-        return "0.0.0"
-
-
-class NamesrvApp:
+class NamesrvApp(ServiceApp):
     """One namesrv instance: `await start()`, then `await stop()` (or `run()` for both)."""
 
+    name = ""  # its logger says which service: "stopping", "stopped"
+    log = log
+
     def __init__(self, config: NamesrvConfig) -> None:
+        super().__init__(HttpServer("namesrv", ENV_PREFIX), config.port)
         self.config = config
         self.registry = EtcdRegistry(config.etcd, prefix=config.etcd_prefix)
         self.cache = RegistryCache(self.registry)
@@ -51,19 +46,16 @@ class NamesrvApp:
         self.auth: AuthRegistry | None = AuthRegistry(self.registry) if config.auth else None
         self.http_auth: HttpAuth | None = (registry_auth(self.auth, ROUTES)
                                            if self.auth is not None else None)
-        self._runner: web.AppRunner | None = None
         self._loader: asyncio.Task[None] | None = None
-        self.port: int = config.port
+
+    @property
+    def ready(self) -> bool:
+        return self.cache.loaded and not self._stopping
 
     async def start(self) -> None:
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
-        app = build_app(self.context, _version(), self.http_auth, guard=guard)
-        self._runner = guard.runner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
-        await self._runner.setup()
-        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_NAMESRV_TLS_*): HTTPS only.
-        site = await guard.start_site(self._runner, self.config.host, self.config.port,
-                                      ssl_context=server_ssl("namesrv"))
-        self.port = site.port
+        app = build_app(self.context, package_version("ferry-namesrv"), self.http_auth,
+                        guard=self.http.guard)
+        await self.serve_http(app, self.config.host, shutdown_timeout=SHUTDOWN_GRACE_S)
         log.info("listening", extra={"host": self.config.host, "port": self.port,
                                      "etcd": self.config.etcd, "prefix": self.config.etcd_prefix,
                                      "auto_create_topics": self.config.auto_create_topics,
@@ -89,30 +81,11 @@ class NamesrvApp:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, _MAX_BACKOFF_S)
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()  # stops accepting, lets in-flight requests finish
-            self._runner = None
-        if self._loader is not None:
-            self._loader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loader
-            self._loader = None
-        await self.cache.stop()
+    async def stop_steps(self) -> None:
+        # Stops accepting, lets in-flight requests finish (SHUTDOWN_GRACE_S).
+        await stop_step("stop the HTTP API", self.http.stop)
+        await stop_step("stop loading", lambda: cancel_and_wait(self._loader))
+        await stop_step("stop the route cache", self.cache.stop)
         if self.auth is not None:
-            await self.auth.stop()
-        await self.registry.stop()
-        log.info("stopped")
-
-    async def run(self) -> None:
-        """Start, wait for SIGTERM or SIGINT, stop."""
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        await self.start()
-        try:
-            await stopping.wait()
-            log.info("stopping on signal")
-        finally:
-            await self.stop()
+            await stop_step("stop the auth registry", self.auth.stop)
+        await stop_step("close the etcd client", self.registry.stop)

@@ -5,16 +5,13 @@ with a message naming the variable, never a traceback.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
 from ferry.routing import MAX_QUEUES, MIN_QUEUES, parse_endpoints
+from ferry.service.config import ServiceConfig, check_service
 
 ENV_PREFIX = "FERRY_NAMESRV_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(ValueError):
@@ -22,26 +19,23 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class NamesrvConfig:
+class NamesrvConfig(ServiceConfig):
     """Everything the name server needs to start (see docs/namesrv.md for the table)."""
 
-    host: str = "127.0.0.1"
+    ENV_PREFIX = ENV_PREFIX
+    config_error = ConfigError
+
     port: int = 9876
     etcd: str = "127.0.0.1:2379"
     etcd_prefix: str = "/ferry/"
     auto_create_topics: bool = True
     default_queues: int = 8
-    log_level: str = "INFO"
     # Where `GET /console` sends a browser: the console is a service of its own
     # (ferry-console); namesrv only points at it.
     console_url: str = "http://127.0.0.1:10927/console"
-    # FERRY_AUTH=on (the one switch every service reads, not a FERRY_NAMESRV_ variable):
-    # every route but /healthz, /readyz and /openapi.json needs a signed, permitted request.
-    auth: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port < 65536:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        check_service(self, ENV_PREFIX, port_field="port", error=ConfigError)
         try:
             parse_endpoints(self.etcd)
         except ValueError as exc:
@@ -53,24 +47,8 @@ class NamesrvConfig:
                               f"got {self.default_queues}")
         if not self.console_url.startswith(("http://", "https://")):
             raise ConfigError(f"console_url must be an http(s) URL, got {self.console_url!r}")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> NamesrvConfig:
-        """Read every FERRY_NAMESRV_<FIELD> that is set, and FERRY_AUTH; the rest keep their
-        defaults."""
-        try:
-            auth = auth_enabled(env)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        return settings.from_env(cls, ENV_PREFIX, env, {"auth": auth}, error=ConfigError)
 
     def with_overrides(self, **overrides: Any) -> NamesrvConfig:
         """A copy with the given fields replaced (None means "not given")."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
-
-def parse_bool(raw: str, what: str) -> bool:
-    """`raw` (a flag's text) as a bool; ConfigError naming `what` otherwise."""
-    return settings.parse_bool(raw, what, ConfigError)

@@ -15,6 +15,9 @@ from ferry.routing.models import (
     TOPIC_PERMS,
     TOPIC_TYPES,
 )
+from ferry.service.openapi import document, stats_path
+from ferry.service.openapi import error_response as _error
+from ferry.service.openapi import json_response as _json
 
 from ferry_namesrv.handlers import users
 
@@ -26,28 +29,12 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return _json(_ref("Error"), description)
-
-
 _PRIORITY_LEVELS = {
     "type": "integer", "minimum": MIN_PRIORITY_LEVELS, "maximum": MAX_PRIORITY_LEVELS,
     "default": 1, "description": "priority levels (at most queues): queue q of a broker's Q "
                                  "serves level q * priority_levels // Q; higher drains first"}
 
 _SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object", "required": ["error"],
-        "properties": {"error": {
-            "type": "object", "required": ["code", "type", "message"],
-            "properties": {
-                "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
-                "type": {"type": "string", "description": "error class, e.g. InvalidNameError"},
-                "message": {"type": "string"}}}}},
     "TopicConfig": {
         "type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {
@@ -162,16 +149,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {"200": _json({"type": "object", "properties": {
                 "access_key": {"type": "string", "nullable": True},
                 "auth": {"type": "boolean"}}}, "who"), "401": _error("not authenticated")}}},
-        "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
-                             "responses": {"200": _json({"type": "object"}, "alive")}}},
-        "/readyz": {"get": {"summary": "Routes are loaded from etcd", "operationId": "readyz",
-                            "responses": {"200": _json({"type": "object"}, "ready"),
-                                          "503": _BUSY}}},
-        "/v1/stats": {"get": {"summary": "The HTTP limits and how often each refused",
-                              "operationId": "stats",
-                              "responses": {"200": _json({"type": "object"}, "statistics")}}},
-        "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
-                                  "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
+        **stats_path("The HTTP limits and how often each refused"),
         "/console": {"get": {"summary": "Redirect to the web console (CONSOLE_URL)",
                              "operationId": "console",
                              "responses": {"302": {"description": "to ferry-console"}}}},
@@ -179,11 +157,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))
     paths.update(users.openapi_paths())
-    return {
-        "openapi": "3.0.3",
-        "info": {"title": "Ferry namesrv", "version": version,
-                 "description": "Topic routes, topic and group config, and live brokers, "
-                                "answered from a cache that watches etcd."},
-        "paths": paths,
-        "components": {"schemas": _SCHEMAS},
-    }
+    return document("Ferry namesrv", version,
+                    "Topic routes, topic and group config, and live brokers, answered from a "
+                    "cache that watches etcd.", paths, ready="Routes are loaded from etcd",
+                    not_ready="not ready, or etcd unavailable; retry", schemas=_SCHEMAS)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aiohttp import web
-from ferry.auth.http import AUTHENTICATED, Permission, RouteTable, admin
 from ferry.names import DLQ_PREFIX, RETRY_PREFIX
+from ferry.service.auth import AUTHENTICATED, Permission, RouteTable, admin
 
 _TRUE = ("1", "true", "yes")
 TOPIC_PUB = Permission("pub", "topic:{topic}")

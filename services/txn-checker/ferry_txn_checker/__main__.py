@@ -1,13 +1,10 @@
-"""Entry point: `python -m ferry_txn_checker` or `ferry-txn-checker`.
-
-Configuration comes from FERRY_TXN_CHECKER_* environment variables; a flag
-given on the command line wins over the variable.
-"""
+"""`python -m ferry_txn_checker` or `ferry-txn-checker`: flags over the
+FERRY_TXN_CHECKER_* variables."""
 from __future__ import annotations
 
 import sys
 
-from ferry.entry import Flag, parse_config, run_app
+from ferry.service.startup import Entry, Flag
 
 from ferry_txn_checker.config import CheckerConfig
 
@@ -22,35 +19,14 @@ DESCRIPTION = (
 )
 
 _FLAGS: list[Flag] = [
-    ("--host", "host", str, "HTTP listen address (FERRY_TXN_CHECKER_HOST)"),
-    ("--http-port", "http_port", int, "HTTP port, 0 = any free one "
-     "(FERRY_TXN_CHECKER_HTTP_PORT, 10923)"),
-    ("--data-dir", "data_dir", str, "checkpoint directory (FERRY_TXN_CHECKER_DATA_DIR)"),
-    ("--namesrv", "namesrv", str, "namesrv address(es) (FERRY_TXN_CHECKER_NAMESRV)"),
-    ("--instance-id", "instance_id", str, "this instance's id (FERRY_TXN_CHECKER_INSTANCE_ID)"),
-    ("--check-immunity-ms", "check_immunity_ms", int,
-     "default wait before a half's first check (FERRY_TXN_CHECKER_CHECK_IMMUNITY_MS)"),
-    ("--check-interval-ms", "check_interval_ms", int,
-     "wait between checks (FERRY_TXN_CHECKER_CHECK_INTERVAL_MS)"),
-    ("--max-checks", "max_checks", int,
-     "checks before a rollback as discarded (FERRY_TXN_CHECKER_MAX_CHECKS)"),
-    ("--log-level", "log_level", str, "DEBUG, INFO, WARNING, ERROR "
-     "(FERRY_TXN_CHECKER_LOG_LEVEL)"),
+    "host", "http_port", ("data_dir", str, "checkpoint directory"), "namesrv", "instance_id",
+    ("check_immunity_ms", int, "default wait before a half's first check"),
+    ("check_interval_ms", int, "wait between checks"),
+    ("max_checks", int, "checks before a rollback as discarded"),
+    "log_level",
 ]
-
-
-def parse_args(argv: list[str] | None) -> CheckerConfig:
-    return parse_config(argv, "ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-
-    async def run() -> None:
-        from ferry_txn_checker.app import CheckerApp  # after logging is set up
-        await CheckerApp(config).run()
-
-    return run_app(config.log_level, run, "ferry_txn_checker", "txn-checker")
+main = Entry("ferry-txn-checker", DESCRIPTION, _FLAGS, CheckerConfig.from_env,
+             "ferry_txn_checker.app:CheckerApp", "txn-checker").main
 
 
 if __name__ == "__main__":

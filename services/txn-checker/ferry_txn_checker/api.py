@@ -18,15 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from ferry.auth.http import HttpAuth, document_auth
 from ferry.errors import (
     BusyError,
     FerryError,
     MalformedRequestError,
     MessageNotFoundError,
 )
-from ferry.http_errors import error_middleware, json_response
-from ferry.http_limits import HttpGuard, HttpLimits
+from ferry.service.auth import HttpAuth
+from ferry.service.errors import error_middleware, json_response
+from ferry.service.http import service_app
+from ferry.service.limits import HttpGuard
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
@@ -63,21 +64,9 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
               guard: HttpGuard | None = None) -> web.Application:
     """The HTTP app; with `auth` (FERRY_AUTH=on) every route but the probes and the OpenAPI
     document needs a signed request and its permission (permissions.py)."""
-    guard = guard or HttpGuard(HttpLimits())
-    document = openapi_document(version)
-    if auth is not None:
-        document = document_auth(document)   # 401/403 and the signature headers
-
-    async def healthz(_: web.Request) -> web.Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(_: web.Request) -> web.Response:
-        if not is_ready():
-            raise BusyError("not ready: loading the checkpoint or stopping")
-        return json_response({"status": "ready"})
-
-    async def get_stats(_: web.Request) -> web.Response:
-        return json_response({**stats(), "limits": guard.as_json()})
+    app = service_app(guard, errors_and_logs, openapi_document(version), ready=is_ready,
+                      not_ready="not ready: loading the checkpoint or stopping", stats=stats,
+                      auth=auth)
 
     async def list_transactions(request: web.Request) -> web.Response:
         state = request.query.get("state", "open")
@@ -99,15 +88,6 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
                                        "discarded and not recently resolved")
         return json_response(found)
 
-    async def openapi(_: web.Request) -> web.Response:
-        return json_response(document)
-
-    app = guard.application([errors_and_logs] if auth is None
-                            else [errors_and_logs, auth.middleware])
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/v1/stats", get_stats)
     app.router.add_get("/v1/transactions", list_transactions)
     app.router.add_get("/v1/transactions/{msg_id}", describe)
-    app.router.add_get("/openapi.json", openapi)
     return app

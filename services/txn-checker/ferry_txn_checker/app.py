@@ -13,22 +13,21 @@ import logging
 import time
 from typing import Any
 
-from aiohttp import web
 from ferry.auth.credentials import service_credentials
-from ferry.auth.http import ServiceAuth, auth_stats, server_ssl, start_service_auth
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
-from ferry.http_limits import HttpGuard, HttpLimits
-from ferry.lifecycle import (
+from ferry.names import HALF_TOPIC, OP_TOPIC
+from ferry.service.app import ServiceApp
+from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.http import HttpServer
+from ferry.service.lifecycle import (
     cancel_task,
     cancel_tasks,
     package_version,
-    serve_until_signalled,
     stop_step,
     stop_tracing,
 )
-from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.telemetry import setup_tracing
 from ferry.wire import RequestCode
 
@@ -47,10 +46,14 @@ TRACE_SERVICE = "ferry-txn-checker"
 CHECKPOINT_DUTY_FACTOR = 10  # the pause after a save is at least 10x its duration
 
 
-class CheckerApp:
+class CheckerApp(ServiceApp):
     """One txn-checker: `await start()`, then `await stop()` (or `run()` for both)."""
 
+    name = "txn-checker"
+    log = log
+
     def __init__(self, config: CheckerConfig) -> None:
+        super().__init__(HttpServer("txn-checker", ENV_PREFIX), config.http_port)
         self.config = config
         self.node_id = config.node_id
         # Its own identity on the wire and HTTP (FERRY_TXN_CHECKER_ACCESS_KEY /
@@ -67,16 +70,8 @@ class CheckerApp:
                          max_recent=config.max_recent)
         self.scanner = Scanner(config, self.pool, self.namesrv, self.book)
         self.checker = Checker(config, self.book, self.pool, lambda: self.scanner.brokers)
-        self._runner: web.AppRunner | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._committed: dict[tuple[str, str], int] = {}
-        self._ready = False
-        self._stopping = False
-        self.port = config.http_port
-
-    @property
-    def ready(self) -> bool:
-        return self._ready and not self._stopping
 
     async def start(self) -> None:
         cfg = self.config
@@ -88,16 +83,10 @@ class CheckerApp:
         log.info("txn-checker starting", extra={
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
-        guard = HttpGuard(HttpLimits.from_env(ENV_PREFIX))
         app = build_app(self.book, self.stats_document, lambda: self.ready,
                         package_version("ferry-txn-checker"),
-                        auth=await start_service_auth(self.auth), guard=guard)
-        self._runner = guard.runner(app, access_log=None)
-        await self._runner.setup()
-        # FERRY_TLS_CERT / FERRY_TLS_KEY (or FERRY_TXN_CHECKER_TLS_*): HTTPS only.
-        site = await guard.start_site(self._runner, cfg.host, cfg.http_port,
-                                      ssl_context=server_ssl("txn-checker"))
-        self.port = site.port
+                        auth=await start_service_auth(self.auth), guard=self.http.guard)
+        await self.serve_http(app, cfg.host)
         self._tasks["scan"] = asyncio.create_task(self.scanner.run(), name="scan")
         self._tasks["check"] = asyncio.create_task(self.checker.run(), name="check")
         self._tasks["checkpoint"] = asyncio.create_task(self._checkpoint_loop(),
@@ -169,25 +158,18 @@ class CheckerApp:
 
     # -- stop ------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Stop every part; a failing step is logged and the next ones still run."""
-        if self._stopping:
-            return
-        self._stopping = True
-        log.info("txn-checker stopping")
+    async def stop_steps(self) -> None:
         await stop_step("stop scanning", self._stop_scanning)
         await stop_step("stop checking", self._stop_checking)
         await stop_step("stop background tasks", lambda: cancel_tasks(self._tasks))
         if self._ready:
             await stop_step("save the checkpoint", self.save_checkpoint)
-        if self._runner is not None:
-            await stop_step("stop the HTTP API", self._runner.cleanup)
+        await stop_step("stop the HTTP API", self.http.stop)
         if self.auth is not None:
             await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)
-        log.info("txn-checker stopped")
 
     async def _stop_scanning(self) -> None:
         await cancel_task(self._tasks, "scan")
@@ -196,7 +178,3 @@ class CheckerApp:
     async def _stop_checking(self) -> None:
         await cancel_task(self._tasks, "check")
         await self.checker.drain(self.config.shutdown_timeout_ms / 1000)
-
-    async def run(self) -> None:
-        """Start, serve until SIGTERM/SIGINT, stop."""
-        await serve_until_signalled(self.start, self.stop)

@@ -6,39 +6,28 @@ is a field here (the table is in docs/transactions.md, "The txn-checker").
 """
 from __future__ import annotations
 
-import dataclasses
-import socket
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from ferry import settings
-from ferry.auth.credentials import auth_enabled
+from ferry.service.config import InstanceConfig, check_service
 from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 MAX_CHECKS_LIMIT = 1000  # a higher max_checks would keep a half open for days
-# Fields that may be 0 (a port chosen by the OS, no immunity).
-_MAY_BE_ZERO = frozenset({"http_port", "check_immunity_ms"})
+# Fields that may be 0 (no immunity).
+_MAY_BE_ZERO = frozenset({"check_immunity_ms"})
 
 
 @dataclass(frozen=True)
-class CheckerConfig:
+class CheckerConfig(InstanceConfig):
     """Everything the txn-checker needs to start; defaults run on one machine."""
 
-    host: str = "127.0.0.1"
+    ENV_PREFIX = ENV_PREFIX
+
     http_port: int = 10923
     data_dir: str = "./var/txn-checker"
-    namesrv: str = "127.0.0.1:9876"
-    # Reserved for leader election between instances (not built: one instance runs;
-    # a second one is safe, since END_TRANSACTION is idempotent, but checks twice).
-    etcd: str = "127.0.0.1:2379"
-    etcd_prefix: str = "/ferry/"  # where identities live when auth is on
-    instance_id: str = ""  # empty = host name + a random suffix
-    log_level: str = "INFO"
+    # etcd: where identities live when auth is on; also reserved for leader election
+    # between instances (not built: one instance runs; a second one is safe, since
+    # END_TRANSACTION is idempotent, but checks twice).
     # The check schedule: a half with no op is first checked `check_immunity_ms` after
     # its store time (its CHECK_IMMUNITY_MS property wins), then every
     # `check_interval_ms`; `check_interval_ms` after the `max_checks`-th check it is
@@ -61,41 +50,10 @@ class CheckerConfig:
     pull_max_wait_ms: int = 1000
     checkpoint_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
-    # FERRY_AUTH=on (the one switch every service reads): every route but /healthz,
-    # /readyz and /openapi.json needs a signed request with its permission; the
-    # identities come from etcd.
-    auth: bool = False
 
     def __post_init__(self) -> None:
-        if self.auth and not self.etcd:
-            raise ValueError("FERRY_AUTH=on needs FERRY_TXN_CHECKER_ETCD: identities and "
-                             "their rules live in etcd")
-        if self.log_level.upper() not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type not in ("int", "float"):
-                continue
-            if value < 0 or (value == 0 and f.name not in _MAY_BE_ZERO):
-                raise ValueError(f"{f.name} must be positive, not {value}")
-        if not 0 <= self.http_port < 65536:
-            raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
+        check_service(self, ENV_PREFIX, _MAY_BE_ZERO)
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
         if self.max_checks > MAX_CHECKS_LIMIT:
             raise ValueError(f"max_checks cannot exceed {MAX_CHECKS_LIMIT}")
-
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir)
-
-    @property
-    def node_id(self) -> str:
-        return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> CheckerConfig:
-        """Build from FERRY_TXN_CHECKER_<FIELD> variables; `overrides` (non-None) win."""
-        return settings.from_env(cls, ENV_PREFIX, env,
-                                 {"auth": auth_enabled(env), **(overrides or {})})

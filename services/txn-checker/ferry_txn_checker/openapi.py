@@ -3,14 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-_ERROR = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {
-        "type": "object", "required": ["code", "type", "message"],
-        "properties": {
-            "code": {"type": "integer", "description": "Ferry error code (ferry.errors)"},
-            "type": {"type": "string", "description": "error class, e.g. MessageNotFoundError"},
-            "message": {"type": "string"}}}}}
+from ferry.service.openapi import document, stats_path
+from ferry.service.openapi import error_response as _error
+from ferry.service.openapi import json_response as _json
 
 _TXN = {
     "type": "object", "required": ["msg_id", "state"],
@@ -29,26 +24,11 @@ _TXN = {
                "description": "recently resolved: producer, check or discarded"}}}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _error(description: str) -> dict[str, Any]:
-    return _json({"$ref": "#/components/schemas/Error"}, description)
-
-
 def openapi_document(version: str) -> dict[str, Any]:
     txn_ref = {"$ref": "#/components/schemas/Transaction"}
     paths: dict[str, Any] = {
-        "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
-                             "responses": {"200": _json({"type": "object"}, "alive")}}},
-        "/readyz": {"get": {"summary": "Checkpoint loaded, scanning", "operationId": "readyz",
-                            "responses": {"200": _json({"type": "object"}, "ready"),
-                                          "503": _error("starting or stopping")}}},
-        "/v1/stats": {"get": {
-            "summary": "open, checked, committed_by_check, rolled_back_by_check, discarded, "
-                       "scan positions per broker", "operationId": "stats",
-            "responses": {"200": _json({"type": "object"}, "statistics")}}},
+        **stats_path("open, checked, committed_by_check, rolled_back_by_check, discarded, "
+                     "scan positions per broker"),
         "/v1/transactions": {"get": {
             "summary": "Open or discarded transactions", "operationId": "list_transactions",
             "parameters": [
@@ -69,12 +49,8 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {"200": _json(txn_ref, "the transaction"),
                           "400": _error("msg_id is not 32 hex characters"),
                           "404": _error("MessageNotFoundError (12): not known to the checker")}}},
-        "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
-                                  "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
     }
-    return {"openapi": "3.0.3",
-            "info": {"title": "Ferry txn-checker", "version": version,
-                     "description": "Resolves transactional half messages left undecided: "
-                                    "statistics and the open and discarded transactions."},
-            "paths": paths,
-            "components": {"schemas": {"Error": _ERROR, "Transaction": _TXN}}}
+    return document("Ferry txn-checker", version,
+                    "Resolves transactional half messages left undecided: statistics and the "
+                    "open and discarded transactions.", paths,
+                    ready="Checkpoint loaded, scanning", schemas={"Transaction": _TXN})

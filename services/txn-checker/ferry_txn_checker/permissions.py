@@ -5,7 +5,7 @@ transactions may also look at them).
 """
 from __future__ import annotations
 
-from ferry.auth.http import RouteTable, admin
+from ferry.service.auth import RouteTable, admin
 
 _READ = (admin("read"), admin("txn"))
 

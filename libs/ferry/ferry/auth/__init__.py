@@ -1,7 +1,10 @@
-"""Authentication and permissions: identities, request signatures, replay guard, ACLs.
+"""Authentication and permissions, what clients and servers share: identities, request
+signatures (wire and HTTP), the replay guard, ACLs, TLS contexts.
 
-Leaf-like: everything here but `registry` (etcd) depends only on the stdlib,
-msgpack and `ferry.errors`. docs/security.md describes the scheme.
+Leaf-like: depends only on the stdlib, msgpack, aiohttp (the client session
+that signs) and `ferry.errors`. The server side (checking HTTP requests, the
+identities in etcd) is the service kit's: `ferry.service.auth`,
+`ferry.service.auth_registry`. docs/security.md describes the scheme.
 """
 from __future__ import annotations
 

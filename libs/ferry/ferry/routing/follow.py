@@ -1,6 +1,6 @@
 """Following an etcd prefix: watch it, and when the watch breaks, reload it whole.
 
-The route cache (`ferry.routing.cache`) and the identities (`ferry.auth.registry`)
+The route cache (`ferry.routing.cache`) and the identities (`ferry.service.auth_registry`)
 both load a prefix, then watch it from the loaded revision. A watch that ends or
 fails leaves the cache stale, so it is reloaded with back-off (0.2 s doubling to
 5 s) until etcd answers, switching to another etcd endpoint when there is one;

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ferry.env import parse_bool
 from ferry.errors import FerryError
-from ferry.settings import parse_bool
 
 DEFAULT_SAMPLE_RATIO = 0.001   # 1 in 1,000 messages: the cost is measured in docs/tracing.md "Cost"
 

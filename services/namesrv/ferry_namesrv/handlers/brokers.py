@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from aiohttp import web
+from ferry.service.errors import json_response
 
 from ferry_namesrv.context import ctx
-from ferry_namesrv.handlers.common import json_response
 
 
 async def list_brokers(request: web.Request) -> web.Response:

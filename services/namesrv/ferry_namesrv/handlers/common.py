@@ -6,7 +6,6 @@ from typing import Any
 
 from aiohttp import web
 from ferry.errors import BusyError, MalformedRequestError
-from ferry.http_errors import json_response as json_response  # re-exported for the handlers
 from ferry.routing import RegistryCache
 
 # How long a write waits for this instance's cache to see it (read-your-writes).

@@ -12,9 +12,10 @@ from aiohttp import web
 from ferry.errors import GroupNotFoundError
 from ferry.names import validate_group
 from ferry.routing import GroupConfig
+from ferry.service.errors import json_response
 
 from ferry_namesrv.context import ctx
-from ferry_namesrv.handlers.common import json_response, read_json, visible
+from ferry_namesrv.handlers.common import read_json, visible
 
 
 async def list_groups(request: web.Request) -> web.Response:

@@ -7,9 +7,10 @@ from aiohttp import web
 from ferry.errors import AlreadyExistsError, BusyError, TopicNotFoundError
 from ferry.names import is_internal, validate_topic
 from ferry.routing import TopicConfig
+from ferry.service.errors import json_response
 
 from ferry_namesrv.context import NamesrvContext, ctx
-from ferry_namesrv.handlers.common import WRITE_VISIBLE_TIMEOUT_S, json_response, visible
+from ferry_namesrv.handlers.common import WRITE_VISIBLE_TIMEOUT_S, visible
 
 log = logging.getLogger("ferry_namesrv.routes")
 

@@ -15,9 +15,10 @@ from aiohttp import web
 from ferry.errors import InvalidNameError, TopicNotFoundError
 from ferry.names import is_internal, validate_topic
 from ferry.routing import TopicConfig
+from ferry.service.errors import json_response
 
 from ferry_namesrv.context import ctx
-from ferry_namesrv.handlers.common import json_response, read_json, visible
+from ferry_namesrv.handlers.common import read_json, visible
 
 
 async def list_topics(request: web.Request) -> web.Response:

@@ -23,11 +23,12 @@ from typing import Any
 from aiohttp import web
 from ferry.auth.acl import EFFECTS, MAX_RULES_PER_IDENTITY, Rule, admin_rules, parse_rules
 from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
-from ferry.auth.registry import AuthRegistry
 from ferry.errors import MalformedRequestError
+from ferry.service.auth_registry import AuthRegistry
+from ferry.service.errors import json_response
 
 from ferry_namesrv.context import ctx
-from ferry_namesrv.handlers.common import json_response, read_json
+from ferry_namesrv.handlers.common import read_json
 
 _ACCESS_KEY = {"type": "string", "pattern": "^[A-Za-z0-9_-]{3,64}$"}
 

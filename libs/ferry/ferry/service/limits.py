@@ -31,8 +31,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
-from ferry import settings
-from ferry.admission import (
+from ferry.service import config as settings
+from ferry.service.admission import (
     CONNECTIONS_OVER_PER_ADDR,
     CONNECTIONS_OVER_TOTAL,
     LOG_EVERY_S,
@@ -55,7 +55,7 @@ MAX_CONNECTIONS_PER_ADDR = 512
 #: An idle keep-alive connection is closed after this (aiohttp's default is an hour).
 KEEPALIVE_TIMEOUT_S = 75.0
 
-# The counters of /v1/stats `limits.counts` (the two connection counters are ferry.admission's).
+# The counters of /v1/stats `limits.counts` (the two connection counters are ferry.service.admission's).
 BODIES_TOO_LARGE = "bodies_too_large"
 BAD_REQUESTS = "bad_requests"  # unparsable, or a line or header count over its limit
 COUNTERS = (CONNECTIONS_OVER_TOTAL, CONNECTIONS_OVER_PER_ADDR, BODIES_TOO_LARGE, BAD_REQUESTS)
@@ -93,7 +93,7 @@ class HttpLimits:
 
 class HttpGuard(Admission):
     """Applies one service's HttpLimits to its aiohttp app and counts the refusals
-    (connection admission and counters: ferry.admission)."""
+    (connection admission and counters: ferry.service.admission)."""
 
     def __init__(self, limits: HttpLimits) -> None:
         super().__init__(limits.max_connections, limits.max_connections_per_addr, COUNTERS, log)

@@ -1,7 +1,7 @@
 """Connection admission and refusal counters shared by every Ferry server.
 
 The broker's wire server (`ferry_broker.limits`) and every HTTP API
-(`ferry.http_limits`) admit a connection only under two limits, connections in
+(`ferry.service.limits`) admit a connection only under two limits, connections in
 all and per client address, and count each refusal by kind for their
 `/v1/stats` `limits` section. A refusal is logged at most once a second per
 kind, with its count: a flood must not fill the disk with logs.

@@ -2,9 +2,9 @@
 
 A failure is `{"error": {"code", "type", "message"}}` (docs/protocol.md), with
 the HTTP status a service maps from the error's class. `error_middleware`
-builds the aiohttp middleware the delay scheduler and the txn-checker share:
-every failure becomes such a body and one log line; the name server keeps its
-own middleware (it also maps etcd failures) but uses the same body.
+builds the aiohttp middleware every service's API runs (`ferry.service.http`):
+every failure becomes such a body and one log line; a service whose handlers
+raise other exceptions it can name (namesrv: etcd away) passes `convert`.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ferry.errors import (
     AuthenticationError,
     FerryError,
     MalformedRequestError,
+    MessageTooLargeError,
     SystemError_,
 )
 
@@ -30,6 +31,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 StatusTable = Sequence[tuple[type[FerryError], int]]
 # Fields a service adds to the body of some errors (the leader on a standby's 503).
 ExtraFields = Callable[[FerryError], Mapping[str, Any]]
+# A failure that is not a FerryError as the FerryError to answer with; None: a bug (500).
+Convert = Callable[[Exception], FerryError | None]
 
 #: Statuses every service shares, checked before its own table: an unauthenticated
 #: request is 401 and a refused one 403 wherever it arrives (docs/security.md).
@@ -61,8 +64,21 @@ def json_response(data: Any, status: int = 200) -> web.Response:
                              dumps=lambda d: json.dumps(d, separators=(",", ":")))
 
 
+def from_http(exc: web.HTTPException, request: web.Request) -> FerryError:
+    """The FerryError answering aiohttp's own refusal (no route, wrong method, body too large)."""
+    if exc.status == 404:
+        return MalformedRequestError(f"no endpoint {request.method} {request.path}")
+    if exc.status == 405:
+        return MalformedRequestError(f"method {request.method} not allowed on {request.path}")
+    if exc.status == 413:
+        return MessageTooLargeError(f"request body larger than "
+                                    f"{request.client_max_size} bytes")
+    return MalformedRequestError(exc.reason)
+
+
 def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
-                     extra: ExtraFields | None = None) -> Middleware:
+                     extra: ExtraFields | None = None, convert: Convert | None = None
+                     ) -> Middleware:
     """A middleware mapping every failure to a JSON error body; one log line per failure.
 
     `service` names the log the 500 body points at ("see the scheduler log").
@@ -70,34 +86,41 @@ def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
     def body(exc: FerryError) -> dict[str, Any]:
         return error_body(exc, extra(exc) if extra is not None else None)
 
+    def answer(request: web.Request, status: int, err: FerryError,
+               started: float) -> web.Response:
+        _log_error(log, request, status, err, started)
+        return json_response(body(err), status=status)
+
     @web.middleware
     async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
         try:
-            return await handler(request)
+            response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            err: FerryError = MalformedRequestError(
-                f"no endpoint {request.method} {request.path}" if exc.status in (404, 405)
-                else exc.reason)
-            _log_error(log, request, exc.status, err, started)
-            return json_response(body(err), status=exc.status)
+            return answer(request, exc.status, from_http(exc, request), started)
         except FerryError as exc:
-            status = status_for(exc, statuses)
-            _log_error(log, request, status, exc, started)
-            return json_response(body(exc), status=status)
-        except Exception:
-            log.exception("unexpected failure", extra={"method": request.method,
-                                                       "path": request.path})
+            return answer(request, status_for(exc, statuses), exc, started)
+        except Exception as exc:
+            err = convert(exc) if convert is not None else None
+            if err is not None:
+                return answer(request, status_for(err, statuses), err, started)
+            log.exception("unexpected failure", extra=_fields(request, 500, started))
             return json_response(body(SystemError_(f"internal error; see the {service} log")),
                                  status=500)
+        log.debug("request", extra=_fields(request, response.status, started))
+        return response
 
     return errors_and_logs
 
 
+def _fields(request: web.Request, status: int, started: float) -> dict[str, object]:
+    return {"method": request.method, "path": request.path, "status": status,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "remote": request.remote}
+
+
 def _log_error(log: logging.Logger, request: web.Request, status: int, err: FerryError,
                started: float) -> None:
-    log.warning("request failed", extra={
-        "method": request.method, "path": request.path, "status": status, "error": str(err),
-        "duration_ms": round((time.perf_counter() - started) * 1000, 3)})
+    log.warning("request failed", extra={**_fields(request, status, started), "error": str(err)})

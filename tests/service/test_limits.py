@@ -1,4 +1,4 @@
-"""ferry.http_limits on a real aiohttp server in this process: each limit refuses and counts."""
+"""ferry.service.limits on a real aiohttp server in this process: each limit refuses and counts."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from ferry.http_limits import HttpGuard, HttpLimits, LimitedSite
+from ferry.service.limits import HttpGuard, HttpLimits, LimitedSite
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from ferry.routing.follow import follow_prefix
 from ferry.routing.registry import EtcdRegistry
 from ferry.tasks import cancel_and_wait
 
-log = logging.getLogger("ferry.auth.registry")
+log = logging.getLogger(__name__)
 
 #: The longest description kept with an identity.
 MAX_DESCRIPTION_CHARS = 256
