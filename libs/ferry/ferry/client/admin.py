@@ -9,9 +9,8 @@ from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.dlq import DeadLetterQueue
 from ferry.client.message import TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.namesrv import NamesrvClient, RouteCache, default_namesrv
 from ferry.client.offsets import broker_addr, queue_bounds
-from ferry.client.producer import default_namesrv
 from ferry.client.query import MAX_KEY_COUNT, MAX_TIME_COUNT, QueryResult, by_time, query_by_id
 from ferry.client.query import query_by_key as _query_by_key
 from ferry.errors import FerryError, TopicNotFoundError

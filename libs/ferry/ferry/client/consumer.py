@@ -56,7 +56,7 @@ from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.group_settings import RESETS, GroupSettings
 from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
+from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute, default_namesrv
 from ferry.client.offsets import (
     LocalOffsetStore,
     OffsetStore,
@@ -64,7 +64,6 @@ from ferry.client.offsets import (
 )
 from ferry.client.ordered import OrderedQueues
 from ferry.client.positions import Positions
-from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
 from ferry.client.runner import RUN_STOP_GRACE_MS, OrderedRunner, Runner

@@ -151,6 +151,11 @@ class TopicRoute:
                 for q in range(b.queues)]
 
 
+def default_namesrv() -> str:
+    """The namesrv address(es) a client uses when given none: FERRY_NAMESRV, else the default."""
+    return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
+
+
 def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
     """'h:p,h:p' (or a list) -> base URLs; 'http://' is added where missing, 'https://'
     when FERRY_TLS_CA is set (the mesh's HTTP APIs serve TLS then; docs/security.md)."""
