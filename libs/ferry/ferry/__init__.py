@@ -23,6 +23,7 @@ from ferry.client import (
     TransactionProducer,
     TxnState,
 )
+from ferry.client.trace_topic import TraceTopicExporter
 from ferry.errors import (
     AccessDeniedError,
     AlreadyDeliveredError,
@@ -37,6 +38,7 @@ from ferry.errors import (
     TransactionStateError,
     error_for_code,
 )
+from ferry.telemetry.setup import use_trace_topic_exporter
 
 __version__ = "0.1.0"
 
@@ -76,3 +78,6 @@ __all__ = [
 ]
 
 kombu_alias.install()   # `Celery(broker="ferry://...")` works once Ferry is imported
+# `setup_tracing(..., namesrv=...)` exports spans to that cluster's %TRACE% topic too: the
+# exporter is a client of the topic, telemetry (below the client) is given it here.
+use_trace_topic_exporter(TraceTopicExporter)
