@@ -48,13 +48,14 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.allocation import allocator
 from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.group_settings import RESETS, GroupSettings
+from ferry.client.idempotence_hook import wire_idempotence
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute, default_namesrv
 from ferry.client.offsets import (
@@ -72,9 +73,6 @@ from ferry.client.tracing import trace_received, traced_handler
 from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
 from ferry.telemetry import client_service_name, setup_tracing, tracing
-
-if TYPE_CHECKING:
-    from ferry.idempotence.wiring import IdempotenceStats
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +157,8 @@ class Consumer(Positions):
         self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
         #: What `run(..., idempotence=...)` did (None until such a run starts).
-        self.idempotence_stats: IdempotenceStats | None = None
+        #: A `ferry.idempotence.IdempotenceStats`.
+        self.idempotence_stats: Any = None
         self._started = False
         # Ordered consumption (see `ordered`): its queue locks, when on.
         if suspend_ms < 0 or lock_renew_interval_ms <= 0:
@@ -361,10 +360,9 @@ class Consumer(Positions):
         """
         if not self._started:
             raise RuntimeError("the consumer is not started: call start() or use `async with`")
-        if idempotence is not None:   # an optional extra: imported only when used
-            from ferry.idempotence.wiring import IdempotenceStats, wire
-            self.idempotence_stats = self.idempotence_stats or IdempotenceStats()
-            handler = wire(handler, idempotence, group=self.group, stats=self.idempotence_stats)
+        if idempotence is not None:   # ferry.idempotence's wiring (see idempotence_hook)
+            handler, self.idempotence_stats = wire_idempotence(
+                handler, idempotence, group=self.group, stats=self.idempotence_stats)
         if self._tracing.enabled:   # outermost: the idempotence check runs inside `process`
             handler = traced_handler(handler, self.group)
         if ordered is False and self._ordered is not None:
