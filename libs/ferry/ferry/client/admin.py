@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.auth.credentials import Credentials
+from ferry.client.base import AsyncClient
 from ferry.client.connection import ConnectionPool
 from ferry.client.dlq import DeadLetterQueue
 from ferry.client.message import TopicQueue
@@ -40,7 +41,7 @@ class QueueLag:
         return self.max_offset - max(self.committed, 0)
 
 
-class Admin:
+class Admin(AsyncClient):
     """Administrative calls. Use `async with Admin(namesrv=...) as admin:`."""
 
     def __init__(self, *, namesrv: str | None = None, request_timeout_ms: int = 10_000,
@@ -59,13 +60,6 @@ class Admin:
     async def stop(self) -> None:
         await self._pool.close()
         await self._namesrv.close()
-
-    async def __aenter__(self) -> Admin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(self, name: str, *, queues: int = 8, perm: str = "rw",

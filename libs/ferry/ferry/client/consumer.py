@@ -227,10 +227,6 @@ class Consumer(Positions):
         await self._pool.close()
         await self._namesrv.close()
 
-    async def __aenter__(self) -> Consumer:
-        await self.start()
-        return self
-
     async def __aexit__(self, exc_type: object, *exc: object) -> None:
         await self.stop(processed=exc_type is None)
 

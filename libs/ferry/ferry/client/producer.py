@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ferry.auth.credentials import Credentials
+from ferry.client.base import AsyncClient
 from ferry.client.buffer import ByteBudget
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS, ConnectionPool
 from ferry.client.delay import DelaySchedulerClient
@@ -65,7 +66,7 @@ _MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not che
 _get_running_loop = asyncio.get_running_loop
 
 
-class Producer:
+class Producer(AsyncClient):
     """Sends messages to topics. Use `async with Producer(namesrv=...) as p:`."""
 
     def __init__(self, *, namesrv: str | None = None, linger_ms: int = 1,
@@ -137,12 +138,6 @@ class Producer:
         await self._namesrv.close()
         await self._scheduler.close()
 
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def buffered_bytes(self) -> int:
