@@ -52,6 +52,7 @@ from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.allocation import allocator
+from ferry.client.base import AsyncClient
 from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.group_settings import RESETS, GroupSettings
@@ -79,7 +80,7 @@ log = logging.getLogger(__name__)
 MODES = ("clustering", "broadcasting")
 
 
-class Consumer(Positions):
+class Consumer(Positions, AsyncClient):
     """Consumes topics as a member of `group`. Use `async with Consumer(...) as c:`."""
 
     def __init__(self, *topics: str, group: str, namesrv: str | None = None,
@@ -227,7 +228,7 @@ class Consumer(Positions):
         await self._pool.close()
         await self._namesrv.close()
 
-    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object = None, *exc: object) -> None:
         await self.stop(processed=exc_type is None)
 
     # -- reading ----------------------------------------------------------------------------
