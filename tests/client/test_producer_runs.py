@@ -10,9 +10,9 @@ import statistics
 import time
 
 import pytest
-from ferry.client.pending import PendingRun, split_entries
 from ferry.client.message import SendResult, TopicQueue
 from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.pending import PendingRun, split_entries
 from ferry.client.tracing import NEVER, sample_gap
 from ferry.codec.entry import ENTRY_HEAD
 from ferry.telemetry import Tracing

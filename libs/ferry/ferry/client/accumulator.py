@@ -24,9 +24,10 @@ A plain message (`send` with no key, tags, properties, delay, trace, priority
 or queue selector: the common case) makes no object of its own: `add_plain`
 appends its body and future to the `PendingRun` at the end of the open batch,
 and the run's SEND-batch bytes and message ids are made in one pass when the
-batch goes out (`PendingRun.encode`; the entry kinds are in `pending`). Its messages share one born timestamp,
-the time the run was opened (as a RocketMQ batch's messages do). A run that
-fails is split into `PendingMessage`s, so retries see no difference.
+batch goes out (`PendingRun.encode`; the entry kinds are in `pending`). Its
+messages share one born timestamp, the time the run was opened (as a RocketMQ
+batch's messages do). A run that fails is split into `PendingMessage`s, so
+retries see no difference.
 """
 from __future__ import annotations
 
