@@ -84,7 +84,7 @@ def test_delay_and_deliver_at_together_is_a_value_error() -> None:
 async def test_send_announces_flags_and_reads_offsets() -> None:
     p = _producer("t")
     broker = FlagBroker()
-    p._pool = broker   # type: ignore[assignment]
+    p._pool.request = broker.request  # type: ignore[method-assign]
     before_ms = int(time.time() * 1000)
     plain = await p.send("t", b"plain", queue_selector=lambda qs, m: qs[0])
     late = await p.send("t", b"late", delay_ms=60_000, properties={"a": "b"},
@@ -104,7 +104,7 @@ async def test_send_announces_flags_and_reads_offsets() -> None:
 async def test_a_plain_batch_carries_no_flags_field() -> None:
     p = _producer("t")
     broker = FlagBroker()
-    p._pool = broker   # type: ignore[assignment]
+    p._pool.request = broker.request  # type: ignore[method-assign]
     r = await p.send_and_wait("t", b"x")
     assert "flags" not in broker.sends[0][0] and r.queue_offset == 0
 
@@ -112,7 +112,7 @@ async def test_a_plain_batch_carries_no_flags_field() -> None:
 async def test_send_batch_with_delayed_messages() -> None:
     p = _producer("t")
     broker = FlagBroker()
-    p._pool = broker   # type: ignore[assignment]
+    p._pool.request = broker.request  # type: ignore[method-assign]
     results = await p.send_batch("t", [Message(b"a"), Message(b"b", delay_ms=1000),
                                        Message(b"c", ttl_ms=10)])
     fields, entries = broker.sends[0]
@@ -126,7 +126,7 @@ async def test_send_batch_with_delayed_messages() -> None:
 
 async def test_producer_max_delay_option() -> None:
     p = _producer("t", max_delay_ms=1_000)
-    p._pool = FlagBroker()   # type: ignore[assignment]
+    p._pool.request = FlagBroker().request  # type: ignore[method-assign]
     with pytest.raises(InvalidDelayError, match="maximum"):
         await p.send("t", b"x", delay_ms=1_001)
     with pytest.raises(ValueError):

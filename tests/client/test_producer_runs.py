@@ -10,10 +10,9 @@ import statistics
 import time
 
 import pytest
-from ferry.client.accumulator import PendingRun
-from ferry.client.encoding import _complete_run, encode_run, split_runs
 from ferry.client.message import SendResult, TopicQueue
 from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.pending import PendingRun, split_entries
 from ferry.client.tracing import NEVER, sample_gap
 from ferry.codec.entry import ENTRY_HEAD
 from ferry.telemetry import Tracing
@@ -34,21 +33,21 @@ def _run(bodies: list[bytes], loop: asyncio.AbstractEventLoop) -> PendingRun:
 
 async def test_a_run_encodes_as_the_entry_layout_with_fresh_ids() -> None:
     run = _run([b"a", b"bb", b"bb", b"c" * 1000], asyncio.get_running_loop())
-    body = b"".join(encode_run(run))
+    body = b"".join(run.encode())
     decoded = decode_messages(body)
     assert [m.body for m in decoded] == run.bodies
     assert [m.msg_id for m in decoded] == run.msg_ids and len(set(run.msg_ids)) == 4
     assert all(m.born_ts_ms == run.born_ts_ms and m.flags == 0 for m in decoded)
     first = ENTRY_HEAD.pack(ENTRY_HEAD.size + 1, run.msg_ids[0], run.born_ts_ms, 0, 0, 0, 0, 1)
     assert body.startswith(first + b"a")
-    assert encode_run(run) is run.parts   # made once: a retry keeps ids and bytes
+    assert run.encode() is run.parts   # made once: a retry keeps ids and bytes
 
 
 async def test_completion_skips_a_cancelled_future_and_counts_its_offset() -> None:
     run = _run([b"x"] * 5, asyncio.get_running_loop())
-    encode_run(run)
+    run.encode()
     run.futures[2].cancel()
-    _complete_run(run, TopicQueue("t", "b", 3), 3, 10)
+    run.complete(TopicQueue("t", "b", 3), 3, 10)
     results = [f.result() for i, f in enumerate(run.futures) if i != 2]
     assert [r.queue_offset for r in results] == [10, 11, 13, 14]
     assert all(type(r) is SendResult and (r.topic, r.queue_id, r.broker) == ("t", 3, "b")
@@ -59,9 +58,9 @@ async def test_completion_skips_a_cancelled_future_and_counts_its_offset() -> No
 
 async def test_a_failed_run_splits_into_messages_that_keep_their_ids() -> None:
     run = _run([b"one", b"two", b"three"], asyncio.get_running_loop())
-    encode_run(run)
+    run.encode()
     run.futures[1].cancel()
-    items = split_runs([run], "t")
+    items = split_entries([run], "t")
     assert [it.wire.body for it in items] == [b"one", b"three"]   # the cancelled one is dropped
     assert [it.wire.msg_id for it in items] == [run.msg_ids[0], run.msg_ids[2]]
     assert [decode_messages(it.encoded)[0].body for it in items] == [b"one", b"three"]
@@ -115,9 +114,9 @@ async def test_a_stale_lane_is_dropped_and_the_route_asked_again() -> None:
     p._namesrv.get_route = get_route  # type: ignore[method-assign]
     p._pool.request = Broker().request  # type: ignore[method-assign]
     await (await p.send("t", b"x"))
-    assert p._lanes and not asked
+    assert p._lanes.by_topic and not asked
     await asyncio.sleep(0.1)
-    assert not p._lanes          # its route went stale: the timer dropped it
+    assert not p._lanes.by_topic          # its route went stale: the timer dropped it
     await (await p.send("t", b"y"))
     assert asked == ["t"]
 
@@ -139,20 +138,20 @@ def test_sample_gaps_follow_the_geometric_law() -> None:
 async def test_sampling_traces_about_ratio_of_unforced_messages() -> None:
     p = _producer("t")
     p._tracing = _tracing(0.25)
-    traced = sum(p._sample_next() for _ in range(8_000))
+    traced = sum(p._sampler.next() for _ in range(8_000))
     assert traced == pytest.approx(2_000, rel=0.1)
-    picks = p._sampled(8_000)
+    picks = p._sampler.picks(8_000)
     assert len(picks) == pytest.approx(2_000, rel=0.1) and picks == sorted(set(picks))
     p._tracing = _tracing(1.0)   # a new tracing restarts the countdown
-    assert p._sampled(5) == [0, 1, 2, 3, 4]
+    assert p._sampler.picks(5) == [0, 1, 2, 3, 4]
 
 
 async def test_forced_traces_do_not_consume_the_countdown() -> None:
     p = _producer("t")
     p._tracing = _tracing(0.5)
-    p._unsampled = 3
+    p._sampler.left = 3
     p._pool.request = Broker().request  # type: ignore[method-assign]
     await (await p.send("t", b"x", trace=False))
-    assert p._unsampled == 3
+    assert p._sampler.left == 3
     await (await p.send("t", b"x"))
-    assert p._unsampled == 2
+    assert p._sampler.left == 2

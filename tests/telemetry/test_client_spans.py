@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from ferry import TransactionProducer, TxnState
 from ferry.client import Admin, Consumer, ConsumerRecord, Message, Producer
+from ferry.client.trace_query import spans_of_message
 from ferry.codec import TRACEPARENT
 from ferry.telemetry import read_trace_dir, tracing
-from ferry.telemetry.trace_query import spans_of_message
 
 from tests.client.conftest import Mesh, mesh, unique  # noqa: F401 - `mesh` is a fixture
 from tests.client.util import FAST, collect

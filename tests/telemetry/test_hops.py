@@ -27,10 +27,10 @@ from ferry.client import (
     TransactionProducer,
     TxnState,
 )
+from ferry.client.trace_query import spans_of_message
 from ferry.codec import CHECK_IMMUNITY_MS, TRACEPARENT, MessageFlag, msg_id_hex
 from ferry.idempotence import RedisClaim
 from ferry.telemetry import read_trace_dir, tracing
-from ferry.telemetry.trace_query import spans_of_message
 
 from tests.broker.txn_client import TxnClient
 from tests.client.conftest import Mesh, unique

@@ -6,6 +6,8 @@ they sign requests with), and the error classes.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ferry import errors, kombu_alias
 from ferry.auth.credentials import Credentials
 from ferry.client import (
@@ -23,6 +25,8 @@ from ferry.client import (
     TransactionProducer,
     TxnState,
 )
+from ferry.client.idempotence_hook import Handler, use_idempotence_wiring
+from ferry.client.trace_topic import TraceTopicExporter
 from ferry.errors import (
     AccessDeniedError,
     AlreadyDeliveredError,
@@ -39,6 +43,7 @@ from ferry.errors import (
     TransactionStateError,
     error_for_code,
 )
+from ferry.telemetry.setup import use_trace_topic_exporter
 
 __version__ = "0.1.0"
 
@@ -80,3 +85,17 @@ __all__ = [
 ]
 
 kombu_alias.install()   # `Celery(broker="ferry://...")` works once Ferry is imported
+# `setup_tracing(..., namesrv=...)` exports spans to that cluster's %TRACE% topic too: the
+# exporter is a client of the topic, telemetry (below the client) is given it here.
+use_trace_topic_exporter(TraceTopicExporter)
+
+
+def _wire_idempotence(handler: Handler, check: object, *, group: str,
+                      stats: Any) -> tuple[Handler, Any]:
+    """`consumer.run(..., idempotence=...)`: ferry.idempotence, which builds on the client,
+    loaded at the first idempotent run (see ferry.client.idempotence_hook)."""
+    from ferry.idempotence.wiring import wire_run
+    return wire_run(handler, check, group=group, stats=stats)
+
+
+use_idempotence_wiring(_wire_idempotence)

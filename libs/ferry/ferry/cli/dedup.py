@@ -19,17 +19,11 @@ import re
 import time
 from typing import Any
 
-import aiohttp
-
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import client_session
-from ferry.client.namesrv import http_error, parse_namesrv, read_json
+from ferry.client.namesrv import HttpApi
 from ferry.errors import (
-    ConnectionLostError,
-    FerryError,
     MalformedRequestError,
     MessageNotFoundError,
-    RequestTimeoutError,
 )
 
 DEDUP_ENV = "FERRY_DEDUP"
@@ -49,50 +43,16 @@ def duration_ms(text: str) -> int:
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
 
 
-class DedupClient:
-    """The dedup service's HTTP API, for the CLI. Use `async with DedupClient(addrs):`."""
+class DedupClient(HttpApi):
+    """The dedup service's HTTP API, for the CLI. Use `async with DedupClient(addrs):`;
+    `call(method, path, params=..., json=...)` answers its JSON (404 = not found)."""
 
     def __init__(self, addrs: str | None = None, *, timeout_ms: int = DEDUP_TIMEOUT_MS,
                  credentials: Credentials | None = None) -> None:
         """`credentials` sign the requests (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
-        self.urls = parse_namesrv(addrs or os.environ.get(DEDUP_ENV, DEFAULT_DEDUP))
-        self.timeout_ms = timeout_ms
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> DedupClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    async def call(self, method: str, path: str, *, params: dict[str, str] | None = None,
-                   body: Any = None) -> Any:
-        """The JSON answer; the service's error body as its Ferry error (404 = not found)."""
-        if self._session is None:
-            self._session = client_session(
-                self.credentials,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000))
-        last: FerryError | None = None
-        for base in self.urls:
-            url = base + path
-            try:
-                async with self._session.request(method, url, params=params,
-                                                 json=body) as resp:
-                    data = await read_json(resp)
-                    if resp.status < 400:
-                        return data
-                    err = http_error(resp.status, data, url, {404: MessageNotFoundError})
-                    if resp.status < 500:
-                        raise err
-                    last = err
-            except TimeoutError:
-                last = RequestTimeoutError(f"dedup {url} did not answer in {self.timeout_ms} ms")
-            except aiohttp.ClientError as exc:
-                last = ConnectionLostError(f"dedup {url} unreachable: {exc}")
-        assert last is not None
-        raise last
+        super().__init__(addrs or os.environ.get(DEDUP_ENV, DEFAULT_DEDUP), name="dedup",
+                         timeout_ms=timeout_ms, credentials=credentials,
+                         by_status={404: MessageNotFoundError})
 
 
 def _print(data: Any) -> None:
@@ -117,29 +77,29 @@ async def reconcile(args: argparse.Namespace) -> int:
         body["scene"] = args.scene
     if args.grace_ms is not None:
         body["grace_ms"] = args.grace_ms
-    async with DedupClient(args.dedup) as client:
-        _print(await client.call("POST", "/v1/reconcile", body=body))
-    return 0
+    return await _show(args, "POST", "/v1/reconcile", json=body)
 
 
 async def reports(args: argparse.Namespace) -> int:
-    async with DedupClient(args.dedup) as client:
-        if args.id:
-            _print(await client.call("GET", f"/v1/reports/{args.id}"))
-        else:
-            _print(await client.call("GET", "/v1/reports", params={"limit": str(args.limit)}))
-    return 0
+    if args.id:
+        return await _show(args, "GET", f"/v1/reports/{args.id}")
+    return await _show(args, "GET", "/v1/reports", params={"limit": str(args.limit)})
 
 
 async def lookup(args: argparse.Namespace) -> int:
+    if args.msg_id:
+        return await _show(args, "GET", f"/v1/ledger/messages/{args.msg_id}")
+    if not (args.scene and args.biz_key):
+        raise MalformedRequestError("lookup: give --msg-id, or --scene and --biz-key")
+    return await _show(args, "GET", "/v1/ledger",
+                       params={"scene": args.scene, "biz_key": args.biz_key})
+
+
+async def _show(args: argparse.Namespace, method: str, path: str, *, json: Any = None,
+                params: dict[str, str] | None = None) -> int:
+    """Ask the dedup service (`--dedup`) and print its JSON answer."""
     async with DedupClient(args.dedup) as client:
-        if args.msg_id:
-            _print(await client.call("GET", f"/v1/ledger/messages/{args.msg_id}"))
-        else:
-            if not (args.scene and args.biz_key):
-                raise MalformedRequestError("lookup: give --msg-id, or --scene and --biz-key")
-            _print(await client.call("GET", "/v1/ledger",
-                                     params={"scene": args.scene, "biz_key": args.biz_key}))
+        _print(await client.call(method, path, json=json, params=params))
     return 0
 
 

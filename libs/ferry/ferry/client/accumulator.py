@@ -24,9 +24,10 @@ A plain message (`send` with no key, tags, properties, delay, trace, priority
 or queue selector: the common case) makes no object of its own: `add_plain`
 appends its body and future to the `PendingRun` at the end of the open batch,
 and the run's SEND-batch bytes and message ids are made in one pass when the
-batch goes out (`encoding.encode_run`). Its messages share one born timestamp,
-the time the run was opened (as a RocketMQ batch's messages do). A run that
-fails is split into `PendingMessage`s, so retries see no difference.
+batch goes out (`PendingRun.encode`; the entry kinds are in `pending`). Its
+messages share one born timestamp, the time the run was opened (as a RocketMQ
+batch's messages do). A run that fails is split into `PendingMessage`s, so
+retries see no difference.
 """
 from __future__ import annotations
 
@@ -36,125 +37,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ferry.wire import WireMessage, encode_messages
+from ferry.client.pending import Entry, Pending, PendingRun
 
 #: The broker refuses a SEND of more messages than this (handlers/send.py).
 MAX_BATCH_MESSAGES = 10_000
-
-
-@dataclass(slots=True)
-class PendingMessage:
-    """A message waiting in a batch, with the future its sender awaits and its retry count."""
-
-    wire: WireMessage
-    future: asyncio.Future[object]
-    topic: str
-    attempts: int = 0
-    key: str | None = None
-    ordered: bool = False
-    encoded: bytes = b""   # its SEND-batch entry; encoded here when not given
-    priority: int = 0      # kept when a failed send moves it to another queue (of its level)
-
-    def __post_init__(self) -> None:
-        if not self.encoded:
-            self.encoded = encode_messages([self.wire])
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.encoded)
-
-    @property
-    def count(self) -> int:
-        return 1
-
-    @property
-    def flags(self) -> int:
-        return self.wire.flags
-
-
-@dataclass(slots=True)
-class PendingGroup:
-    """The messages of one `send_batch` call: one entry, one future, always in one frame.
-
-    The future resolves to the list of their SendResults; `msg_ids` are their
-    16-byte ids in order, `encoded` their SEND-batch entries back to back, or
-    (from `send_batch`) `parts` the pieces of those entries and `nbytes` their
-    size, joined only into the frame that carries them: a frame of several
-    groups then copies each body once.
-    """
-
-    msg_ids: list[bytes]
-    encoded: bytes
-    future: asyncio.Future[object]
-    topic: str
-    first_body: bytes = b""    # what a queue selector sees when the group is sent again
-    attempts: int = 0
-    key: str | None = None
-    ordered: bool = False
-    flags: int = 0             # the OR of its messages' flags
-    priority: int = 0          # its first message's: kept when moved to another queue
-    parts: list[bytes] = field(default_factory=list)
-    nbytes: int = 0            # the size of `parts` (when given)
-
-    @property
-    def size_bytes(self) -> int:
-        return self.nbytes if self.parts else len(self.encoded)
-
-    @property
-    def count(self) -> int:
-        return len(self.msg_ids)
-
-
-Pending = PendingMessage | PendingGroup
-
-
-class PendingRun:
-    """Plain messages queued back to back on one queue by `send`: one entry, a future each.
-
-    `bodies` and `futures` grow until the batch closes; `encoded` (their
-    SEND-batch entries) and `msg_ids` are made once, by `encoding.encode_run`,
-    when the batch goes out: `parts`, the pieces of the entries, are joined
-    only into the frame. Never retried as a run: a failed run is split into
-    `PendingMessage`s (`encoding.split_runs`).
-    """
-
-    __slots__ = ("bodies", "futures", "born_ts_ms", "size_bytes", "parts", "msg_ids")
-    flags = 0   # plain messages only
-
-    def __init__(self, born_ts_ms: int) -> None:
-        self.bodies: list[bytes] = []
-        self.futures: list[asyncio.Future[object]] = []
-        self.born_ts_ms = born_ts_ms
-        self.size_bytes = 0          # its encoded size, counted as messages join
-        self.parts: list[bytes] = []
-        self.msg_ids: list[bytes] = []   # made with `parts`
-
-    @property
-    def count(self) -> int:
-        return len(self.futures)
-
-    def prune(self) -> bool:
-        """Drop the messages whose future is already done (cancelled) before it is encoded;
-        whether any is left to send."""
-        futures = self.futures
-        if not self.msg_ids and _any_done(futures):
-            keep = [i for i, f in enumerate(futures) if not f.done()]
-            self.bodies = [self.bodies[i] for i in keep]
-            self.futures = [futures[i] for i in keep]
-        return bool(self.futures)
-
-
-def _any_done(futures: list[asyncio.Future[object]]) -> bool:
-    try:   # the C method over the list: a few ns per future
-        return any(map(_FUTURE_DONE, futures))
-    except TypeError:   # a loop whose futures are no asyncio.Future
-        return any(f.done() for f in futures)
-
-
-_FUTURE_DONE = asyncio.Future.done
-
-#: What a batch holds: entries as `add` and `add_plain` queued them, in order.
-Entry = PendingMessage | PendingGroup | PendingRun
 
 
 @dataclass(slots=True)
@@ -329,8 +215,6 @@ class QueueBatcher:
         batches, self._ready = list(self._ready), deque()
         for batch in batches:
             for item in batch.items:
-                for fut in item.futures if isinstance(item, PendingRun) else (item.future,):
-                    if not fut.done():
-                        fut.cancel()
+                item.cancel()
         if self._in_flight == 0:
             self._idle.set()

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.auth.credentials import Credentials
+from ferry.client.base import AsyncClient
 from ferry.client.connection import ConnectionPool
 from ferry.client.dlq import DeadLetterQueue
 from ferry.client.message import TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.namesrv import NamesrvClient, RouteCache, default_namesrv
 from ferry.client.offsets import broker_addr, queue_bounds
-from ferry.client.producer import default_namesrv
 from ferry.client.query import MAX_KEY_COUNT, MAX_TIME_COUNT, QueryResult, by_time, query_by_id
 from ferry.client.query import query_by_key as _query_by_key
 from ferry.errors import FerryError, TopicNotFoundError
@@ -41,7 +41,7 @@ class QueueLag:
         return self.max_offset - max(self.committed, 0)
 
 
-class Admin:
+class Admin(AsyncClient):
     """Administrative calls. Use `async with Admin(namesrv=...) as admin:`."""
 
     def __init__(self, *, namesrv: str | None = None, request_timeout_ms: int = 10_000,
@@ -60,13 +60,6 @@ class Admin:
     async def stop(self) -> None:
         await self._pool.close()
         await self._namesrv.close()
-
-    async def __aenter__(self) -> Admin:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(self, name: str, *, queues: int = 8, perm: str = "rw",

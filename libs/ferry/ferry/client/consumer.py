@@ -48,15 +48,17 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.allocation import allocator
+from ferry.client.base import AsyncClient
 from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.group_settings import RESETS, GroupSettings
+from ferry.client.idempotence_hook import wire_idempotence
 from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute
+from ferry.client.namesrv import NamesrvClient, RouteCache, TopicRoute, default_namesrv
 from ferry.client.offsets import (
     LocalOffsetStore,
     OffsetStore,
@@ -64,7 +66,6 @@ from ferry.client.offsets import (
 )
 from ferry.client.ordered import OrderedQueues
 from ferry.client.positions import Positions
-from ferry.client.producer import default_namesrv
 from ferry.client.rebalance import GroupMembership, broadcasting_assignment, periodically
 from ferry.client.retry import Nacker, PendingOffsets, SendBack
 from ferry.client.runner import RUN_STOP_GRACE_MS, OrderedRunner, Runner
@@ -74,15 +75,12 @@ from ferry.errors import FerryError
 from ferry.names import retry_topic, validate_group, validate_topic
 from ferry.telemetry import client_service_name, setup_tracing, tracing
 
-if TYPE_CHECKING:
-    from ferry.idempotence.wiring import IdempotenceStats
-
 log = logging.getLogger(__name__)
 
 MODES = ("clustering", "broadcasting")
 
 
-class Consumer(Positions):
+class Consumer(Positions, AsyncClient):
     """Consumes topics as a member of `group`. Use `async with Consumer(...) as c:`."""
 
     def __init__(self, *topics: str, group: str, namesrv: str | None = None,
@@ -160,7 +158,8 @@ class Consumer(Positions):
         self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
         #: What `run(..., idempotence=...)` did (None until such a run starts).
-        self.idempotence_stats: IdempotenceStats | None = None
+        #: A `ferry.idempotence.IdempotenceStats`.
+        self.idempotence_stats: Any = None
         self._started = False
         # Ordered consumption (see `ordered`): its queue locks, when on.
         if suspend_ms < 0 or lock_renew_interval_ms <= 0:
@@ -229,11 +228,7 @@ class Consumer(Positions):
         await self._pool.close()
         await self._namesrv.close()
 
-    async def __aenter__(self) -> Consumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object = None, *exc: object) -> None:
         await self.stop(processed=exc_type is None)
 
     # -- reading ----------------------------------------------------------------------------
@@ -362,10 +357,9 @@ class Consumer(Positions):
         """
         if not self._started:
             raise RuntimeError("the consumer is not started: call start() or use `async with`")
-        if idempotence is not None:   # an optional extra: imported only when used
-            from ferry.idempotence.wiring import IdempotenceStats, wire
-            self.idempotence_stats = self.idempotence_stats or IdempotenceStats()
-            handler = wire(handler, idempotence, group=self.group, stats=self.idempotence_stats)
+        if idempotence is not None:   # ferry.idempotence's wiring (see idempotence_hook)
+            handler, self.idempotence_stats = wire_idempotence(
+                handler, idempotence, group=self.group, stats=self.idempotence_stats)
         if self._tracing.enabled:   # outermost: the idempotence check runs inside `process`
             handler = traced_handler(handler, self.group)
         if ordered is False and self._ordered is not None:

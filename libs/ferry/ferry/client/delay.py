@@ -21,11 +21,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import client_session
-from ferry.client.namesrv import http_error, parse_namesrv, read_json
+from ferry.client.namesrv import HttpApi, http_error, parse_namesrv
 from ferry.errors import (
     AlreadyDeliveredError,
     BusyError,
@@ -58,25 +55,18 @@ class DelaySchedulerClient:
     def __init__(self, addrs: str | None = None, *, timeout_ms: int = CANCEL_TIMEOUT_MS,
                  credentials: Credentials | None = None) -> None:
         """`credentials` sign the requests (default: FERRY_ACCESS_KEY / FERRY_SECRET_KEY)."""
-        self.urls = parse_namesrv(addrs or default_delay_scheduler())
-        self.timeout_ms = timeout_ms
-        self.credentials = credentials if credentials is not None else Credentials.from_env()
-        self._session: aiohttp.ClientSession | None = None
+        self._api = HttpApi(addrs or default_delay_scheduler(), name="delay scheduler",
+                            timeout_ms=timeout_ms, credentials=credentials,
+                            by_status=_BY_STATUS)
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._api.close()
 
     async def cancel(self, msg_id: str) -> None:
         """Cancel `msg_id` (32 hex characters); raises what the scheduler answered."""
         if not isinstance(msg_id, str) or not _MSG_ID.fullmatch(msg_id):
             raise MalformedRequestError(f"msg_id must be 32 hex characters, got {msg_id!r}")
-        if self._session is None:
-            self._session = client_session(
-                self.credentials,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_ms / 1000))
-        todo = list(self.urls)
+        todo = list(self._api.urls)
         last: FerryError | None = None
         for _ in range(MAX_CANCEL_ATTEMPTS):
             if not todo:
@@ -84,25 +74,22 @@ class DelaySchedulerClient:
             base = todo.pop(0)
             url = f"{base}/v1/delayed/{msg_id.upper()}/cancel"
             try:
-                async with self._session.post(url) as resp:
-                    data = await read_json(resp)
-                    if resp.status == 200:
-                        return
-                    err = http_error(resp.status, data, url, _BY_STATUS)
-                    if resp.status < 500:
-                        raise err
-                    last = err
-                    leader = _leader(data)
-                    if leader and leader not in todo:
-                        todo.insert(0, leader)
-                    elif resp.status == 503 and not leader:
-                        todo.append(base)   # busy: ask again after the others
-                        await asyncio.sleep(BUSY_RETRY_MS / 1000)
-            except TimeoutError:
-                last = RequestTimeoutError(f"delay scheduler {url} did not answer in "
-                                           f"{self.timeout_ms} ms")
-            except aiohttp.ClientError as exc:
-                last = ConnectionLostError(f"delay scheduler {url} unreachable: {exc}")
+                status, data = await self._api.attempt("POST", url)
+            except (RequestTimeoutError, ConnectionLostError) as exc:
+                last = exc
+                continue
+            if status == 200:
+                return
+            err = http_error(status, data, url, _BY_STATUS)
+            if status < 500:
+                raise err
+            last = err
+            leader = _leader(data)
+            if leader and leader not in todo:
+                todo.insert(0, leader)
+            elif status == 503 and not leader:
+                todo.append(base)   # busy: ask again after the others
+                await asyncio.sleep(BUSY_RETRY_MS / 1000)
         assert last is not None
         raise last
 

@@ -1,4 +1,4 @@
-"""The producer's message encoding (checks, wire forms, SEND-batch bytes) and its SendResults.
+"""The producer's message encoding: checks, wire forms, SEND-batch bytes (see also `pending`).
 
 Kept apart from `producer` so that module holds the sending logic only. Bad
 input raises here, before anything is queued, so it can never fail a batch
@@ -6,41 +6,27 @@ that other messages share.
 """
 from __future__ import annotations
 
-import struct
 import time
-from asyncio import Future, InvalidStateError
-from collections import deque
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 
-from ferry.client.accumulator import Entry, Pending, PendingGroup, PendingMessage, PendingRun
-from ferry.client.message import Message, SendResult, TopicQueue
+from ferry.client.message import Message
 from ferry.codec import DELIVER_AT_MS, TRACEPARENT, TTL_MS, MessageFlag
 from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
 from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES
 from ferry.codec.msg_id import msg_id_source, new_msg_id
 from ferry.codec.properties import encode_properties
 from ferry.errors import InvalidDelayError, MalformedRequestError, MessageTooLargeError
-from ferry.wire import Frame, WireMessage, encode_messages
+from ferry.wire import WireMessage, encode_messages
 
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 HEAD_SIZE = ENTRY_HEAD_SIZE
 pack_head = ENTRY_HEAD.pack
-# ENTRY_HEAD ("<I16sqIHHII") in two pieces around the 16-byte id, for encode_run.
-_pack_length = struct.Struct("<I").pack
-_pack_head_tail = struct.Struct("<qIHHII").pack
 #: The longest delay a producer accepts unless configured otherwise (the broker and the
 #: delay scheduler enforce their own maximum too).
 DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
 _DELAY = int(MessageFlag.DELAY)
 _TTL = int(MessageFlag.TTL)
 _TRACED = int(MessageFlag.TRACED)
-#: Builds a SendResult without the NamedTuple's Python-level __new__ (a fourth of its cost):
-#: `_result(SendResult, (msg_id, topic, queue_id, queue_offset, broker))`.
-_result = tuple.__new__
-_hex, _upper = bytes.hex, str.upper
-_SET_RESULT = Future.set_result
-_consume = deque[object](maxlen=0).extend   # runs an iterator to its end, in C
 
 
 def trace_flag(properties: Mapping[str, str]) -> int:
@@ -171,176 +157,3 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
             add_part(body)
             nbytes += HEAD_SIZE + size
     return msg_ids, parts, nbytes, all_flags
-
-
-def encode_run(run: PendingRun) -> list[bytes]:
-    """The SEND-batch entries of a run's plain messages as pieces to join, made (with
-    their ids) once.
-
-    An entry's head is packed in two constant pieces around the id's counter
-    (`ENTRY_HEAD` = length | prefix + counter | born_ts_ms, flags, lengths): the
-    pieces depend only on the body's size, so a run of equal sizes packs them once.
-    """
-    if not run.msg_ids:
-        prefix, next_count = msg_id_source()
-        born_ts_ms = run.born_ts_ms
-        msg_ids: list[bytes] = []
-        parts: list[bytes] = []
-        add_id = msg_ids.append
-        last_size = -1
-        before = after = b""
-        for body in run.bodies:
-            size = len(body)
-            if size != last_size:
-                last_size = size
-                before = _pack_length(HEAD_SIZE + size) + prefix
-                after = _pack_head_tail(born_ts_ms, 0, 0, 0, 0, size)
-            counter = next_count().to_bytes(8, "big")
-            add_id(prefix + counter)
-            parts += (before, counter, after, body)
-        run.msg_ids = msg_ids
-        run.parts = parts
-    return run.parts
-
-
-def live_entries(items: list[Entry]) -> list[Entry]:
-    """The entries of a batch still to send: without those whose future is done (cancelled)."""
-    if len(items) == 1:   # the common case: one run, or one group
-        item = items[0]
-        if isinstance(item, PendingRun):
-            return [item] if item.prune() else []
-        return [] if item.future.done() else [item]
-    return [it for it in items
-            if (it.prune() if isinstance(it, PendingRun) else not it.future.done())]
-
-
-def entries_body(items: list[Entry]) -> bytes:
-    """The SEND body of `items`: their entries' bytes back to back, joined once."""
-    if len(items) == 1:
-        item = items[0]
-        if isinstance(item, PendingRun):
-            return b"".join(encode_run(item))
-        if isinstance(item, PendingGroup) and item.parts:
-            return b"".join(item.parts)
-        return item.encoded
-    parts: list[bytes] = []
-    for it in items:
-        if isinstance(it, PendingRun):
-            parts += encode_run(it)
-        elif isinstance(it, PendingGroup) and it.parts:
-            parts += it.parts
-        else:
-            parts.append(it.encoded)
-    return b"".join(parts)
-
-
-def split_runs(items: list[Entry], topic: str) -> list[Pending]:
-    """`items` with each run split into one `PendingMessage` per message still waiting.
-
-    A failed SEND's messages are retried (or failed) one by one; each keeps
-    its id and its bytes.
-    """
-    if not any(isinstance(it, PendingRun) for it in items):
-        return items  # type: ignore[return-value]
-    out: list[Pending] = []
-    for it in items:
-        if not isinstance(it, PendingRun):
-            out.append(it)
-            continue
-        encoded = b"".join(encode_run(it))
-        start = 0
-        for body, msg_id, fut in zip(it.bodies, it.msg_ids, it.futures, strict=True):
-            end = start + HEAD_SIZE + len(body)
-            if not fut.done():
-                out.append(PendingMessage(WireMessage(body, msg_id, it.born_ts_ms), fut, topic,
-                                          encoded=encoded[start:end]))
-            start = end
-    return out
-
-
-def group_results(group: PendingGroup, tq: TopicQueue, queue_id: int,
-                  first: int) -> list[SendResult]:
-    """The SendResults of a group stored from queue offset `first` (-1: unknown)."""
-    topic, broker = tq.topic, tq.broker
-    if first < 0:
-        return [_result(SendResult, (m.hex().upper(), topic, queue_id, -1, broker))
-                for m in group.msg_ids]
-    return [_result(SendResult, (m.hex().upper(), topic, queue_id, offset, broker))
-            for m, offset in zip(group.msg_ids, range(first, first + len(group.msg_ids)),
-                                 strict=True)]
-
-
-def _complete_run(run: PendingRun, tq: TopicQueue, queue_id: int, first: int) -> None:
-    """Resolve a run's futures: its messages were stored from queue offset `first` (-1: unknown).
-
-    The SendResults are built and handed over by C-level iteration (`map`),
-    the run's hottest loop; a future cancelled meanwhile (or a loop whose
-    futures are no asyncio.Future) takes the careful loop instead.
-    """
-    topic, broker = tq.topic, tq.broker
-    count = len(run.futures)
-    offsets = range(first, first + count) if first >= 0 else repeat(-1, count)
-    results = map(_result, repeat(SendResult), zip(
-        map(_upper, map(_hex, run.msg_ids)), repeat(topic), repeat(queue_id), offsets,
-        repeat(broker)))
-    try:
-        _consume(map(_SET_RESULT, run.futures, results))
-        return
-    except (InvalidStateError, TypeError):
-        pass
-    offsets = range(first, first + count) if first >= 0 else repeat(-1, count)
-    for msg_id, fut, offset in zip(run.msg_ids, run.futures, offsets):  # noqa: B905 - repeat
-        if not fut.done():
-            fut.set_result(_result(SendResult, (msg_id.hex().upper(), topic, queue_id, offset,
-                                                broker)))
-
-
-def complete(tq: TopicQueue, items: list[Entry], resp: Frame) -> None:
-    """Resolve each item's future from the SEND answer (first queue offset, then one each)."""
-    first = int(resp.fields.get("queue_offset", -1))
-    queue_id = int(resp.fields.get("queue_id", tq.queue_id))
-    offsets = resp.fields.get("offsets")
-    if offsets is not None:   # a flagged batch: each entry's own offset, -1 if redirected
-        complete_each(tq, items, queue_id, offsets)
-        return
-    offset = first
-    for it in items:
-        if isinstance(it, PendingRun):
-            _complete_run(it, tq, queue_id, offset)
-        elif not it.future.done():
-            if isinstance(it, PendingGroup):
-                it.future.set_result(group_results(it, tq, queue_id, offset))
-            else:
-                it.future.set_result(_result(SendResult, (
-                    it.wire.msg_id.hex().upper(), tq.topic, queue_id, offset, tq.broker)))
-        if first >= 0:
-            offset += it.count
-
-
-def complete_each(tq: TopicQueue, items: list[Entry], queue_id: int,
-                  offsets: Sequence[int]) -> None:
-    """Resolve futures from a flagged SEND's per-message `offsets` (-1: delayed, not yet stored).
-
-    A delayed message's SendResult names the user's topic and the queue it was
-    sent to; its queue offset is -1 until it is delivered there.
-    """
-    def at(i: int) -> int:
-        return int(offsets[i]) if i < len(offsets) else -1
-
-    i = 0
-    for it in items:
-        if isinstance(it, PendingRun):
-            for k, (msg_id, fut) in enumerate(zip(it.msg_ids, it.futures, strict=True)):
-                if not fut.done():
-                    fut.set_result(SendResult(msg_id.hex().upper(), tq.topic, queue_id, at(i + k),
-                                              tq.broker))
-        elif not it.future.done():
-            if isinstance(it, PendingGroup):
-                ids = b"".join(it.msg_ids).hex().upper()
-                it.future.set_result([
-                    SendResult(ids[32 * k:32 * k + 32], tq.topic, queue_id, at(i + k), tq.broker)
-                    for k in range(it.count)])
-            else:
-                it.future.set_result(SendResult(it.wire.msg_id.hex().upper(), tq.topic,
-                                                queue_id, at(i), tq.broker))
-        i += it.count

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote
 
 import aiohttp
@@ -151,6 +151,11 @@ class TopicRoute:
                 for q in range(b.queues)]
 
 
+def default_namesrv() -> str:
+    """The namesrv address(es) a client uses when given none: FERRY_NAMESRV, else the default."""
+    return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
+
+
 def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
     """'h:p,h:p' (or a list) -> base URLs; 'http://' is added where missing, 'https://'
     when FERRY_TLS_CA is set (the mesh's HTTP APIs serve TLS then; docs/security.md)."""
@@ -166,19 +171,25 @@ def parse_namesrv(addrs: str | Sequence[str]) -> list[str]:
     return urls
 
 
-class NamesrvClient:
-    """The namesrv HTTP API (routes, topics, groups, brokers).
+class HttpApi:
+    """A Ferry HTTP API at one or more addresses ("h:p,h:p"): namesrv's, the delay
+    scheduler's, the txn-checker's, the dedup service's.
 
     Requests are signed with `credentials` (default: FERRY_ACCESS_KEY /
-    FERRY_SECRET_KEY; unsigned when those are unset), as namesrv requires
-    with FERRY_AUTH=on.
+    FERRY_SECRET_KEY; unsigned when those are unset); answers are JSON; an error
+    body (`{"error": {"code", "type", "message"}}`) becomes its `ferry.errors`
+    class, else `by_status` names the class by HTTP status (`http_error`). The
+    session opens at the first call.
     """
 
-    def __init__(self, addrs: str | Sequence[str] = DEFAULT_NAMESRV, *,
-                 timeout_ms: int = 5_000, credentials: Credentials | None = None) -> None:
+    def __init__(self, addrs: str | Sequence[str], *, name: str, timeout_ms: int,
+                 credentials: Credentials | None = None,
+                 by_status: Mapping[int, type[FerryError]] | None = None) -> None:
+        self.name = name
         self.urls = parse_namesrv(addrs)
         self.timeout_ms = timeout_ms
         self.credentials = credentials if credentials is not None else Credentials.from_env()
+        self.by_status = by_status
         self._session: aiohttp.ClientSession | None = None
         self._preferred = 0
 
@@ -192,32 +203,61 @@ class NamesrvClient:
             session, self._session = self._session, None
             await session.close()
 
-    async def call(self, method: str, path: str, *, json: Any = None,
-                   params: dict[str, str] | None = None) -> Any:
-        """One API call, tried on each namesrv in turn until one answers."""
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def attempt(self, method: str, url: str, *, json: Any = None,
+                      params: dict[str, str] | None = None) -> tuple[int, Any]:
+        """One request to `url`: its HTTP status and JSON body (None when not JSON).
+
+        RequestTimeoutError when it does not answer in `timeout_ms`,
+        ConnectionLostError when it cannot be reached."""
         await self.start()
         assert self._session is not None
+        try:
+            async with self._session.request(method, url, json=json, params=params) as resp:
+                return resp.status, await read_json(resp)
+        except TimeoutError:
+            raise RequestTimeoutError(f"{self.name} {url} did not answer in "
+                                      f"{self.timeout_ms} ms") from None
+        except aiohttp.ClientError as exc:
+            raise ConnectionLostError(f"{self.name} {url} unreachable: {exc}") from None
+
+    async def call(self, method: str, path: str, *, json: Any = None,
+                   params: dict[str, str] | None = None) -> Any:
+        """One API call, tried on each address in turn (from the last that answered)
+        until one answers below 500; its JSON body, or its error raised."""
         last: FerryError | None = None
         n = len(self.urls)
         for i in range(n):
             idx = (self._preferred + i) % n
             url = self.urls[idx] + path
             try:
-                async with self._session.request(method, url, json=json, params=params) as resp:
-                    data = await read_json(resp)
-                    if resp.status >= 500:
-                        last = http_error(resp.status, data, url)
-                        continue
-                    self._preferred = idx
-                    if resp.status >= 400:
-                        raise http_error(resp.status, data, url)
-                    return data
-            except TimeoutError:
-                last = RequestTimeoutError(f"namesrv {url} did not answer in {self.timeout_ms} ms")
-            except aiohttp.ClientError as exc:
-                last = ConnectionLostError(f"namesrv {url} unreachable: {exc}")
+                status, data = await self.attempt(method, url, json=json, params=params)
+            except (RequestTimeoutError, ConnectionLostError) as exc:
+                last = exc
+                continue
+            if status >= 500:
+                last = http_error(status, data, url, self.by_status)
+                continue
+            self._preferred = idx
+            if status >= 400:
+                raise http_error(status, data, url, self.by_status)
+            return data
         assert last is not None
         raise last
+
+
+class NamesrvClient(HttpApi):
+    """The namesrv HTTP API (routes, topics, groups, brokers), as namesrv requires signed
+    with FERRY_AUTH=on."""
+
+    def __init__(self, addrs: str | Sequence[str] = DEFAULT_NAMESRV, *,
+                 timeout_ms: int = 5_000, credentials: Credentials | None = None) -> None:
+        super().__init__(addrs, name="namesrv", timeout_ms=timeout_ms, credentials=credentials)
 
     async def get_route(self, topic: str, *, create: bool = False) -> TopicRoute:
         params = {"create": "1"} if create else None

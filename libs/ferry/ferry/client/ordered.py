@@ -31,14 +31,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ferry.client.connection import ConnectionPool
 from ferry.client.fetcher import QueueFetcher
 from ferry.client.message import TopicQueue
+from ferry.client.namesrv import RouteCache
 from ferry.client.queue_locks import QueueLocks
-
-if TYPE_CHECKING:
-    from ferry.client.consumer import Consumer
+from ferry.client.retry import PendingOffsets
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +54,33 @@ _ADMIT = "%admit"   # the keeper's admission task (its other tasks are named by 
 Forget = Callable[[TopicQueue, bool], Awaitable[None]]
 
 
+class OrderedHost(Protocol):
+    """What OrderedQueues uses of its `ferry.client.consumer.Consumer`: its identity, its
+    fetchers and offsets, and its rebalance step (a Protocol: the consumer imports this module)."""
+
+    group: str
+    client_id: str
+    mode: str
+    lock_renew_interval_ms: int
+    _pool: ConnectionPool
+    _routes: RouteCache
+    _fetchers: dict[TopicQueue, QueueFetcher]
+    _pending: PendingOffsets
+    _tasks: list[asyncio.Task[None]]
+    _rebalance_lock: asyncio.Lock
+
+    @property
+    def started(self) -> bool: ...
+
+    async def _forget(self, tq: TopicQueue, commit: bool = True) -> None: ...
+
+    async def _apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None: ...
+
+
 class OrderedQueues:
     """The locks of an ordered consumer and the rules above; the Consumer calls it from `_apply`."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: OrderedHost) -> None:
         self.consumer = consumer
         self.locks = (QueueLocks(consumer._pool, consumer._routes, group=consumer.group,
                                  client_id=consumer.client_id)

@@ -6,9 +6,13 @@ one queue share a SEND frame (see `accumulator`). Queued but unacknowledged
 bytes are bounded by `buffer_memory_bytes`: `send()` waits for room up to
 `max_block_ms` (see `buffer`).
 
-A retriable failure is retried on another broker (an ordered message: on
-its own queue), and a broker group's failover is followed through the route;
-see `send_retry`, which holds that part of the producer.
+The producer owns its parts: a `Sender` (`sender`: one accumulator per
+queue, the SEND requests, retries on another broker or, for an ordered
+message, on its own queue, and failover through the route), the `Lanes` of
+plain messages (`lanes`: `send`'s fast path) and a `Sampler` (`tracing`).
+`send` checks its input, decides tracing, and either hands a plain message
+to a lane's accumulator inline or builds an entry (`pending`) and `place`s
+it through the sender.
 
 Delay and time to live (`delay_ms`, `deliver_at_ms`, `ttl_ms`) travel as
 system properties with a message flag (`timing` in `encoding`); a SEND frame
@@ -19,21 +23,13 @@ before. `cancel_delayed` asks the delay scheduler (see `delay`).
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
+import functools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ferry.auth.credentials import Credentials
-from ferry.client.accumulator import (
-    MAX_BATCH_MESSAGES,
-    Batch,
-    Pending,
-    PendingGroup,
-    PendingMessage,
-    QueueBatcher,
-)
+from ferry.client.base import AsyncClient
 from ferry.client.buffer import ByteBudget
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS, ConnectionPool
 from ferry.client.delay import DelaySchedulerClient
@@ -42,49 +38,35 @@ from ferry.client.encoding import (
     HEAD_SIZE,
     MAX_MESSAGE_BYTES,
     check_body,
-    encode_group,
     make_wire,
     timing,
     to_wire,
 )
-from ferry.client.message import Message, SendResult, TopicQueue
-from ferry.client.namesrv import (
-    DEFAULT_NAMESRV,
-    NamesrvClient,
-    RouteCache,
-    RouteEntry,
-)
-from ferry.client.plain import PlainPath, _get_running_loop
+from ferry.client.lanes import Lanes
+from ferry.client.message import Message, SendResult
+from ferry.client.namesrv import NamesrvClient, RouteCache, default_namesrv
+from ferry.client.pending import PendingMessage
 from ferry.client.queues import QueueChooser, QueueSelector, check_priority, pinned
-from ferry.client.send_retry import SendRetries
+from ferry.client.sender import Sender
 from ferry.client.tracing import (
     TRACED,
+    Sampler,
     batch_trace,
     carry,
     end_on_result,
     start_send,
 )
-from ferry.errors import FerryError, TopicNotFoundError
 from ferry.names import validate_topic
 from ferry.telemetry import Tracing, client_service_name, setup_tracing, tracing
-from ferry.wire import RequestCode, WireMessage, encode_messages
+from ferry.wire import WireMessage, encode_messages
 
-__all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector", "default_namesrv"]
-
-log = logging.getLogger(__name__)
+__all__ = ["MAX_MESSAGE_BYTES", "Producer", "QueueSelector"]
 
 _MAX_VALID_TOPICS = 4096   # names already validated, so a hot send does not check again
-# What a queued one-way send costs beyond its bytes (its task and coroutine frame), so
-# that the buffer bound also bounds the number of one-way tasks.
-ONEWAY_OVERHEAD_BYTES = 1024
-_DROP_LOG_INTERVAL_S = 1.0
+_get_running_loop = asyncio.get_running_loop
 
 
-def default_namesrv() -> str:
-    return os.environ.get("FERRY_NAMESRV", DEFAULT_NAMESRV)
-
-
-class Producer(SendRetries, PlainPath):
+class Producer(AsyncClient):
     """Sends messages to topics. Use `async with Producer(namesrv=...) as p:`."""
 
     def __init__(self, *, namesrv: str | None = None, linger_ms: int = 1,
@@ -121,21 +103,18 @@ class Producer(SendRetries, PlainPath):
         self._pool = ConnectionPool(request_timeout_ms=request_timeout_ms,
                                     credentials=self.credentials)
         self._budget = ByteBudget(buffer_memory_bytes)
-        self._batchers: dict[TopicQueue, QueueBatcher] = {}
         self._chooser = QueueChooser(broker_backoff_ms)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        # per topic: plain messages' round robin (see _plain_batcher)
-        self._lanes: dict[str, tuple[RouteEntry, Iterator[QueueBatcher]]] = {}
-        self._lane_timer: asyncio.TimerHandle | None = None
-        self._route_entries = self._routes.entries
+        self._sender = Sender(self._routes, self._pool, self._budget, self._chooser,
+                              linger_ms=linger_ms, max_batch_bytes=max_batch_bytes,
+                              max_in_flight_per_queue=max_in_flight_per_queue, retries=retries,
+                              retry_backoff_ms=retry_backoff_ms, max_block_ms=max_block_ms,
+                              max_delay_ms=max_delay_ms)
+        self._lanes = Lanes(self._routes, self._chooser, self._sender.batcher)
         # makes send()'s futures in the producer's loop (see _bind_loop)
         self._new_future: Callable[[], asyncio.Future[Any]] = self._first_future
         self._valid_topics: set[str] = set()
-        self._oneway_dropped = 0
-        self._oneway_drop_logged = 0.0
         self._started = False
-        self._tr: Tracing = tracing()
-        self._unsampled = -1   # see _sampled
+        self._sampler = Sampler(tracing())
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> None:
@@ -146,9 +125,7 @@ class Producer(SendRetries, PlainPath):
 
     async def flush(self) -> None:
         """Wait until every message sent so far is acknowledged or failed."""
-        while self._tasks or any(b.pending or b.in_flight for b in self._batchers.values()):
-            await asyncio.gather(*(b.flush() for b in list(self._batchers.values())),
-                                 *list(self._tasks), return_exceptions=True)
+        await self._sender.flush()
 
     async def stop(self) -> None:
         """Flush what was sent, then close connections."""
@@ -156,19 +133,11 @@ class Producer(SendRetries, PlainPath):
             return
         self._started = False
         await self.flush()
-        if self._lane_timer is not None:
-            self._lane_timer.cancel()
-        self._drop_lanes()
+        self._lanes.close()
         await self._pool.close()
         await self._namesrv.close()
         await self._scheduler.close()
 
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def buffered_bytes(self) -> int:
@@ -202,14 +171,15 @@ class Producer(SendRetries, PlainPath):
         if type(body) is not bytes or len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
         if trace is None:   # sampled: a countdown, drawn once per traced message
-            left = self._unsampled
+            sampler = self._sampler
+            left = sampler.left
             if left > 0:
-                self._unsampled = left - 1
+                sampler.left = left - 1
                 traced = False
             else:
-                traced = self._sample_next()
+                traced = sampler.next()
         else:
-            traced = bool(trace) and self._tr.enabled
+            traced = bool(trace) and self._sampler.tracing.enabled
         if (traced or key is not None or keys or tags or properties or priority
                 or queue_selector is not None or delay_ms is not None
                 or deliver_at_ms is not None or ttl_ms is not None):
@@ -220,9 +190,10 @@ class Producer(SendRetries, PlainPath):
         if type(body) is not bytes:
             body = bytes(body)
         nbytes = HEAD_SIZE + len(body)
-        lane = self._lanes.get(topic)
+        lanes = self._lanes
+        lane = lanes.by_topic.get(topic)
         budget = self._budget
-        if (lane is None or self._route_entries.get(topic) is not lane[0]
+        if (lane is None or lanes.route_entries.get(topic) is not lane[0]
                 or not self._chooser.all_healthy
                 or budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters):
             return await self._send_plain(topic, body, nbytes)
@@ -247,7 +218,7 @@ class Producer(SendRetries, PlainPath):
         else:
             budget.used_bytes += nbytes
         try:
-            batcher = self._plain_batcher(topic, route)
+            batcher = self._lanes.next_batcher(topic, route)
         except BaseException:
             budget.release(nbytes)
             raise
@@ -284,41 +255,22 @@ class Producer(SendRetries, PlainPath):
         except BaseException:
             fut.cancel()   # bad input: a traced message's span ends, never sent
             raise
-        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
-        nbytes = len(item.encoded)
-        if priority:
-            item.priority = priority
-        if ordered and (key or queue_selector is not None):
-            item.ordered = True
+        item = PendingMessage(wire=wire, future=fut, topic=topic, key=key, priority=priority,
+                              ordered=pinned(ordered, key, queue_selector))
+        chooser = self._chooser
         try:
             route = await self._routes.route(topic)
-        except BaseException:
-            fut.cancel()   # ends a traced message's span: never sent
-            raise
-        budget = self._budget
-        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
-            try:
-                await budget.take(nbytes, self.max_block_ms)
-            except BaseException:
-                fut.cancel()   # BusyError after max_block_ms: the traced span ends too
-                raise
-        else:
-            budget.used_bytes += nbytes
-        try:
             if queue_selector is not None:
                 msg = Message(body=body, key=key, keys=tuple(keys), tags=tags,
                               properties=properties or {}, priority=priority)
-                tq = self._chooser.choose(topic, route, msg, ordered, queue_selector)
+                await self._sender.place(item, lambda: chooser.choose(
+                    topic, route, msg, ordered, queue_selector))
             else:
-                tq = self._chooser.by_key(topic, route, key, ordered, priority)
-            batcher = self._batcher(tq)
+                await self._sender.place(item, lambda: chooser.by_key(
+                    topic, route, key, ordered, priority))
         except BaseException:
-            budget.release(nbytes)
-            fut.cancel()
+            fut.cancel()   # never sent (BusyError after max_block_ms...): a traced span ends
             raise
-        if item.ordered:
-            batcher.max_in_flight = 1
-        batcher.add(item, flags)
         return fut
 
     async def send_and_wait(self, topic: str, body: bytes, key: str | None = None,
@@ -344,14 +296,7 @@ class Producer(SendRetries, PlainPath):
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         item = PendingMessage(wire=wire, future=fut, topic=topic, key=key)
         route = await self._routes.route(topic)
-        await self._budget.take(item.size_bytes, self.max_block_ms)
-        try:
-            tq = self._chooser.by_key(topic, route, key, False)
-            batcher = self._batcher(tq)
-        except BaseException:
-            self._budget.release(item.size_bytes)
-            raise
-        batcher.add(item, wire.flags)
+        await self._sender.place(item, lambda: self._chooser.by_key(topic, route, key, False))
         return fut
 
     async def send_batch(self, topic: str, messages: Sequence[Message], *,
@@ -369,44 +314,17 @@ class Producer(SendRetries, PlainPath):
         for m in messages:
             if m.priority:
                 check_priority(m.priority)
-        traced = batch_trace(self._tr, topic, messages, self._sampled)
+        sampler = self._sampler
+        traced = batch_trace(sampler.tracing, topic, messages, sampler.picks)
         if traced is None:
-            return await self._send_group(topic, messages, ordered, queue_selector)
+            return await self._sender.send_group(topic, messages, ordered, queue_selector)
         try:
-            results = await self._send_group(topic, traced.messages, ordered, queue_selector)
+            results = await self._sender.send_group(topic, traced.messages, ordered,
+                                                      queue_selector)
         except BaseException as exc:
             traced.finish(None, exc)
             raise
         traced.finish(results)
-        return results
-
-    async def _send_group(self, topic: str, messages: Sequence[Message], ordered: bool,
-                          queue_selector: QueueSelector | None) -> list[SendResult]:
-        msg_ids, parts, nbytes, flags = encode_group(messages, self.max_delay_ms)
-        if nbytes > self.max_batch_bytes or len(msg_ids) > MAX_BATCH_MESSAGES:
-            futs = await self._enqueue(topic, list(messages), ordered, queue_selector,
-                                       together=True)
-            return list(await asyncio.gather(*futs))
-        first = messages[0]
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        group = PendingGroup(msg_ids=msg_ids, encoded=b"", parts=parts, nbytes=nbytes,
-                             future=fut, topic=topic,
-                             first_body=bytes(first.body), key=first.key,
-                             ordered=pinned(ordered, first.key, queue_selector), flags=flags,
-                             priority=first.priority)
-        route = self._routes.fresh(topic) or await self._routes.route(topic)
-        budget = self._budget
-        if budget.used_bytes + nbytes > budget.limit_bytes or budget.waiters:
-            await budget.take(nbytes, self.max_block_ms)
-        else:
-            budget.used_bytes += nbytes
-        try:
-            tq = self._chooser.choose(topic, route, first, ordered, queue_selector)
-        except BaseException:
-            budget.release(nbytes)
-            raise
-        self._add(tq, group)
-        results: list[SendResult] = await fut
         return results
 
     def send_oneway(self, topic: str, body: bytes, key: str | None = None,
@@ -420,39 +338,7 @@ class Producer(SendRetries, PlainPath):
         check_body(body)
         msg = Message(body=body, key=key, tags=tags, properties=properties or {})
         encoded = encode_messages([to_wire(msg)])
-        size = len(encoded) + ONEWAY_OVERHEAD_BYTES
-        if not self._budget.try_take(size):
-            self._note_oneway_drop(topic)
-            return False
-        task = asyncio.get_running_loop().create_task(self._oneway(topic, encoded, size))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return True
-
-    def _note_oneway_drop(self, topic: str) -> None:
-        self._oneway_dropped += 1
-        now = time.monotonic()
-        if now - self._oneway_drop_logged >= _DROP_LOG_INTERVAL_S:
-            self._oneway_drop_logged = now
-            log.warning("producer buffer full (%d bytes): dropped %d one-way message(s), "
-                        "the last to %s", self._budget.limit_bytes, self._oneway_dropped, topic)
-            self._oneway_dropped = 0
-
-    async def _oneway(self, topic: str, encoded: bytes, size: int) -> None:
-        try:
-            route = await self._routes.route(topic)
-            tq = self._chooser.round_robin(topic, route)
-            addr = route.broker_addr(tq.broker)
-            if addr is None:
-                raise TopicNotFoundError(f"broker {tq.broker} of {topic} has no master")
-            conn = await self._pool.get(addr)
-            await conn.drain()   # a slow broker holds one-way sends here, inside the budget
-            conn.send_oneway(RequestCode.SEND, {"topic": topic, "queue_id": tq.queue_id},
-                             encoded)
-        except FerryError as exc:
-            log.warning("one-way send to %s dropped: %s", topic, exc)
-        finally:
-            self._budget.release(size)
+        return self._sender.send_oneway(topic, encoded)
 
     async def cancel_delayed(self, msg_id: str) -> None:
         """Cancel a delayed message (`msg_id`: its SendResult's) before it is due.
@@ -476,45 +362,31 @@ class Producer(SendRetries, PlainPath):
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
 
-    async def _enqueue(self, topic: str, msgs: list[Message], ordered: bool,
-                       selector: QueueSelector | None,
-                       together: bool = False) -> list[asyncio.Future[SendResult]]:
-        self._check_topic(topic)
-        loop = asyncio.get_running_loop()
-        items = []
-        for msg in msgs:
-            check_body(msg.body)
-            items.append(PendingMessage(wire=to_wire(msg, self.max_delay_ms),
-                                        future=loop.create_future(),
-                                        topic=topic, key=msg.key,
-                                        ordered=pinned(ordered, msg.key, selector),
-                                        priority=msg.priority))
-        route = await self._routes.route(topic)
-        tq = self._chooser.choose(topic, route, msgs[0], ordered, selector) if together else None
-        for msg, item in zip(msgs, items, strict=True):
-            await self._budget.take(item.size_bytes, self.max_block_ms)
-            try:
-                target = tq or self._chooser.choose(topic, route, msg, ordered, selector)
-            except BaseException:
-                self._budget.release(item.size_bytes)
-                raise
-            self._add(target, item)
-        return [item.future for item in items]  # type: ignore[misc]
+    # -- loop and tracing ---------------------------------------------------------------------
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make `send`'s futures for `loop`, the one the producer runs in (`start` binds it).
 
-    def _batcher(self, tq: TopicQueue) -> QueueBatcher:
-        batcher = self._batchers.get(tq)
-        if batcher is None:
-            async def send(batch: Batch, tq: TopicQueue = tq) -> None:
-                await self._send_batch(tq, batch)
-            batcher = QueueBatcher(send, linger_ms=self.linger_ms,
-                                   max_batch_bytes=self.max_batch_bytes,
-                                   max_in_flight=self.max_in_flight_per_queue)
-            self._batchers[tq] = batcher
-        return batcher
+        A producer lives in one loop (its connections and tasks do), so `send`
+        does not ask for the running loop each time: in CPython 3.11 that asks
+        the OS for the process id (a system call) on every call. asyncio's own
+        loop builds futures as its `create_future` does, minus that Python call;
+        any other loop (uvloop) by its own method.
+        """
+        if type(loop).create_future is asyncio.BaseEventLoop.create_future:
+            self._new_future = functools.partial(asyncio.Future, loop=loop)
+        else:
+            self._new_future = loop.create_future
 
-    def _add(self, tq: TopicQueue, item: Pending) -> None:
-        """Queue `item` on `tq`; a queue that carries ordered messages keeps one batch in flight."""
-        batcher = self._batcher(tq)
-        if item.ordered:
-            batcher.max_in_flight = 1
-        batcher.add(item, item.flags)
+    def _first_future(self) -> asyncio.Future[Any]:
+        """`_new_future` before the producer is bound to a loop (not started by `start`)."""
+        self._bind_loop(_get_running_loop())
+        return self._new_future()
+
+    @property
+    def _tracing(self) -> Tracing:
+        """The tracing this producer's spans go to (replacing it restarts the sampling)."""
+        return self._sampler.tracing
+
+    @_tracing.setter
+    def _tracing(self, tr: Tracing) -> None:
+        self._sampler.use(tr)

@@ -91,18 +91,10 @@ class QueueChooser:
         return cached[1], cached[2]
 
     def _all_usable(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
-        cached = self._queue_lists.get(topic)
-        if cached is None or cached[0] is not route:
-            queues = [TopicQueue(topic, b, q) for b, q in route.writable_queues()]
-            self._queue_lists[topic] = cached = (route, queues)
-        return cached[1]
+        return _per_route(self._queue_lists, topic, route, route.writable_queues)
 
     def _all_keyed(self, topic: str, route: TopicRoute) -> list[TopicQueue]:
-        cached = self._key_lists.get(topic)
-        if cached is None or cached[0] is not route:
-            queues = [TopicQueue(topic, b, q) for b, q in route.key_queues()]
-            self._key_lists[topic] = cached = (route, queues)
-        return cached[1]
+        return _per_route(self._key_lists, topic, route, route.key_queues)
 
     def usable(self, topic: str, route: TopicRoute, priority: int = 0) -> list[TopicQueue]:
         """The writable queues with a live master, without brokers that failed recently."""
@@ -163,3 +155,13 @@ class QueueChooser:
                       else self.usable(topic, route, msg.priority))
             return selector(queues, msg)
         return self.by_key(topic, route, msg.key, ordered, msg.priority)
+
+
+def _per_route(lists: dict[str, tuple[TopicRoute, list[TopicQueue]]], topic: str,
+               route: TopicRoute, pairs: Callable[[], list[tuple[str, int]]]
+               ) -> list[TopicQueue]:
+    """`topic`'s queues named by `pairs()` (broker, queue id), made once per route."""
+    cached = lists.get(topic)
+    if cached is None or cached[0] is not route:
+        lists[topic] = cached = (route, [TopicQueue(topic, b, q) for b, q in pairs()])
+    return cached[1]

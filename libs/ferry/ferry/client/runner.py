@@ -23,21 +23,36 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ferry.client.batch_hook import BatchHook, batch_hook
 from ferry.client.fetcher import QueueFetcher
 from ferry.client.message import ConsumerRecord, TopicQueue
+from ferry.client.ordered import OrderedQueues
 from ferry.client.retry import Nacker, PendingOffsets
 from ferry.errors import FerryError
-
-if TYPE_CHECKING:
-    from ferry.client.consumer import Consumer
-    from ferry.client.ordered import OrderedQueues
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
+
+
+class RunnerHost(Protocol):
+    """What a runner uses of its `ferry.client.consumer.Consumer` (which imports this module)."""
+
+    mode: str
+
+    @property
+    def started(self) -> bool: ...
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
+                      ) -> dict[TopicQueue, list[ConsumerRecord]]: ...
+
+    async def nack(self, record: ConsumerRecord, delay_ms: int | None = None) -> None: ...
+
+    def note_received(self, tq: TopicQueue, records: list[ConsumerRecord]) -> None: ...
+
+    async def rewind(self, tq: TopicQueue, offset: int) -> None: ...
 
 
 #: How long stop() lets running handlers finish before cancelling them.
@@ -53,7 +68,7 @@ MAX_BURST = 64
 class Runner:
     """One `run()` call: takes records, runs handlers, records their outcome."""
 
-    def __init__(self, consumer: Consumer, handler: Handler, concurrency: int,
+    def __init__(self, consumer: RunnerHost, handler: Handler, concurrency: int,
                  pending: PendingOffsets) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY}")
@@ -186,7 +201,7 @@ class OrderedRunner(Runner):
     serves the queue next.
     """
 
-    def __init__(self, consumer: Consumer, handler: Handler, concurrency: int,
+    def __init__(self, consumer: RunnerHost, handler: Handler, concurrency: int,
                  pending: PendingOffsets, *, queues: OrderedQueues,
                  fetchers: dict[TopicQueue, QueueFetcher], consumed: dict[TopicQueue, int],
                  wakeup: asyncio.Event, nacker: Nacker, suspend_ms: int) -> None:

@@ -66,6 +66,48 @@ def sample_gap(tr: Tracing) -> int:
     return int(math.log(1.0 - random.random()) / math.log(1.0 - ratio))  # noqa: S311
 
 
+class Sampler:
+    """A producer's sampling: which unforced (trace=None) messages are traced.
+
+    `left` counts the unforced messages still to send untraced before the next
+    traced one (-1: not drawn yet); `sample_gap` draws each count. `send`'s hot
+    path counts `left` down itself and calls `next()` only when it runs out.
+    """
+
+    __slots__ = ("tracing", "left")
+
+    def __init__(self, tr: Tracing) -> None:
+        self.tracing = tr
+        self.left = -1
+
+    def use(self, tr: Tracing) -> None:
+        """Sample for `tr` from now on (its ratio is drawn from at the next message)."""
+        self.tracing = tr
+        self.left = -1
+
+    def next(self) -> bool:
+        """Whether the next unforced message is traced."""
+        return bool(self.picks(1))
+
+    def picks(self, n: int) -> list[int]:
+        """Which of the next `n` unforced messages are traced, by position."""
+        picks: list[int] = []
+        i = 0
+        left = self.left
+        tr = self.tracing
+        while True:
+            if left < 0:
+                left = sample_gap(tr)
+            if i + left >= n:
+                self.left = left - (n - i)
+                return picks
+            i += left
+            if tr.enabled:
+                picks.append(i)
+            i += 1
+            left = sample_gap(tr)
+
+
 def start_send(topic: str, body_size: int, hop: str = "send", batch_count: int | None = None,
                kind: SpanKind | None = None, operation: str | None = None) -> Span:
     """The span of one message's send (ended by `end_on_result` or `end_with`)."""

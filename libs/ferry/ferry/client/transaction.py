@@ -25,6 +25,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.trace import set_span_in_context
 
+from ferry.client.base import AsyncClient
 from ferry.client.connection import DEFAULT_REQUEST_TIMEOUT_MS
 from ferry.client.encoding import check_body, make_wire
 from ferry.client.message import SendResult
@@ -95,7 +96,7 @@ class Transaction:
                 f"broker={self.broker!r}, state={self.state.name})")
 
 
-class TransactionProducer:
+class TransactionProducer(AsyncClient):
     """Sends transactional messages for one producer group and answers its checks.
 
     `checker(record)` (plain or coroutine function) tells the state of the
@@ -140,12 +141,6 @@ class TransactionProducer:
         await self._checks.stop()
         await self._producer.stop()
 
-    async def __aenter__(self) -> TransactionProducer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     def _route_addrs(self) -> set[str]:
         """The master brokers of the topics this producer sent to (cached routes)."""

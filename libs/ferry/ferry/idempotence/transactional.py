@@ -28,7 +28,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ferry.client.message import ConsumerRecord
 from ferry.errors import DuplicateMessage, FerryError
@@ -36,9 +36,6 @@ from ferry.idempotence.keys import validate_scene
 from ferry.idempotence.ledger_conn import AIOSQLITE, PSYCOPG, SQLITE3, Target, detect
 from ferry.idempotence.ledger_sql import SQLITE
 from ferry.idempotence.states import Outcome
-
-if TYPE_CHECKING:
-    from ferry.idempotence.ledger import Ledger
 
 log = logging.getLogger("ferry.idempotence")
 
@@ -97,6 +94,15 @@ async def transaction(target: Target, conn: Any) -> AsyncIterator[None]:
             yield
 
 
+class RecordingLedger(Protocol):
+    """What a TransactionalLedger uses of its `ledger.Ledger` (which imports this module)."""
+
+    group: str
+
+    def record(self, conn: Any, *, scene: str, record: ConsumerRecord,
+               group: str | None = None) -> Any: ...
+
+
 class TransactionalLedger:
     """`consumer.run(handle, idempotence=ledger.transactional(connect=...))`.
 
@@ -107,7 +113,7 @@ class TransactionalLedger:
     close the kept connections.
     """
 
-    def __init__(self, ledger: Ledger, *, connect: Connect, scene: str | None = None,
+    def __init__(self, ledger: RecordingLedger, *, connect: Connect, scene: str | None = None,
                  max_idle: int = DEFAULT_MAX_IDLE) -> None:
         if not callable(connect):
             raise FerryError("transactional: connect must be a callable that makes a connection")

@@ -168,3 +168,11 @@ def wire(handler: AnyHandler, check: object, *, group: str,
         return outcome
     offer_batch_hook(idempotent, batch_hook(inner))   # the runner shows it each batch
     return idempotent
+
+
+def wire_run(handler: AnyHandler, check: object, *, group: str,
+             stats: IdempotenceStats | None) -> tuple[Handler, IdempotenceStats]:
+    """`consumer.run`'s wiring (`ferry.client.idempotence_hook`): `wire` with the consumer's
+    stats, made at its first idempotent run."""
+    stats = stats or IdempotenceStats()
+    return wire(handler, check, group=group, stats=stats), stats

@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -84,7 +85,7 @@ class Tracing:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             exporters.append(OTLPSpanExporter())
         if s.trace_topic and self.namesrv:
-            topic_exporter = _trace_topic_exporter(self.namesrv, self.service)
+            topic_exporter = _topic_exporter(self.namesrv, self.service)
             if topic_exporter is not None:
                 exporters.append(topic_exporter)
         delay_ms = _delay_ms()
@@ -145,7 +146,7 @@ class Tracing:
     def _add_topic_exporter(self, provider: TracerProvider) -> None:
         if not (self.settings.trace_topic and self.namesrv):
             return
-        exporter = _trace_topic_exporter(self.namesrv, self.service)
+        exporter = _topic_exporter(self.namesrv, self.service)
         if exporter is not None:
             provider.add_span_processor(BatchSpanProcessor(exporter,
                                                            schedule_delay_millis=_delay_ms()))
@@ -164,13 +165,23 @@ def _shutdown_quietly(provider: TracerProvider) -> None:
         log.exception("stopping the replaced tracer provider failed")
 
 
-def _trace_topic_exporter(namesrv: str, service: str) -> SpanExporter | None:
-    """The exporter to the `%TRACE%` topic (None where it cannot be made)."""
-    try:
-        from ferry.telemetry.trace_topic import TraceTopicExporter
-    except ImportError:  # not built yet in this checkout
-        return None
-    return TraceTopicExporter(namesrv, service)
+#: Makes the exporter to the `%TRACE%` topic of the cluster behind a namesrv:
+#: (namesrv, service) -> exporter. It is a client of that topic, so the client side provides
+#: it (`ferry.client.trace_topic.TraceTopicExporter`, installed by the `ferry` package's
+#: __init__, which runs before any of its modules): telemetry imports nothing of the client.
+_trace_topic_exporter: Callable[[str, str], SpanExporter] | None = None
+
+
+def use_trace_topic_exporter(factory: Callable[[str, str], SpanExporter] | None) -> None:
+    """Export to the trace topic with `factory(namesrv, service)` (None: no topic exporter)."""
+    global _trace_topic_exporter
+    _trace_topic_exporter = factory
+
+
+def _topic_exporter(namesrv: str, service: str) -> SpanExporter | None:
+    """The exporter to the `%TRACE%` topic (None when no factory is installed)."""
+    factory = _trace_topic_exporter
+    return factory(namesrv, service) if factory is not None else None
 
 
 _current = Tracing()

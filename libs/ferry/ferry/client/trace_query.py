@@ -14,10 +14,10 @@ from typing import Any
 from ferry.auth.credentials import Credentials
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
+from ferry.client.trace_topic import TRACE_KEY_PREFIX
 from ferry.codec.record import iter_records
 from ferry.errors import FerryError
 from ferry.names import TRACE_TOPIC
-from ferry.telemetry.trace_topic import TRACE_KEY_PREFIX
 from ferry.wire import RequestCode, check_response
 
 #: Spans read per key and broker (the broker's own QUERY_BY_KEY maximum).
