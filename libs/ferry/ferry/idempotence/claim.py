@@ -35,6 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ferry.client.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence.batching import MAX_BATCH, Coalescer
+from ferry.idempotence.claim_scripts import ACQUIRE, CLAIM_OPS, CONFIRM, EXTEND, RELEASE
 from ferry.idempotence.keys import (
     DEFAULT_KEY_PREFIX,
     biz_key_of,
@@ -69,60 +70,6 @@ PROCESSING = "processing:"   # stored: "processing:<token>" or "done:<token>" (s
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 Handler = Callable[[ConsumerRecord], Awaitable[Any]]
-
-# The claims taken and confirmed in one turn of the event loop, as ONE script call:
-# ARGV[1] the lease, ARGV[2] the done TTL, ARGV[3] one op character per item
-# ("A" acquire, "F" confirm / finish), ARGV[4] the items' keys and ARGV[5] their
-# tokens, each separated by NUL (two joined strings rather than 2N
-# arguments: the client's packing of each argument was a fifth of a claim's
-# cost). Returns one character per item, one string (one reply to parse):
-#   acquire: "C" taken (stored "processing:<token>"), "D" done, "P" another
-#            holder's processing (a key taken earlier in the batch is "P" for a
-#            later duplicate);
-#   confirm: "1" our processing claim became "done:<token>" (TTL), "0" it is
-#            not ours any more (only our own claim may become done).
-# Keys are not declared in KEYS, so this is for a single Redis, not Redis Cluster.
-_CLAIM_OPS = """
-local function split(s, sep)
-  local out, start = {}, 1
-  while true do
-    local i = string.find(s, sep, start, true)
-    if not i then out[#out + 1] = string.sub(s, start); return out end
-    out[#out + 1] = string.sub(s, start, i - 1)
-    start = i + 1
-  end
-end
-local keys, tokens = split(ARGV[4], '\\0'), split(ARGV[5], '\\0')
-local ops, out = ARGV[3], {}
-for i, key in ipairs(keys) do
-  local token = tokens[i]
-  if string.byte(ops, i) == 65 then  -- "A"
-    if redis.call('SET', key, 'processing:' .. token, 'NX', 'PX', ARGV[1]) then
-      out[i] = 'C'
-    elseif string.sub(redis.call('GET', key) or '', 1, 5) == 'done:' then
-      out[i] = 'D'
-    else
-      out[i] = 'P'
-    end
-  elseif redis.call('GET', key) == 'processing:' .. token then
-    redis.call('SET', key, 'done:' .. token, 'PX', ARGV[2])
-    out[i] = '1'
-  else
-    out[i] = '0'
-  end
-end
-return table.concat(out)
-"""
-ACQUIRE, CONFIRM = "A", "F"
-_EXTEND = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
-"""
-
 
 def _check_range(name: str, value: int, low: int, high: int) -> int:
     if not isinstance(value, int) or not low <= value <= high:
@@ -175,11 +122,11 @@ class RedisClaim:
             aioredis.Redis.from_url(redis, socket_timeout=REDIS_TIMEOUT_S,
                                     socket_connect_timeout=REDIS_TIMEOUT_S)
             if isinstance(redis, str) else redis)
-        self._claim_ops = self._redis.register_script(_CLAIM_OPS)
+        self._claim_ops = self._redis.register_script(CLAIM_OPS)
         # The claims and confirms of one event-loop turn share one script call.
         self._ops: Coalescer[tuple[str, str, str], str] = Coalescer(self._run_ops)
-        self._extend = self._redis.register_script(_EXTEND)
-        self._release = self._redis.register_script(_RELEASE)
+        self._extend = self._redis.register_script(EXTEND)
+        self._release = self._redis.register_script(RELEASE)
         self.stats = ClaimStats()
         self._scenes: set[str] = set()   # scenes already validated
         # Claims taken by prefetch() for records whose handlers have not run yet,
@@ -293,7 +240,7 @@ class RedisClaim:
         return self._owned_outcome(claim, done, "confirm")
 
     async def _run_ops(self, batch: list[tuple[str, str, str]]) -> str:
-        """One character per item of `batch` (see _CLAIM_OPS): C / D / P or 1 / 0."""
+        """One character per item of `batch` (see claim_scripts.CLAIM_OPS): C / D / P or 1 / 0."""
         found = _text(await self._claim_ops(args=[
             self.lease_ms, self.done_ttl_ms, "".join([op for op, _, _ in batch]),
             "\0".join([key for _, key, _ in batch]), "\0".join([t for _, _, t in batch])]))
