@@ -41,33 +41,25 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crc32c import crc32c
-
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import BrokerRoute, RouteCache
 from ferry.client.replicas import ReadChoice
 from ferry.codec import ORIGIN_TOPIC
 from ferry.codec.record import (
-    CRC_START,
     H_BODY_LEN,
     H_BORN_HOST_LEN,
     H_BORN_TS_MS,
-    H_CRC,
-    H_KEYS_LEN,
-    H_MAGIC,
-    H_PROPS_LEN,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
     H_RECONSUME_TIMES,
     H_STORE_HOST_LEN,
     H_STORE_TS_MS,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
     HEADER,
     HEADER_SIZE,
-    RECORD_MAGIC,
+    check_header,
 )
 from ferry.errors import (
     ConnectionLostError,
@@ -137,7 +129,7 @@ _new_tuple = tuple.__new__
 
 def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
                      broker: str) -> list[ConsumerRecord]:
-    """The records of a PULL response body, each checked (size, magic, CRC) and decoded once.
+    """The records of a PULL response body, each checked (`check_header`) and decoded once.
 
     Only what every consumer needs is taken out eagerly (the body, positions,
     timestamps); the record keeps the stored header and the raw tags, keys and
@@ -147,11 +139,11 @@ def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
     if type(body) is not bytes:
         body = bytes(body)   # record bodies are handed out as bytes
     # The header's field indices, bound to locals for the loop.
-    size_i, magic_i, crc_i, body_len_i = H_TOTAL_SIZE, H_MAGIC, H_CRC, H_BODY_LEN
+    size_i, body_len_i = H_TOTAL_SIZE, H_BODY_LEN
     topic_i, born_i, store_i = H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN
-    tags_i, keys_i, props_i = H_TAGS_LEN, H_KEYS_LEN, H_PROPS_LEN
     qid_i, qoff_i, born_ts_i, store_ts_i, reconsume_i = (
         H_QUEUE_ID, H_QUEUE_OFFSET, H_BORN_TS_MS, H_STORE_TS_MS, H_RECONSUME_TIMES)
+    check = check_header
     out: list[ConsumerRecord] = []
     add = out.append
     view = memoryview(body)
@@ -161,15 +153,9 @@ def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
             h = _unpack_header(body, off)
         except struct.error:
             raise CorruptRecordError(f"truncated record header at {off}") from None
-        end = off + h[size_i]
+        end = off + check(h, view[off:off + h[size_i]], off)
         meta = off + HEADER_SIZE + h[topic_i] + h[born_i] + h[store_i]  # after topic and hosts
         payload = end - h[body_len_i]                                  # the body starts here
-        if (h[magic_i] != RECORD_MAGIC or end > n
-                or meta + h[tags_i] + h[keys_i] + h[props_i] != payload
-                or payload < off + HEADER_SIZE):
-            raise CorruptRecordError(f"record at {off} is malformed or truncated")
-        if crc32c(view[off + CRC_START:end]) != h[crc_i]:
-            raise CorruptRecordError(f"record crc mismatch at {off}")
         # ConsumerRecord._make, inlined: this loop runs once per consumed message.
         add(_new_tuple(ConsumerRecord, (body[payload:end], topic, h[qid_i], h[qoff_i],
                                         h[born_ts_i], h[store_ts_i], h[reconsume_i], broker, h,

@@ -1,9 +1,10 @@
 """Reading a consume queue's records out of the commit log, checked, for get_messages.
 
-Every served record is checked against its consume-queue entry (size, magic,
-CRC) and skipped with an error log if it fails (see store-format.md, "Reads
-verify as well", for why a read keeps its CRC check). Records are returned as
-zero-copy read-only views of the commit log's mapping.
+Every served record is checked against its consume-queue entry (its size; then
+magic and CRC by `ferry.codec.record.check_header`) and skipped with an error log
+if it fails (see store-format.md, "Reads verify as well", for why a read keeps its
+CRC check). Records are returned as zero-copy read-only views of the commit
+log's mapping.
 
 A reader may filter twice: `tag_hashes` on the consume-queue entry (before the
 commit log is touched), then `match`, a predicate over the checked record (the
@@ -27,19 +28,17 @@ before, and a span is bounded like the read itself (`max_count`, `max_bytes`).
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 
-from crc32c import crc32c
-
 from ferry.codec.record import (
     AT_PHY_OFFSET,
-    CRC_START,
     HEADER_SIZE,
     I64,
-    RECORD_MAGIC,
     SIZE_MAGIC_CRC,
     StoredMessage,
+    check_header,
     check_record,
     decode_record,
 )
@@ -114,6 +113,7 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
               ) -> tuple[int, bool]:
     """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit)."""
     add = records.append
+    check, unpack = check_header, _unpack_check
     total = sum(len(r) for r in records)
     segs = cl.segments
     base, seg_bytes, write_end = segs[0].start_offset, cl.segment_bytes, cl.write_offset
@@ -133,10 +133,11 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
             seg = segs[i]
             seg_lo, seg_hi, view = seg.start_offset, min(seg.end_offset, write_end), seg.read_view
         raw = view[phy - seg_lo:end - seg_lo]
-        got_size, magic, crc = _unpack_check(raw)
-        if got_size != size or magic != RECORD_MAGIC or crc32c(raw[CRC_START:]) != crc:
-            log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
-                      cq.topic, cq.queue_id, nxt - 1)
+        try:
+            check(unpack(raw), raw, phy)  # (its size must be the consume-queue entry's)
+        except (CorruptRecordError, struct.error) as exc:
+            log.error("skipping corrupt record at phy %d (%s/%d offset %d): %s", phy,
+                      cq.topic, cq.queue_id, nxt - 1, exc)
             continue  # never served
         if match is not None and not match(raw):
             continue  # filtered out: skipped for good (nxt is already past it)
