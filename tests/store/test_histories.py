@@ -26,7 +26,7 @@ def test_queue_history_lookups() -> None:
     qh = QueueHistory(["La", "E3", "E4", "E5"], [0, 10, 10, 25])
     assert qh.id_at(0) == "La" and qh.id_at(9) == "La"
     assert qh.id_at(10) == "E4"   # E3 holds nothing of this queue
-    assert qh.id_at(30) == "E5" and qh.newest_start == 25
+    assert qh.id_at(30) == "E5" and qh.starts[-1] == 25
     assert qh.end_of_history_at(3) == 10 and qh.end_of_history_at(24) == 25
     assert qh.end_of_history_at(25) is None
     # A reader past the end of its history goes back there; within it stays.
