@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from ferry.errors import StoreError
-from ferry.store.epochs import EPOCH_FILE, EpochLog, divergence_point
+from ferry.store.epochs import EPOCHS, EpochLog, divergence_point
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +61,7 @@ def test_a_damaged_file_is_refused_clearly(tmp_path: Path, damage: str) -> None:
     log = EpochLog(str(tmp_path))
     log.append(1, 0)
     log.append(2, 64)
-    path = tmp_path / EPOCH_FILE
+    path = tmp_path / EPOCHS.name
     data = bytearray(path.read_bytes())
     if damage == "truncate":
         data = data[:-5]

@@ -8,7 +8,7 @@ from ferry.errors import StoreError
 from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig
 from ferry.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ferry.store.epochs import EpochLog
-from ferry.store.histories import HISTORY_FILE, QueueHistory, StoreHistories
+from ferry.store.histories import HISTORIES, QueueHistory, StoreHistories
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
              cq_entries_per_segment=64, index_max_slots=64, index_max_entries=256)
@@ -139,6 +139,6 @@ def test_created_ms_marks_a_store_that_started_empty(tmp_path: Path) -> None:
 
 
 def test_bad_history_file_is_a_store_error(tmp_path: Path) -> None:
-    (tmp_path / HISTORY_FILE).write_bytes(b"garbage-garbage-garbage")
+    (tmp_path / HISTORIES.name).write_bytes(b"garbage-garbage-garbage")
     with pytest.raises(StoreError):
         StoreHistories(str(tmp_path), 0, True)

@@ -15,16 +15,9 @@ from ferry.codec.record import (
     AT_PHY_OFFSET,
     BLANK_MAGIC,
     BLANK_SIZE,
-    H_BORN_HOST_LEN,
-    H_FLAGS,
-    H_KEYS_LEN,
-    H_MSG_ID,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
-    H_STORE_HOST_LEN,
-    H_STORE_TS_MS,
     H_TAG_HASH,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
     HEADER,
@@ -211,10 +204,7 @@ def add_record(batch: PendingDispatch, buf: bytes | memoryview, off: int, pos: i
         batch.add_entry(topic_b.decode(), h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, h[H_TOTAL_SIZE],
                         h[H_TAG_HASH])
     if keys:
-        k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
-        batch.id_runs.add(batch.index_items, h[H_MSG_ID], h[H_FLAGS], key_prefix_crc(topic_b),
-                          bytes(buf[k:k + h[H_KEYS_LEN]]), pos, h[H_TOTAL_SIZE],
-                          h[H_STORE_TS_MS])
+        batch.id_runs.add(batch.index_items, h, buf, off, key_prefix_crc(topic_b), pos)
 
 
 def check_unit(buf: bytes | memoryview, off: int, seg_room: int, pos: int) -> str | None:

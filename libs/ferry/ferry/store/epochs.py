@@ -9,26 +9,21 @@ truncates there and follows the new one.
 
 File layout (little-endian, an `entry_file`), rewritten whole::
 
-    magic u32 EPOCH_MAGIC | version u32 | count u32 | count x (epoch i64, start_offset i64)
+    magic u32 EPOCHS.magic | version u32 | count u32 | count x (epoch i64, start_offset i64)
     | crc u32 (CRC32C of every byte before it)
 """
 from __future__ import annotations
 
-import bisect
 import os
 import struct
 
 from ferry.errors import StoreError
 
-from .entry_file import load_entries, save_entries
+from .entry_file import EntryFile, load_entries, save_entries
 
-EPOCH_FILE = "epochs"
-EPOCH_MAGIC = 0x45595246  # b"FRYE"
-EPOCH_VERSION = 1
-EPOCH_HEAD = struct.Struct("<III")
-EPOCH_ENTRY = struct.Struct("<qq")
-#: Entries an epoch file may hold (one per election that wrote to this store).
-MAX_EPOCH_ENTRIES = 1_000_000
+#: magic b"FRYE"; at most one entry per election that wrote to this store.
+EPOCHS = EntryFile("epochs", "epoch file", 0x45595246, 1, struct.Struct("<III"),
+                   struct.Struct("<qq"), 1_000_000)
 
 Entry = tuple[int, int]  # (epoch, start_offset)
 
@@ -37,7 +32,7 @@ class EpochLog:
     """The (epoch, start_offset) pairs of one store, both strictly increasing, durable."""
 
     def __init__(self, root_dir: str) -> None:
-        self.path = os.path.join(root_dir, EPOCH_FILE)
+        self.path = os.path.join(root_dir, EPOCHS.name)
         self._entries: list[Entry] = _load(self.path)
 
     @property
@@ -89,17 +84,13 @@ class EpochLog:
             self._save(keep)
 
     def _save(self, entries: list[Entry]) -> None:
-        if len(entries) > MAX_EPOCH_ENTRIES:
-            raise StoreError(f"the epoch file would hold more than {MAX_EPOCH_ENTRIES} entries")
-        save_entries(self.path, EPOCH_HEAD, (EPOCH_MAGIC, EPOCH_VERSION, len(entries)),
-                     EPOCH_ENTRY, entries)
+        save_entries(EPOCHS, self.path, (), entries)
         self._entries = entries
 
 
 def _load(path: str) -> list[Entry]:
     """The entries of the epoch file at `path` ([] when there is none)."""
-    got = load_entries(path, "epoch file", EPOCH_HEAD, EPOCH_MAGIC, EPOCH_VERSION, EPOCH_ENTRY,
-                       MAX_EPOCH_ENTRIES)
+    got = load_entries(EPOCHS, path)
     entries = got[1] if got is not None else []
     for (e0, s0), (e1, s1) in zip(entries, entries[1:], strict=False):
         if not (e1 > e0 and s1 > s0):

@@ -26,7 +26,7 @@ queue, cached per queue): nothing is stored per record, and a PULL costs a
 bisect. The local runs live in ``<root>/histories`` (an `entry_file`), rewritten
 whole::
 
-    magic u32 HISTORY_MAGIC | version u32 | count u32 | created_ms i64
+    magic u32 HISTORIES.magic | version u32 | count u32 | created_ms i64
     | count x (run_id u64, start_offset i64) | crc u32 (CRC32C of every byte before it)
 
 `created_ms` is when the store started on an empty directory (0: a store from
@@ -43,19 +43,15 @@ from typing import TYPE_CHECKING
 
 from ferry.errors import StoreError
 
-from .entry_file import load_entries, save_entries
+from .entry_file import EntryFile, load_entries, save_entries
 
 if TYPE_CHECKING:
     from .consume_queue import ConsumeQueue
     from .epochs import EpochLog
 
-HISTORY_FILE = "histories"
-HISTORY_MAGIC = 0x48595246  # b"FRYH"
-HISTORY_VERSION = 1
-HISTORY_HEAD = struct.Struct("<IIIq")
-HISTORY_ENTRY = struct.Struct("<Qq")
-#: Local runs a history file may hold (one per unclean open or empty start).
-MAX_LOCAL_RUNS = 100_000
+#: magic b"FRYH", head field created_ms; at most one run per unclean open or empty start.
+HISTORIES = EntryFile("histories", "history file", 0x48595246, 1, struct.Struct("<IIIq"),
+                      struct.Struct("<Qq"), 100_000)
 #: Longest history id a request may carry ("L" + 16 hex; "E" + a 63-bit epoch).
 MAX_HISTORY_ID_CHARS = 32
 
@@ -141,7 +137,7 @@ class StoreHistories:
     """The store's history boundaries and the per-queue view of them (cached)."""
 
     def __init__(self, root_dir: str, write_offset: int, clean: bool) -> None:
-        self.path = os.path.join(root_dir, HISTORY_FILE)
+        self.path = os.path.join(root_dir, HISTORIES.name)
         self._runs, self.created_ms = _load(self.path)
         if not self._runs and write_offset == 0:
             self.created_ms = int(time.time() * 1000)   # an empty store: a new history
@@ -160,8 +156,8 @@ class StoreHistories:
         """Begin a new local run at the log end `write_offset` (durable when it returns)."""
         runs = [r for r in self._runs if r[1] < write_offset]
         runs.append((int.from_bytes(os.urandom(8), "little"), write_offset))
-        if len(runs) > MAX_LOCAL_RUNS:
-            runs = runs[-MAX_LOCAL_RUNS:]
+        if len(runs) > HISTORIES.max_entries:
+            runs = runs[-HISTORIES.max_entries:]
         _save(self.path, runs, self.created_ms)
         self._runs = runs
         self._key = None
@@ -214,14 +210,12 @@ def _map_queue(cq: ConsumeQueue, bounds: list[tuple[str, int]]) -> QueueHistory:
 
 
 def _save(path: str, runs: list[Run], created_ms: int) -> None:
-    save_entries(path, HISTORY_HEAD, (HISTORY_MAGIC, HISTORY_VERSION, len(runs), created_ms),
-                 HISTORY_ENTRY, runs)
+    save_entries(HISTORIES, path, (created_ms,), runs)
 
 
 def _load(path: str) -> tuple[list[Run], int]:
     """The runs of the history file at `path` and its created_ms (([], 0) when none)."""
-    got = load_entries(path, "history file", HISTORY_HEAD, HISTORY_MAGIC, HISTORY_VERSION,
-                       HISTORY_ENTRY, MAX_LOCAL_RUNS)
+    got = load_entries(HISTORIES, path)
     if got is None:
         return [], 0
     head, runs = got

@@ -22,6 +22,18 @@ from __future__ import annotations
 from crc32c import crc32c
 
 from ferry.codec.message_flags import HOOKED_FLAGS
+from ferry.codec.record import (
+    H_BORN_HOST_LEN,
+    H_FLAGS,
+    H_KEYS_LEN,
+    H_MSG_ID,
+    H_STORE_HOST_LEN,
+    H_STORE_TS_MS,
+    H_TAGS_LEN,
+    H_TOPIC_LEN,
+    H_TOTAL_SIZE,
+    HEADER_SIZE,
+)
 
 #: Index items as writers queue them: (key hash, phy offset, store timestamp ms).
 IndexItem = tuple[int, int, int]
@@ -86,12 +98,13 @@ class IdRuns:
         self._left = 0      # records it may still take
         self._next = -1     # where the next record must start to continue it
 
-    def add(self, items: list[IndexItem], msg_id: bytes, flags: int, key_crc: int,
-            keys_b: bytes, phy: int, size: int, store_ts_ms: int) -> None:
-        """Append to `items` the index items of the record at `phy` (`size` bytes) with id
-        `msg_id`, `flags`, and space-separated keys `keys_b` (`key_crc`: key_prefix_crc
-        of its topic)."""
-        if flags & EXACT_ID_FLAGS:  # its exact key; the run (if any) ends here
+    def add(self, items: list[IndexItem], h: tuple, buf: bytes | memoryview, off: int,
+            key_crc: int, phy: int) -> None:
+        """Append to `items` the index items of the checked record at `buf[off:]`, stored
+        at commit-log offset `phy`, whose header (HEADER unpacked, or a struct extending
+        it) is `h`; `key_crc` is key_prefix_crc of its topic."""
+        msg_id, store_ts_ms = h[H_MSG_ID], h[H_STORE_TS_MS]
+        if h[H_FLAGS] & EXACT_ID_FLAGS:  # its exact key; the run (if any) ends here
             items.append((crc32c(msg_id, ID_KEY_CRC), phy, store_ts_ms))
             self._left = 0
         else:
@@ -101,8 +114,11 @@ class IdRuns:
             else:
                 items.append((crc32c(window, ID_RUN_KEY_CRC), phy, store_ts_ms))
                 self._prefix, self._left = window, MAX_ID_RUN - 1
-        self._next = phy + size
-        if keys_b:
-            for k in keys_b.split(b" "):
-                if k:
-                    items.append((crc32c(k, key_crc), phy, store_ts_ms))
+        self._next = phy + h[H_TOTAL_SIZE]
+        keys_len = h[H_KEYS_LEN]
+        if keys_len:
+            at = (off + HEADER_SIZE + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN]
+                  + h[H_TAGS_LEN])
+            for key in bytes(buf[at:at + keys_len]).split(b" "):
+                if key:
+                    items.append((crc32c(key, key_crc), phy, store_ts_ms))

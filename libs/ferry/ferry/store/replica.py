@@ -29,17 +29,11 @@ from typing import NamedTuple
 from ferry.codec.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
-    H_BORN_HOST_LEN,
-    H_FLAGS,
-    H_KEYS_LEN,
-    H_MSG_ID,
     H_PHY_OFFSET,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
-    H_STORE_HOST_LEN,
     H_STORE_TS_MS,
     H_TAG_HASH,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
     HEADER,
@@ -240,14 +234,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                     ts = h[H_STORE_TS_MS]
                     if ts > last_ts:
                         last_ts = ts
-                    keys_len = h[H_KEYS_LEN]
-                    if keys_len:
-                        k = (off + HEADER_SIZE + tl + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN]
-                             + h[H_TAGS_LEN])
-                        keys_b = bytes(buf[k:k + keys_len])
-                    else:
-                        keys_b = b""
-                    add_keys(items, h[H_MSG_ID], h[H_FLAGS], run.key_crc, keys_b, pos, size, ts)
+                    add_keys(items, h, buf, off, run.key_crc, pos)
                     off = nxt
                     continue
         # A marker, or a unit that failed a fast check: judged in full.
