@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -57,13 +56,11 @@ from ferry.codec.record import (
     H_STORE_TS_MS,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
-    HEADER,
     HEADER_SIZE,
-    check_header,
+    check_records,
 )
 from ferry.errors import (
     ConnectionLostError,
-    CorruptRecordError,
     FerryError,
     NotMasterError,
     RequestTimeoutError,
@@ -123,13 +120,12 @@ MAX_HISTORY_MARKS = 16
 _REWIND_STATUSES = frozenset({"HISTORY_DIVERGED", "OFFSET_OVERFLOW_BADLY"})
 
 
-_unpack_header = HEADER.unpack_from
 _new_tuple = tuple.__new__
 
 
 def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
                      broker: str) -> list[ConsumerRecord]:
-    """The records of a PULL response body, each checked (`check_header`) and decoded once.
+    """The records of a PULL response body, checked (`check_records`) and decoded once.
 
     Only what every consumer needs is taken out eagerly (the body, positions,
     timestamps); the record keeps the stored header and the raw tags, keys and
@@ -143,17 +139,11 @@ def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
     topic_i, born_i, store_i = H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN
     qid_i, qoff_i, born_ts_i, store_ts_i, reconsume_i = (
         H_QUEUE_ID, H_QUEUE_OFFSET, H_BORN_TS_MS, H_STORE_TS_MS, H_RECONSUME_TIMES)
-    check = check_header
     out: list[ConsumerRecord] = []
     add = out.append
-    view = memoryview(body)
-    off, n = 0, len(body)
-    while off < n:
-        try:
-            h = _unpack_header(body, off)
-        except struct.error:
-            raise CorruptRecordError(f"truncated record header at {off}") from None
-        end = off + check(h, view[off:off + h[size_i]], off)
+    off = 0
+    for h in check_records(memoryview(body), 0, len(body)):
+        end = off + h[size_i]
         meta = off + HEADER_SIZE + h[topic_i] + h[born_i] + h[store_i]  # after topic and hosts
         payload = end - h[body_len_i]                                  # the body starts here
         # ConsumerRecord._make, inlined: this loop runs once per consumed message.

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from ferry.codec.record import (
@@ -35,13 +35,12 @@ from ferry.codec.record import (
     H_STORE_TS_MS,
     H_TAG_HASH,
     H_TOPIC_LEN,
-    H_TOTAL_SIZE,
     HEADER,
     HEADER_LAYOUT,
     HEADER_SIZE,
     RECORD_MAGIC,
     SIZE_MAGIC,
-    check_header,
+    check_records,
 )
 from ferry.errors import CorruptRecordError, StoreError
 
@@ -64,14 +63,15 @@ _MIN_RECORD_ROOM = HEADER_SIZE + BLANK_SIZE
 _pack_entry = CQ_ENTRY.pack
 _size_magic = SIZE_MAGIC.unpack_from
 # unpack_from of a header followed by its topic, one per topic length (at most 256).
-_head_topic: dict[int, Callable[..., tuple]] = {}
+# A header followed by its topic, one per topic length (at most 256).
+_head_topic: dict[int, struct.Struct] = {}
 
 
-def _head_topic_unpacker(topic_len: int) -> Callable[..., tuple]:
-    unpack = _head_topic.get(topic_len)
-    if unpack is None:
-        unpack = _head_topic[topic_len] = struct.Struct(f"{HEADER.format}{topic_len}s").unpack_from
-    return unpack
+def _head_topic_layout(topic_len: int) -> struct.Struct:
+    layout = _head_topic.get(topic_len)
+    if layout is None:
+        layout = _head_topic[topic_len] = struct.Struct(f"{HEADER.format}{topic_len}s")
+    return layout
 
 
 class CheckedChunk(NamedTuple):
@@ -188,7 +188,7 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     offset of its queue (`next_queue_offset`: the appender's), so that the
     consume queues stay gapless and identical to the master's.
 
-    One loop does the checks (a record's own: `check_header`) and collects the
+    One loop does the checks (a record's own: `check_records`) and collects the
     dispatch (consume-queue entries, index keys) from one unpack per record: it runs
     for every replicated record. A unit that does not end in room for a marker or
     does not name its own offset is judged again by `check_unit`, which names the
@@ -213,17 +213,16 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     while off < n:
         pos = phy_offset + off
         if off + _MIN_RECORD_ROOM <= room_end and off + HEADER_SIZE <= n:
+            size, magic = _size_magic(buf, off)
             tl = buf[off + AT_TOPIC_LEN]
-            if off + HEADER_SIZE + tl <= n:
-                h = (heads.get(tl) or _head_topic_unpacker(tl))(buf, off)
-                size = h[H_TOTAL_SIZE]
-                nxt = off + size
-                if nxt <= fast_end and h[H_PHY_OFFSET] == pos:
-                    try:
-                        check_header(h, mv[off:nxt], pos)
-                    except CorruptRecordError as exc:
-                        raise StoreError(f"replicated chunk refused, nothing written: {exc} "
-                                         f"(commit-log offset {pos})") from None
+            nxt = off + size
+            if magic == RECORD_MAGIC and nxt <= fast_end and HEADER_SIZE + tl <= size:
+                try:
+                    h = check_records(mv, off, nxt, heads.get(tl) or _head_topic_layout(tl))[0]
+                except CorruptRecordError as exc:
+                    raise StoreError(f"replicated chunk refused, nothing written: {exc} "
+                                     f"(commit-log offset {pos})") from None
+                if h[H_PHY_OFFSET] == pos:
                     if h[H_QUEUE_ID] != run.queue_id or h[-1] != run.topic_b:
                         run = runs.get((h[-1], h[H_QUEUE_ID])) or _new_run(
                             runs, h[-1], h[H_QUEUE_ID], next_queue_offset, pos)
