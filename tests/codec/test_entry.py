@@ -5,6 +5,7 @@ import struct
 
 import ferry.wire as wire
 import pytest
+from ferry.codec import entry
 from ferry.codec.entry import (
     ENTRY_HEAD,
     ENTRY_HEAD_FIELDS,
@@ -58,8 +59,9 @@ def test_round_trip(entries: list[tuple]) -> None:
 
 
 def test_one_declaration_for_the_wire_and_the_store() -> None:
-    assert wire.MESSAGE_HEAD is ENTRY_HEAD and ENTRY_HEAD_SIZE == 44
-    assert wire.messages.MESSAGE_HEAD_FIELDS is ENTRY_HEAD_FIELDS
+    assert wire.messages.ENTRY_HEAD is ENTRY_HEAD and ENTRY_HEAD_SIZE == 44
+    assert ENTRY_HEAD.format == "<" + "".join(code for _, code in entry.ENTRY_LAYOUT)
+    assert ENTRY_HEAD_FIELDS == tuple(name for name, _ in entry.ENTRY_LAYOUT)
 
 
 def test_length_slots_hold_the_limits_and_no_more() -> None:

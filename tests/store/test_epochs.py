@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from ferry.errors import StoreError
-from ferry.store.epochs import EPOCH_FILE, EpochLog, divergence_point
+from ferry.store.epochs import EPOCHS, EpochLog, divergence_point
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,17 +30,18 @@ def test_both_must_increase_and_an_empty_epoch_is_replaced(tmp_path: Path) -> No
     assert EpochLog(str(tmp_path)).entries == [(3, 10)]
 
 
-def test_end_offset_of(tmp_path: Path) -> None:
+def test_an_epoch_ends_where_the_next_starts_or_at_the_log_end(tmp_path: Path) -> None:
     log = EpochLog(str(tmp_path))
     log.append(1, 0)
     log.append(3, 100)
     log.append(4, 250)
-    assert log.end_offset_of(1, 400) == 100
-    assert log.end_offset_of(2, 400) == 100  # no epoch 2 here: epochs up to 2 end where 3 starts
-    assert log.end_offset_of(3, 400) == 250
-    assert log.end_offset_of(4, 400) == 400
-    assert log.end_offset_of(9, 400) == 400
-    assert log.end_offset_of(0, 400) == 0
+    mine, far = log.entries, 10**9   # a leader whose log goes on far past mine
+    assert divergence_point(mine, [(1, 0)], far, 400) == 100
+    assert divergence_point(mine, [(1, 0), (2, 90)], far, 400) == 90  # its epoch 1 ends first
+    assert divergence_point(mine, [(1, 0), (3, 100)], far, 400) == 250
+    assert divergence_point(mine, [(1, 0), (3, 100), (4, 250)], far, 400) == 400
+    assert divergence_point(mine, [(1, 0), (3, 100), (4, 250), (9, 300)], far, 400) == 300
+    assert divergence_point(mine, [(0, 0)], far, 400) == 0   # no common epoch
 
 
 def test_truncate_from(tmp_path: Path) -> None:
@@ -60,7 +61,7 @@ def test_a_damaged_file_is_refused_clearly(tmp_path: Path, damage: str) -> None:
     log = EpochLog(str(tmp_path))
     log.append(1, 0)
     log.append(2, 64)
-    path = tmp_path / EPOCH_FILE
+    path = tmp_path / EPOCHS.name
     data = bytearray(path.read_bytes())
     if damage == "truncate":
         data = data[:-5]

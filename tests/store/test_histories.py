@@ -8,7 +8,7 @@ from ferry.errors import StoreError
 from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig
 from ferry.store.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ferry.store.epochs import EpochLog
-from ferry.store.histories import HISTORY_FILE, QueueHistory, StoreHistories
+from ferry.store.histories import HISTORIES, QueueHistory, StoreHistories
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
              cq_entries_per_segment=64, index_max_slots=64, index_max_entries=256)
@@ -26,7 +26,7 @@ def test_queue_history_lookups() -> None:
     qh = QueueHistory(["La", "E3", "E4", "E5"], [0, 10, 10, 25])
     assert qh.id_at(0) == "La" and qh.id_at(9) == "La"
     assert qh.id_at(10) == "E4"   # E3 holds nothing of this queue
-    assert qh.id_at(30) == "E5" and qh.newest_start == 25
+    assert qh.id_at(30) == "E5" and qh.starts[-1] == 25
     assert qh.end_of_history_at(3) == 10 and qh.end_of_history_at(24) == 25
     assert qh.end_of_history_at(25) is None
     # A reader past the end of its history goes back there; within it stays.
@@ -139,6 +139,6 @@ def test_created_ms_marks_a_store_that_started_empty(tmp_path: Path) -> None:
 
 
 def test_bad_history_file_is_a_store_error(tmp_path: Path) -> None:
-    (tmp_path / HISTORY_FILE).write_bytes(b"garbage-garbage-garbage")
+    (tmp_path / HISTORIES.name).write_bytes(b"garbage-garbage-garbage")
     with pytest.raises(StoreError):
         StoreHistories(str(tmp_path), 0, True)

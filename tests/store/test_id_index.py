@@ -8,8 +8,8 @@ from ferry.codec.entry import append_entry
 from ferry.codec.msg_id import new_msg_id
 from ferry.store import MessageIn, MessageStore, StoreConfig, decode_record
 from ferry.store.checkpoint import Checkpoint, write_checkpoint
-from ferry.store.encode_context import MAX_ID_RUN
 from ferry.store.index_file import IndexService
+from ferry.store.index_keys import MAX_ID_RUN, exact_id_key, key_hash
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
              index_max_slots=512, index_max_entries=4096)
@@ -82,8 +82,8 @@ def test_ids_indexed_one_by_one_by_older_stores_are_still_found(tmp_path: Path) 
         # an older store's index: no run keys, one b"I" + msg_id key per record
         s._index.drop_from(0)
         assert s.query_by_id(ids[2]) is None
-        s._index.put_many([(b"I" + m.msg_id, m.phy_offset, m.store_ts_ms)  # type: ignore[union-attr]
-                           for m in stored])
+        s._index.put_hashed([(key_hash(exact_id_key(m.msg_id)), m.phy_offset,  # type: ignore[union-attr]
+                               m.store_ts_ms) for m in stored])
         assert [s.query_by_id(i).phy_offset for i in ids] == phys  # type: ignore[union-attr]
 
 

@@ -153,6 +153,25 @@ def test_match_predicate_skips_records_and_moves_past_them(store: MessageStore) 
     assert (got.status, got.next_queue_offset, seen) == (GetStatus.NO_MATCHED_MESSAGE, 21, [])
 
 
+def test_a_corrupt_record_in_a_batch_is_skipped_and_the_rest_served(
+        store: MessageStore) -> None:
+    """Unfiltered reads check a batch's back-to-back records in one call; a damaged one
+    among them is still skipped alone, and a pull ending on it moves past it."""
+    results = store.put_batch([MessageIn("c", 0, b"%d" % i) for i in range(8)])
+    bad = results[3]
+    seg_bytes = SMALL["commitlog_segment_bytes"]
+    path = Path(store.config.root_dir) / "commitlog" / f"{bad.phy_offset // seg_bytes * seg_bytes:020d}"
+    with open(path, "r+b") as f:  # the store maps the file shared: it sees the flip
+        f.seek(bad.phy_offset % seg_bytes + bad.size - 1)
+        f.write(b"X")
+    got = store.get_messages("c", 0, 0, max_count=100)
+    assert [decode_record(r).body for r in got.records] == [b"0", b"1", b"2", b"4", b"5",
+                                                            b"6", b"7"]
+    assert got.next_queue_offset == 8
+    got = store.get_messages("c", 0, 3, max_count=1)
+    assert got.records == [] and got.next_queue_offset == 4
+
+
 def test_a_slow_match_stops_at_the_scan_time_bound(store: MessageStore) -> None:
     for _ in range(5):
         store.put_batch([MessageIn("slow", 0, b"x")] * 200)

@@ -24,7 +24,7 @@ def test_response_answers_its_request() -> None:
     resp = decode_frame(encode_frame(response(req, {"min_offset": 0, "max_offset": 5}, b"b")))
     assert (resp.code, resp.request_id, resp.flags) == (RequestCode.GET_MIN_MAX, 77, Flag.RESPONSE)
     assert resp.fields == {"min_offset": 0, "max_offset": 5} and resp.body == b"b"
-    assert resp.is_response and not resp.is_error
+    assert resp.is_response and resp.error == 0   # no error code
     assert check_response(resp) is resp
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from ferry.codec.entry import ENTRY_HEAD
 from ferry.errors import MalformedRequestError, MessageTooLargeError
-from ferry.wire import MAX_BODY_BYTES, MESSAGE_HEAD, WireMessage, decode_messages, encode_messages
+from ferry.wire import MAX_BODY_BYTES, WireMessage, decode_messages, encode_messages
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -32,8 +33,8 @@ def test_memoryview_input(msgs: list[WireMessage]) -> None:
 
 def test_layout_is_the_documented_one() -> None:
     raw = encode_messages([_msg(tags="TagA", keys="k1 k2", properties=b"a\x01b\x02", flags=7)])
-    assert MESSAGE_HEAD.size == 44
-    length, msg_id, born, flags, tl, kl, pl, bl = MESSAGE_HEAD.unpack_from(raw)
+    assert ENTRY_HEAD.size == 44
+    length, msg_id, born, flags, tl, kl, pl, bl = ENTRY_HEAD.unpack_from(raw)
     assert (length, msg_id, born, flags, tl, kl, pl, bl) == (
         len(raw), MSG_ID, 1_700_000_000_000, 7, 4, 5, 4, 5)
     assert raw[44:] == b"TagAk1 k2a\x01b\x02hello"
@@ -62,7 +63,7 @@ def test_body_over_the_limit() -> None:
 
 
 def test_announced_body_over_the_limit_without_the_bytes() -> None:
-    head = MESSAGE_HEAD.pack(44 + 5 * 1024 * 1024, MSG_ID, 0, 0, 0, 0, 0, 5 * 1024 * 1024)
+    head = ENTRY_HEAD.pack(44 + 5 * 1024 * 1024, MSG_ID, 0, 0, 0, 0, 0, 5 * 1024 * 1024)
     with pytest.raises(MessageTooLargeError):
         decode_messages(head)
 

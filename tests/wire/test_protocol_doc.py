@@ -12,10 +12,10 @@ from pathlib import Path
 import ferry.wire as wire
 import msgpack
 import pytest
+from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_FIELDS
 from ferry.errors import ERRORS_BY_CODE
 from ferry.wire import Flag, RequestCode, encode_frame, error_response, request, response
 from ferry.wire.frame import FRAME_PREFIX_FIELDS, HEADER_KEYS
-from ferry.wire.messages import MESSAGE_HEAD_FIELDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 # Doc type name -> struct format character(s) for a field of the documented size.
@@ -67,9 +67,9 @@ def test_frame_prefix_table() -> None:
 
 def test_message_entry_table() -> None:
     fmt, names, end = _fixed_layout(_table("## Message batch (SEND body)"))
-    assert struct.calcsize(fmt) == wire.MESSAGE_HEAD.size == end == 44
-    assert fmt == wire.MESSAGE_HEAD.format
-    assert tuple(names) == MESSAGE_HEAD_FIELDS
+    assert struct.calcsize(fmt) == ENTRY_HEAD.size == end == 44
+    assert fmt == ENTRY_HEAD.format
+    assert tuple(names) == ENTRY_HEAD_FIELDS
 
 
 def test_header_keys_table() -> None:

@@ -1,8 +1,10 @@
 """Replacing a small state file so that a crash leaves the old contents or the new, never part.
 
-Used for the services' progress, checkpoint and registry files: write a temp
-file beside it, fdatasync it, rename it over the old one, fsync the directory
-(so the rename itself survives a power loss). `load_versioned` reads one back.
+Used for the services' progress, checkpoint and registry files and the store's
+checkpoint, epoch and history files: write a temp file beside it, fdatasync it,
+rename it over the old one, fsync the directory (so the rename itself survives a
+power loss). `load_versioned` reads one back. A leaf like `ferry.codec`: it
+imports nothing of Ferry, so that `ferry.store` may use it.
 """
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 
-def replace_durably(path: Path, payload: bytes) -> None:
+def replace_durably(path: str | os.PathLike[str], payload: bytes) -> None:
     """Make `payload` the whole content of `path`, atomically and durably."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

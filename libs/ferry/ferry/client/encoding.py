@@ -11,16 +11,15 @@ from collections.abc import Mapping, Sequence
 
 from ferry.client.message import Message
 from ferry.codec import DELIVER_AT_MS, TRACEPARENT, TTL_MS, MessageFlag
-from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE
+from ferry.codec.entry import ENTRY_HEAD_SIZE, append_plain_entries
 from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES
-from ferry.codec.msg_id import msg_id_source, new_msg_id
+from ferry.codec.msg_id import new_msg_id
 from ferry.codec.properties import encode_properties
 from ferry.errors import InvalidDelayError, MalformedRequestError, MessageTooLargeError
 from ferry.wire import WireMessage, encode_messages
 
 MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 HEAD_SIZE = ENTRY_HEAD_SIZE
-pack_head = ENTRY_HEAD.pack
 #: The longest delay a producer accepts unless configured otherwise (the broker and the
 #: delay scheduler enforce their own maximum too).
 DEFAULT_MAX_DELAY_MS = 30 * 24 * 3600 * 1000
@@ -113,15 +112,14 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
     """The ids, the SEND-batch entries (as pieces to join), their size and the OR of the
     flags of `msgs`, encoded in one pass.
 
-    A message with no key, tags, properties, delay or TTL (the common case) is
-    packed here directly; others go through the full encoder. Bad input raises
-    before anything is queued.
+    Messages with no key, tags, properties, delay or TTL (the common case) are
+    packed in runs by `append_plain_entries`; others go through the full encoder.
+    Bad input raises before anything is queued.
     """
     born_ts_ms = int(time.time() * 1000)
     msg_ids: list[bytes] = []
     parts: list[bytes] = []
-    add_id, add_part = msg_ids.append, parts.append
-    prefix, next_count = msg_id_source()
+    plain: list[bytes] = []   # the bodies of the plain messages not yet packed
     all_flags = 0
     nbytes = 0
     for msg in msgs:
@@ -129,31 +127,35 @@ def encode_group(msgs: Sequence[Message], max_delay_ms: int = DEFAULT_MAX_DELAY_
         if type(body) is not bytes:
             check_body(body)
             body = bytes(body)
-        size = len(body)
-        if size > MAX_MESSAGE_BYTES:
+        if len(body) > MAX_MESSAGE_BYTES:
             check_body(body)
-        msg_id = prefix + next_count().to_bytes(8, "big")
-        add_id(msg_id)
-        if (msg.delay_ms is not None or msg.deliver_at_ms is not None
-                or msg.ttl_ms is not None):
-            extra, flags = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms,
+        if (msg.delay_ms is None and msg.deliver_at_ms is None and msg.ttl_ms is None
+                and not (msg.key or msg.keys or msg.tags or msg.properties)):
+            plain.append(body)
+            continue
+        if plain:   # ids stay in message order
+            nbytes += _append_plain(parts, msg_ids, plain, born_ts_ms)
+            plain = []
+        msg_id = new_msg_id()
+        msg_ids.append(msg_id)
+        properties = msg.properties
+        flags = trace_flag(properties)
+        if msg.delay_ms is not None or msg.deliver_at_ms is not None or msg.ttl_ms is not None:
+            extra, timed = timing(msg.delay_ms, msg.deliver_at_ms, msg.ttl_ms, max_delay_ms,
                                   born_ts_ms)
-            flags |= trace_flag(msg.properties)
-            all_flags |= flags
-            entry = encode_messages([make_wire(
-                body, msg.key, msg.keys, msg.tags, {**msg.properties, **extra}, msg_id,
-                born_ts_ms, flags)])
-            add_part(entry)
-            nbytes += len(entry)
-        elif msg.key or msg.keys or msg.tags or msg.properties:
-            flags = trace_flag(msg.properties)
-            all_flags |= flags
-            entry = encode_messages([make_wire(body, msg.key, msg.keys, msg.tags,
-                                               msg.properties, msg_id, born_ts_ms, flags)])
-            add_part(entry)
-            nbytes += len(entry)
-        else:
-            add_part(pack_head(HEAD_SIZE + size, msg_id, born_ts_ms, 0, 0, 0, 0, size))
-            add_part(body)
-            nbytes += HEAD_SIZE + size
+            properties, flags = {**properties, **extra}, flags | timed
+        all_flags |= flags
+        entry = encode_messages([make_wire(body, msg.key, msg.keys, msg.tags, properties,
+                                           msg_id, born_ts_ms, flags)])
+        parts.append(entry)
+        nbytes += len(entry)
+    if plain:
+        nbytes += _append_plain(parts, msg_ids, plain, born_ts_ms)
     return msg_ids, parts, nbytes, all_flags
+
+
+def _append_plain(parts: list[bytes], msg_ids: list[bytes], bodies: list[bytes],
+                  born_ts_ms: int) -> int:
+    """append_plain_entries; the bytes it added."""
+    append_plain_entries(parts, msg_ids, bodies, born_ts_ms)
+    return HEAD_SIZE * len(bodies) + sum(map(len, bodies))

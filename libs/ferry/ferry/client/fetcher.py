@@ -34,14 +34,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from crc32c import crc32c
 
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
@@ -49,29 +46,21 @@ from ferry.client.namesrv import BrokerRoute, RouteCache
 from ferry.client.replicas import ReadChoice
 from ferry.codec import ORIGIN_TOPIC
 from ferry.codec.record import (
-    CRC_START,
     H_BODY_LEN,
     H_BORN_HOST_LEN,
     H_BORN_TS_MS,
-    H_CRC,
-    H_KEYS_LEN,
-    H_MAGIC,
-    H_PROPS_LEN,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
     H_RECONSUME_TIMES,
     H_STORE_HOST_LEN,
     H_STORE_TS_MS,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
-    HEADER,
     HEADER_SIZE,
-    RECORD_MAGIC,
+    check_records,
 )
 from ferry.errors import (
     ConnectionLostError,
-    CorruptRecordError,
     FerryError,
     NotMasterError,
     RequestTimeoutError,
@@ -133,13 +122,12 @@ _REWIND_STATUSES = frozenset({PullStatus.HISTORY_DIVERGED, PullStatus.OFFSET_OVE
 _FORWARD_STATUSES = frozenset({PullStatus.OFFSET_TOO_SMALL, PullStatus.OFFSET_OVERFLOW_BADLY})
 
 
-_unpack_header = HEADER.unpack_from
 _new_tuple = tuple.__new__
 
 
 def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
                      broker: str) -> list[ConsumerRecord]:
-    """The records of a PULL response body, each checked (size, magic, CRC) and decoded once.
+    """The records of a PULL response body, checked (`check_records`) and decoded once.
 
     Only what every consumer needs is taken out eagerly (the body, positions,
     timestamps); the record keeps the stored header and the raw tags, keys and
@@ -149,29 +137,17 @@ def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
     if type(body) is not bytes:
         body = bytes(body)   # record bodies are handed out as bytes
     # The header's field indices, bound to locals for the loop.
-    size_i, magic_i, crc_i, body_len_i = H_TOTAL_SIZE, H_MAGIC, H_CRC, H_BODY_LEN
+    size_i, body_len_i = H_TOTAL_SIZE, H_BODY_LEN
     topic_i, born_i, store_i = H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN
-    tags_i, keys_i, props_i = H_TAGS_LEN, H_KEYS_LEN, H_PROPS_LEN
     qid_i, qoff_i, born_ts_i, store_ts_i, reconsume_i = (
         H_QUEUE_ID, H_QUEUE_OFFSET, H_BORN_TS_MS, H_STORE_TS_MS, H_RECONSUME_TIMES)
     out: list[ConsumerRecord] = []
     add = out.append
-    view = memoryview(body)
-    off, n = 0, len(body)
-    while off < n:
-        try:
-            h = _unpack_header(body, off)
-        except struct.error:
-            raise CorruptRecordError(f"truncated record header at {off}") from None
+    off = 0
+    for h in check_records(memoryview(body), 0, len(body)):
         end = off + h[size_i]
         meta = off + HEADER_SIZE + h[topic_i] + h[born_i] + h[store_i]  # after topic and hosts
         payload = end - h[body_len_i]                                  # the body starts here
-        if (h[magic_i] != RECORD_MAGIC or end > n
-                or meta + h[tags_i] + h[keys_i] + h[props_i] != payload
-                or payload < off + HEADER_SIZE):
-            raise CorruptRecordError(f"record at {off} is malformed or truncated")
-        if crc32c(view[off + CRC_START:end]) != h[crc_i]:
-            raise CorruptRecordError(f"record crc mismatch at {off}")
         # ConsumerRecord._make, inlined: this loop runs once per consumed message.
         add(_new_tuple(ConsumerRecord, (body[payload:end], topic, h[qid_i], h[qoff_i],
                                         h[born_ts_i], h[store_ts_i], h[reconsume_i], broker, h,

@@ -14,7 +14,6 @@ when queued, a run when its batch goes out (`PendingRun.encode`).
 from __future__ import annotations
 
 import asyncio
-import struct
 from asyncio import Future, InvalidStateError
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -23,13 +22,10 @@ from itertools import repeat
 from typing import Any
 
 from ferry.client.message import SendResult, TopicQueue
-from ferry.codec.entry import ENTRY_HEAD_SIZE
-from ferry.codec.msg_id import msg_id_source
+from ferry.codec.entry import ENTRY_HEAD_SIZE, append_plain_entries
 from ferry.wire import WireMessage, encode_messages
 
 # ENTRY_HEAD ("<I16sqIHHII") in two pieces around the 16-byte id, for PendingRun.encode.
-_pack_length = struct.Struct("<I").pack
-_pack_head_tail = struct.Struct("<qIHHII").pack
 #: Builds a SendResult without the NamedTuple's Python-level __new__ (a fourth of its cost):
 #: `_result(SendResult, (msg_id, topic, queue_id, queue_offset, broker))`.
 _result = tuple.__new__
@@ -209,29 +205,11 @@ class PendingRun:
 
     def encode(self) -> list[bytes]:
         """The SEND-batch entries of the run's messages as pieces to join, made (with their
-        ids) once.
-
-        An entry's head is packed in two constant pieces around the id's counter
-        (`ENTRY_HEAD` = length | prefix + counter | born_ts_ms, flags, lengths): the
-        pieces depend only on the body's size, so a run of equal sizes packs them once.
-        """
+        ids) once (`ferry.codec.entry.append_plain_entries`, the producer's hot loop)."""
         if not self.msg_ids:
-            prefix, next_count = msg_id_source()
-            born_ts_ms = self.born_ts_ms
             msg_ids: list[bytes] = []
             parts: list[bytes] = []
-            add_id = msg_ids.append
-            last_size = -1
-            before = after = b""
-            for body in self.bodies:
-                size = len(body)
-                if size != last_size:
-                    last_size = size
-                    before = _pack_length(ENTRY_HEAD_SIZE + size) + prefix
-                    after = _pack_head_tail(born_ts_ms, 0, 0, 0, 0, size)
-                counter = next_count().to_bytes(8, "big")
-                add_id(prefix + counter)
-                parts += (before, counter, after, body)
+            append_plain_entries(parts, msg_ids, self.bodies, self.born_ts_ms)
             self.msg_ids = msg_ids
             self.parts = parts
         return self.parts

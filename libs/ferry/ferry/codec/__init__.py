@@ -31,6 +31,7 @@ from ferry.codec.record import (
     MessageIn,
     StoredMessage,
     check_record,
+    check_records,
     decode_record,
     encode_record,
     iter_records,
@@ -57,7 +58,7 @@ from ferry.codec.tags import tag_hash
 
 __all__ = [
     # the record
-    "HEADER", "HEADER_FIELDS", "HEADER_SIZE", "MessageIn", "StoredMessage", "check_record",
+    "HEADER", "HEADER_FIELDS", "HEADER_SIZE", "MessageIn", "StoredMessage", "check_record", "check_records",
     "decode_record", "encode_record", "iter_records",
     # the SEND entry
     "ENTRY_HEAD", "ENTRY_HEAD_FIELDS", "ENTRY_HEAD_SIZE", "append_entry",

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from ferry.atomic_file import replace_durably
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT = struct.Struct("<IIqqqII")
@@ -50,32 +52,7 @@ def write_checkpoint(root_dir: str, cp: Checkpoint) -> None:
     written_ms = cp.written_ms or int(time.time() * 1000)
     head = CHECKPOINT.pack(CHECKPOINT_MAGIC, CHECKPOINT_VERSION, cp.commit_offset,
                            cp.dispatch_offset, written_ms, int(cp.clean), 0)[:-4]
-    replace_file_durably(os.path.join(root_dir, CHECKPOINT_FILE),
-                         head + struct.pack("<I", crc32c(head)))
-
-
-def replace_file_durably(path: str, data: bytes) -> None:
-    """Make `data` the whole content of the small file `path`: a crash leaves the old
-    content or the new, never a mix (temp file, fsync, rename, directory fsync).
-
-    (ferry.atomic_file does the same for the services; the store may use only the
-    leaf modules, so it keeps its own.)
-    """
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:  # os.write may write less than asked
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_durably(os.path.join(root_dir, CHECKPOINT_FILE), head + struct.pack("<I", crc32c(head)))
 
 
 def sync_files(paths: list[str], *, data_only: bool = True) -> None:

@@ -1,11 +1,9 @@
 """Dispatch: turning appended records into consume-queue entries and index keys.
 
 Every record becomes one CQ_ENTRY in the consume queue of its (topic, queue_id)
-and index keys: `b"K" + topic + b"\\x00" + key` for each space-separated key, and
-its id is covered by an id run (`id_index.py`): the first record of a run gets
-`b"R" + msg_id[:ID_RUN_PREFIX_BYTES]`. `LiveDispatch` queues what each written batch
-yields and applies it in one consume-queue write per queue and one index call;
-recovery re-dispatches from the commit log with `redispatch`.
+and the index keys of `index_keys.py`. `LiveDispatch` queues what each written
+batch yields and applies it in one consume-queue write per queue and one index
+call; recovery re-dispatches from the commit log with `redispatch`.
 """
 from __future__ import annotations
 
@@ -13,21 +11,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from ferry.codec.record import (
     AT_PHY_OFFSET,
     BLANK_MAGIC,
     BLANK_SIZE,
-    H_BORN_HOST_LEN,
-    H_KEYS_LEN,
-    H_MSG_ID,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
-    H_STORE_HOST_LEN,
-    H_STORE_TS_MS,
     H_TAG_HASH,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
     H_TOTAL_SIZE,
     HEADER,
@@ -40,8 +30,9 @@ from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
-from .encode_context import ID_RUN_KEY_CRC, MAX_ID_RUN, QueueEntries, id_window
+from .encode_context import QueueEntries
 from .index_file import IndexService
+from .index_keys import IdRuns, IndexItem, key_prefix_crc
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +42,6 @@ _pack_entry = CQ_ENTRY.pack
 _REDISPATCH_CHUNK = 4096
 
 
-def index_keys(topic_b: bytes, keys_b: bytes, msg_id: bytes, run_start: bool = True) -> list[bytes]:
-    """The index keys of one record (its id-run key when it starts a run)."""
-    out = [b"R" + id_window(msg_id)] if run_start else []
-    if keys_b:
-        prefix = b"K" + topic_b + b"\x00"
-        out.extend(prefix + k for k in keys_b.split(b" ") if k)
-    return out
-
-
 class PendingDispatch:
     """Consume-queue entries and index items not yet applied, applied in one call each.
 
@@ -67,16 +49,12 @@ class PendingDispatch:
     descriptor left), the rest stays for the next `apply` (re-applying is idempotent).
     """
 
-    __slots__ = ("queues", "index_items", "_run_prefix", "_run_left", "_run_next")
+    __slots__ = ("queues", "index_items", "id_runs")
 
     def __init__(self) -> None:
         self.queues: dict[tuple[str, int], QueueEntries] = {}
-        self.index_items: list[tuple[int, int, int]] = []  # (key hash, phy, store ts)
-        # The id run `add_keys` continues: its prefix, records it may still take, and
-        # where the next record must start to continue it (back to back).
-        self._run_prefix = b""
-        self._run_left = 0
-        self._run_next = -1
+        self.index_items: list[IndexItem] = []
+        self.id_runs = IdRuns()  # the id run `add_record` continues
 
     def add_entry(self, topic: str, queue_id: int, queue_offset: int, phy: int, size: int,
                   th: int) -> None:
@@ -86,24 +64,6 @@ class PendingDispatch:
                                                           [_pack_entry(phy, size, th)])
         else:
             run.entries.append(_pack_entry(phy, size, th))
-
-    def add_keys(self, topic_b: bytes, keys_b: bytes, msg_id: bytes, phy: int,
-                 store_ts_ms: int, size: int = 0) -> None:
-        """Queue the index keys of the record at `phy` (`size` bytes; 0: unknown, it
-        then starts an id run of its own)."""
-        items = self.index_items
-        prefix = id_window(msg_id)
-        if self._run_left and phy == self._run_next and prefix == self._run_prefix:
-            self._run_left -= 1
-        else:
-            items.append((crc32c(prefix, ID_RUN_KEY_CRC), phy, store_ts_ms))
-            self._run_prefix, self._run_left = prefix, MAX_ID_RUN - 1
-        self._run_next = phy + size if size else -1
-        if keys_b:
-            key_crc = crc32c(b"K" + topic_b + b"\x00")
-            for k in keys_b.split(b" "):
-                if k:
-                    items.append((crc32c(k, key_crc), phy, store_ts_ms))
 
     def apply(self, cqs: ConsumeQueues, index: IndexService) -> None:
         queues = self.queues
@@ -137,7 +97,7 @@ class LiveDispatch:
         self._queued_records = 0
 
     def add(self, start_offset: int, runs: Mapping[tuple[str, int], QueueEntries],
-            items: list[tuple[int, int, int]]) -> None:
+            items: list[IndexItem]) -> None:
         """Queue a written batch that starts at `start_offset`; apply once the queue is long.
 
         A failure to apply here is reported to `on_error` (the batch is written:
@@ -215,7 +175,7 @@ def redispatch(commit_log: CommitLog, cqs: ConsumeQueues, index: IndexService, s
         rel = pos - seg.start_offset
         view = seg.view
         if pos < verified_from:
-            problem = _check_at(view, rel, seg.size, pos)
+            problem = check_unit(view, rel, seg.size - rel, pos)
             if problem is not None:
                 break
         size, magic = SIZE_MAGIC.unpack_from(view, rel)
@@ -244,14 +204,7 @@ def add_record(batch: PendingDispatch, buf: bytes | memoryview, off: int, pos: i
         batch.add_entry(topic_b.decode(), h[H_QUEUE_ID], h[H_QUEUE_OFFSET], pos, h[H_TOTAL_SIZE],
                         h[H_TAG_HASH])
     if keys:
-        k = p + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN] + h[H_TAGS_LEN]
-        batch.add_keys(topic_b, bytes(buf[k:k + h[H_KEYS_LEN]]), h[H_MSG_ID], pos,
-                       h[H_STORE_TS_MS], h[H_TOTAL_SIZE])
-
-
-def _check_at(view: memoryview, rel: int, seg_size: int, pos: int) -> str | None:
-    """Why the record (or end-of-segment marker) at `rel` is not valid, or None if it is."""
-    return check_unit(view, rel, seg_size - rel, pos)
+        batch.id_runs.add(batch.index_items, h, buf, off, key_prefix_crc(topic_b), pos)
 
 
 def check_unit(buf: bytes | memoryview, off: int, seg_room: int, pos: int) -> str | None:

@@ -10,8 +10,6 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from ferry.codec.limits import MAX_HOST_BYTES, MAX_PROPERTIES_BYTES, MAX_QUEUE_ID
 from ferry.codec.record import HEADER
 from ferry.codec.tags import tag_bytes_hash
@@ -19,6 +17,7 @@ from ferry.errors import MalformedRequestError, MessageTooLargeError
 from ferry.names import validate_topic
 
 from .commit_log import CommitLog
+from .index_keys import key_prefix_crc
 from .results import BatchPutResult, PutResult
 
 STAGING_BYTES = 1 << 20
@@ -26,26 +25,6 @@ STAGING_BYTES = 1 << 20
 KEEP_STAGING_BYTES = 8 << 20
 # Header + (topic, born host, store host) structs cached per prefix length.
 MAX_PREFIX_FORMATS = 256
-ID_KEY_CRC = crc32c(b"I")  # index key b"I" + msg_id hashes as crc32c(msg_id, ID_KEY_CRC)
-# Message ids are indexed by run (docs/store-format.md, "Index keys"): one index key
-# b"R" + id_window(msg_id) for a run of at most MAX_ID_RUN records that lie back to back
-# in the commit log and share their id window: the first ID_RUN_PREFIX_BYTES bytes and
-# the high bits of the last one. A producer's ids are 8 random bytes, then a big-endian
-# counter, so a window holds 16 consecutive ids: a batch of 256 makes about 16 keys,
-# and a query walks the records of at most 16 ids (however many separate puts stored
-# them: a transaction's half messages are one put each).
-ID_RUN_PREFIX_BYTES = 15
-ID_RUN_LOW_BITS = 4              # the last id byte's bits a window does not fix
-MAX_ID_RUN = 1 << ID_RUN_LOW_BITS
-ID_RUN_KEY_CRC = crc32c(b"R")  # key b"R" + window hashes as crc32c(window, ID_RUN_KEY_CRC)
-# The window's last byte, by the high bits of the id's last byte.
-ID_WINDOW_BYTE = tuple(bytes((i,)) for i in range(256 >> ID_RUN_LOW_BITS))
-
-
-def id_window(msg_id: bytes) -> bytes:
-    """The id run window of a 16-byte id (its index key without the b"R")."""
-    return msg_id[:ID_RUN_PREFIX_BYTES] + ID_WINDOW_BYTE[msg_id[ID_RUN_PREFIX_BYTES]
-                                                         >> ID_RUN_LOW_BITS]
 _MAX_CACHED = 100_000
 
 PackRecord = Callable[..., None]
@@ -74,7 +53,7 @@ class QueueRun(QueueEntries):
         self.queue_id = queue_id
         self.next_offset = first_offset  # queue offset of the next record staged
         self.topic_b = topic_b
-        self.key_crc = key_crc  # CRC of the index key prefix b"K" + topic + b"\0"
+        self.key_crc = key_crc  # key_prefix_crc of the topic
 
 
 class StageState:
@@ -159,7 +138,7 @@ class EncodeContext:
             topic_b = validate_topic(topic, allow_internal=True).encode()
             if len(self.topics) >= _MAX_CACHED:
                 self.topics.clear()
-            got = self.topics[topic] = (topic_b, crc32c(b"K" + topic_b + b"\x00"))
+            got = self.topics[topic] = (topic_b, key_prefix_crc(topic_b))
         return got
 
     def host(self, host: str) -> tuple[bytes, int]:

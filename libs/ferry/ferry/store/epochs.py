@@ -7,31 +7,23 @@ these lists to find where their logs stop agreeing (`divergence_point`, as
 Kafka's leader epoch and RocketMQ 5's epoch file do): a returning old master
 truncates there and follows the new one.
 
-File layout (little-endian), rewritten whole with replace_file_durably::
+File layout (little-endian, an `entry_file`), rewritten whole::
 
-    magic u32 EPOCH_MAGIC | version u32 | count u32 | count x (epoch i64, start_offset i64)
+    magic u32 EPOCHS.magic | version u32 | count u32 | count x (epoch i64, start_offset i64)
     | crc u32 (CRC32C of every byte before it)
 """
 from __future__ import annotations
 
-import bisect
 import os
 import struct
 
-from crc32c import crc32c
-
 from ferry.errors import StoreError
 
-from .checkpoint import replace_file_durably
+from .entry_file import EntryFile, load_entries, save_entries
 
-EPOCH_FILE = "epochs"
-EPOCH_MAGIC = 0x45595246  # b"FRYE"
-EPOCH_VERSION = 1
-EPOCH_HEAD = struct.Struct("<III")
-EPOCH_ENTRY = struct.Struct("<qq")
-_CRC = struct.Struct("<I")
-#: Entries an epoch file may hold (one per election that wrote to this store).
-MAX_EPOCH_ENTRIES = 1_000_000
+#: magic b"FRYE"; at most one entry per election that wrote to this store.
+EPOCHS = EntryFile("epochs", "epoch file", 0x45595246, 1, struct.Struct("<III"),
+                   struct.Struct("<qq"), 1_000_000)
 
 Entry = tuple[int, int]  # (epoch, start_offset)
 
@@ -40,7 +32,7 @@ class EpochLog:
     """The (epoch, start_offset) pairs of one store, both strictly increasing, durable."""
 
     def __init__(self, root_dir: str) -> None:
-        self.path = os.path.join(root_dir, EPOCH_FILE)
+        self.path = os.path.join(root_dir, EPOCHS.name)
         self._entries: list[Entry] = _load(self.path)
 
     @property
@@ -85,12 +77,6 @@ class EpochLog:
         if entries != self._entries:
             self._save(list(entries))
 
-    def end_offset_of(self, epoch: int, log_end: int) -> int:
-        """Where the records of `epoch` (and all before it) end: the start of the first
-        later epoch, or `log_end` when none is later."""
-        i = bisect.bisect_right(self._entries, (epoch, 2**63))
-        return self._entries[i][1] if i < len(self._entries) else log_end
-
     def truncate_from(self, offset: int) -> None:
         """Drop the entries whose epoch starts at or after `offset` (the log was cut there)."""
         keep = [e for e in self._entries if e[1] < offset]
@@ -98,34 +84,14 @@ class EpochLog:
             self._save(keep)
 
     def _save(self, entries: list[Entry]) -> None:
-        if len(entries) > MAX_EPOCH_ENTRIES:
-            raise StoreError(f"the epoch file would hold more than {MAX_EPOCH_ENTRIES} entries")
-        body = EPOCH_HEAD.pack(EPOCH_MAGIC, EPOCH_VERSION, len(entries)) + b"".join(
-            EPOCH_ENTRY.pack(e, s) for e, s in entries)
-        replace_file_durably(self.path, body + _CRC.pack(crc32c(body)))
+        save_entries(EPOCHS, self.path, (), entries)
         self._entries = entries
 
 
 def _load(path: str) -> list[Entry]:
     """The entries of the epoch file at `path` ([] when there is none)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(EPOCH_HEAD.size + MAX_EPOCH_ENTRIES * EPOCH_ENTRY.size + _CRC.size + 1)
-    except FileNotFoundError:
-        return []
-    if len(data) < EPOCH_HEAD.size + _CRC.size:
-        raise StoreError(f"epoch file {path} is truncated ({len(data)} bytes)")
-    magic, version, count = EPOCH_HEAD.unpack_from(data)
-    if magic != EPOCH_MAGIC or version != EPOCH_VERSION:
-        raise StoreError(f"epoch file {path} has a bad magic or version "
-                         f"({magic:#x}, {version})")
-    want = EPOCH_HEAD.size + count * EPOCH_ENTRY.size + _CRC.size
-    if count > MAX_EPOCH_ENTRIES or len(data) != want:
-        raise StoreError(f"epoch file {path} has {len(data)} bytes, its header says {want}")
-    if _CRC.unpack_from(data, want - _CRC.size)[0] != crc32c(data[:want - _CRC.size]):
-        raise StoreError(f"epoch file {path} fails its CRC check")
-    entries = [(int(e), int(s)) for e, s in
-               EPOCH_ENTRY.iter_unpack(data[EPOCH_HEAD.size:want - _CRC.size])]
+    got = load_entries(EPOCHS, path)
+    entries = got[1] if got is not None else []
     for (e0, s0), (e1, s1) in zip(entries, entries[1:], strict=False):
         if not (e1 > e0 and s1 > s0):
             raise StoreError(f"epoch file {path} holds entries out of order: "

@@ -23,10 +23,10 @@ History ids (strings, short on the wire):
 The boundaries are commit-log offsets. A queue's boundaries are the first queue
 offset whose record lies at or after each (a binary search of its consume
 queue, cached per queue): nothing is stored per record, and a PULL costs a
-bisect. The local runs live in ``<root>/histories``, rewritten whole with
-replace_file_durably::
+bisect. The local runs live in ``<root>/histories`` (an `entry_file`), rewritten
+whole::
 
-    magic u32 HISTORY_MAGIC | version u32 | count u32 | created_ms i64
+    magic u32 HISTORIES.magic | version u32 | count u32 | created_ms i64
     | count x (run_id u64, start_offset i64) | crc u32 (CRC32C of every byte before it)
 
 `created_ms` is when the store started on an empty directory (0: a store from
@@ -41,24 +41,17 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from ferry.errors import StoreError
 
-from .checkpoint import replace_file_durably
+from .entry_file import EntryFile, load_entries, save_entries
 
 if TYPE_CHECKING:
     from .consume_queue import ConsumeQueue
     from .epochs import EpochLog
 
-HISTORY_FILE = "histories"
-HISTORY_MAGIC = 0x48595246  # b"FRYH"
-HISTORY_VERSION = 1
-HISTORY_HEAD = struct.Struct("<IIIq")
-HISTORY_ENTRY = struct.Struct("<Qq")
-_CRC = struct.Struct("<I")
-#: Local runs a history file may hold (one per unclean open or empty start).
-MAX_LOCAL_RUNS = 100_000
+#: magic b"FRYH", head field created_ms; at most one run per unclean open or empty start.
+HISTORIES = EntryFile("histories", "history file", 0x48595246, 1, struct.Struct("<IIIq"),
+                      struct.Struct("<Qq"), 100_000)
 #: Longest history id a request may carry ("L" + 16 hex; "E" + a 63-bit epoch).
 MAX_HISTORY_ID_CHARS = 32
 
@@ -92,10 +85,6 @@ class QueueHistory:
         """Where the history holding `queue_offset` ends in this queue (None: still open)."""
         i = bisect.bisect_right(self.starts, queue_offset)
         return self.starts[i] if i < len(self.starts) else None
-
-    @property
-    def newest_start(self) -> int:
-        return self.starts[-1] if self.starts else 0
 
     def divergence(self, hist: str, offset: int, min_offset: int, max_offset: int) -> int | None:
         """Where a reader at `offset`, whose last record was in `hist`, must go back to, or None.
@@ -148,7 +137,7 @@ class StoreHistories:
     """The store's history boundaries and the per-queue view of them (cached)."""
 
     def __init__(self, root_dir: str, write_offset: int, clean: bool) -> None:
-        self.path = os.path.join(root_dir, HISTORY_FILE)
+        self.path = os.path.join(root_dir, HISTORIES.name)
         self._runs, self.created_ms = _load(self.path)
         if not self._runs and write_offset == 0:
             self.created_ms = int(time.time() * 1000)   # an empty store: a new history
@@ -167,8 +156,8 @@ class StoreHistories:
         """Begin a new local run at the log end `write_offset` (durable when it returns)."""
         runs = [r for r in self._runs if r[1] < write_offset]
         runs.append((int.from_bytes(os.urandom(8), "little"), write_offset))
-        if len(runs) > MAX_LOCAL_RUNS:
-            runs = runs[-MAX_LOCAL_RUNS:]
+        if len(runs) > HISTORIES.max_entries:
+            runs = runs[-HISTORIES.max_entries:]
         _save(self.path, runs, self.created_ms)
         self._runs = runs
         self._key = None
@@ -221,30 +210,15 @@ def _map_queue(cq: ConsumeQueue, bounds: list[tuple[str, int]]) -> QueueHistory:
 
 
 def _save(path: str, runs: list[Run], created_ms: int) -> None:
-    body = HISTORY_HEAD.pack(HISTORY_MAGIC, HISTORY_VERSION, len(runs), created_ms) + b"".join(
-        HISTORY_ENTRY.pack(r, s) for r, s in runs)
-    replace_file_durably(path, body + _CRC.pack(crc32c(body)))
+    save_entries(HISTORIES, path, (created_ms,), runs)
 
 
 def _load(path: str) -> tuple[list[Run], int]:
     """The runs of the history file at `path` and its created_ms (([], 0) when none)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(HISTORY_HEAD.size + MAX_LOCAL_RUNS * HISTORY_ENTRY.size + _CRC.size + 1)
-    except FileNotFoundError:
+    got = load_entries(HISTORIES, path)
+    if got is None:
         return [], 0
-    if len(data) < HISTORY_HEAD.size + _CRC.size:
-        raise StoreError(f"history file {path} is truncated ({len(data)} bytes)")
-    magic, version, count, created_ms = HISTORY_HEAD.unpack_from(data)
-    if magic != HISTORY_MAGIC or version != HISTORY_VERSION:
-        raise StoreError(f"history file {path} has a bad magic or version ({magic:#x}, {version})")
-    want = HISTORY_HEAD.size + count * HISTORY_ENTRY.size + _CRC.size
-    if count > MAX_LOCAL_RUNS or len(data) != want:
-        raise StoreError(f"history file {path} has {len(data)} bytes, its header says {want}")
-    if _CRC.unpack_from(data, want - _CRC.size)[0] != crc32c(data[:want - _CRC.size]):
-        raise StoreError(f"history file {path} fails its CRC check")
-    runs = [(int(r), int(s)) for r, s in
-            HISTORY_ENTRY.iter_unpack(data[HISTORY_HEAD.size:want - _CRC.size])]
+    head, runs = got
     if any(b[1] <= a[1] for a, b in zip(runs, runs[1:], strict=False)):
         raise StoreError(f"history file {path} holds runs out of order")
-    return runs, int(created_ms)
+    return runs, int(head[3])

@@ -20,8 +20,8 @@ from __future__ import annotations
 from ferry.codec.record import AT_MSG_ID, HEADER_SIZE, RECORD_MAGIC, SIZE_MAGIC, StoredMessage
 
 from .commit_log import CommitLog
-from .encode_context import MAX_ID_RUN, id_window
 from .index_file import IndexService
+from .index_keys import MAX_ID_RUN, exact_id_key, id_window, run_key
 from .reader import read_message
 
 # Runs (index candidates) one id query walks at most, and b"I" keys it checks. Each run
@@ -32,11 +32,6 @@ MAX_ID_KEYS_QUERIED = 8
 _ID_END = AT_MSG_ID + 16
 
 
-def run_key(msg_id: bytes) -> bytes:
-    """The index key of the id run that holds `msg_id`."""
-    return b"R" + id_window(msg_id)
-
-
 def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessage | None:
     """The newest stored message with this 16-byte id (its record checked), or None.
 
@@ -44,7 +39,7 @@ def find_by_id(cl: CommitLog, index: IndexService, msg_id: bytes) -> StoredMessa
     indexed by its exact id (b"I": what the broker writes itself, hooked messages,
     older stores) and a copy of it by run, or the other way round."""
     exact: StoredMessage | None = None
-    for phy in index.query(b"I" + msg_id, 0, 2**62, MAX_ID_KEYS_QUERIED):
+    for phy in index.query(exact_id_key(msg_id), 0, 2**62, MAX_ID_KEYS_QUERIED):
         msg = read_message(cl, phy)
         if msg is not None and msg.msg_id == msg_id:
             exact = msg  # candidates come newest first

@@ -26,9 +26,9 @@ import struct
 import sys
 from itertools import islice
 
-from crc32c import crc32c
-
 from ferry.errors import StoreError
+
+from .index_keys import IndexItem, key_hash
 
 #   0 magic b"FIDX" | 4 version u16 | 6 reserved u16 | 8 base_ts_ms i64 (deltas count from it)
 #  16 begin_ts_ms i64 | 24 end_ts_ms i64 (min/max store time indexed)
@@ -51,11 +51,6 @@ MAX_CHAIN_STEPS = 65_536
 
 if sys.byteorder != "little":  # the slot table is read through a native memoryview
     raise ImportError("ferry.store.index_file needs a little-endian host")
-
-
-def key_hash(key: bytes) -> int:
-    """The stable hash of an index key (CRC32C; never Python's per-process hash())."""
-    return crc32c(key)
 
 
 class IndexFile:
@@ -278,21 +273,13 @@ class IndexService:
         self._files.append(f)
         return f
 
-    def put_many(self, items: list[tuple[bytes, int, int]]) -> None:
-        """Index (key, phy_offset, store_ts_ms) items, given in commit-log order.
+    def put_hashed(self, items: list[IndexItem]) -> None:
+        """Index (key_hash(key), phy_offset, store_ts_ms) items, given in commit-log order.
 
         Items at or below the last phy indexed before this call are skipped, so
         recovery can re-dispatch over already indexed records without duplicates
-        (a record's keys always arrive in one call).
-        """
-        self._put([(crc32c(k), p, ts) for k, p, ts in items], self._last_phy)
-
-    def put_hashed(self, items: list[tuple[int, int, int]]) -> None:
-        """put_many with each key already hashed (`key_hash`): the put path's form.
-
-        The appender hashes keys as it encodes, continuing the CRC of a constant
-        prefix (`crc32c(msg_id, crc32c(b"I"))` equals `key_hash(b"I" + msg_id)`), so
-        no key bytes are built per message.
+        (a record's keys always arrive in one call). Writers hash keys as they encode
+        (index_keys.py: no key bytes are built per message).
         On failure (an I/O error rolling to a new file) the items applied are removed
         from `items`, so calling again with the same list applies exactly the rest.
         """
@@ -327,7 +314,7 @@ class IndexService:
         """
         out: list[int] = []
         seen: set[int] = set()
-        h = crc32c(key)
+        h = key_hash(key)
         for f in reversed(self._files):
             if len(out) >= max_count:
                 break
@@ -373,9 +360,6 @@ class IndexService:
             os.remove(f.path)
             deleted += 1
         return deleted
-
-    def file_count(self) -> int:
-        return len(self._files)
 
     def flush(self) -> None:
         for f in self._files:

@@ -34,6 +34,7 @@ from .flush import FlushService
 from .histories import QueueHistory, StoreHistories
 from .id_index import find_by_id
 from .index_file import IndexService
+from .index_keys import message_key
 from .io_errors import os_errors_as_store_errors
 from .reader import FileSpan, RecordMatch, cold_spans, read_checked, read_entries, read_message
 from .recovery import RecoveryReport, recover
@@ -341,7 +342,7 @@ class MessageStore:
         with self._lock:
             self._check_readable()
             self._dispatch()
-            phys = self._index.query(b"K" + topic_b + b"\x00" + key.encode(), begin_ms, end_ms,
+            phys = self._index.query(message_key(topic_b, key.encode()), begin_ms, end_ms,
                                      max_count + 16)  # spare room for hash collisions
             out: list[StoredMessage] = []
             for phy in phys:

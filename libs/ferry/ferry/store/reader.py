@@ -1,9 +1,10 @@
 """Reading a consume queue's records out of the commit log, checked, for get_messages.
 
-Every served record is checked against its consume-queue entry (size, magic,
-CRC) and skipped with an error log if it fails (see store-format.md, "Reads
-verify as well", for why a read keeps its CRC check). Records are returned as
-zero-copy read-only views of the commit log's mapping.
+Every served record is checked against its consume-queue entry (its size; then
+magic and CRC by `ferry.codec.record.check_records`) and skipped with an error log
+if it fails (see store-format.md, "Reads verify as well", for why a read keeps its
+CRC check). Records are returned as zero-copy read-only views of the commit
+log's mapping.
 
 A reader may filter twice: `tag_hashes` on the consume-queue entry (before the
 commit log is touched), then `match`, a predicate over the checked record (the
@@ -29,18 +30,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-
-from crc32c import crc32c
+from operator import itemgetter
 
 from ferry.codec.record import (
     AT_PHY_OFFSET,
-    CRC_START,
+    H_TOTAL_SIZE,
     HEADER_SIZE,
     I64,
-    RECORD_MAGIC,
     SIZE_MAGIC_CRC,
     StoredMessage,
     check_record,
+    check_records,
     decode_record,
 )
 from ferry.errors import CorruptRecordError
@@ -59,6 +59,7 @@ _SCAN_CHUNK = 1024
 # by the cost seen (`_next_chunk`).
 _FIRST_TIMED_CHUNK = 64
 _unpack_check = SIZE_MAGIC_CRC.unpack_from
+_size_of = itemgetter(H_TOTAL_SIZE)
 
 #: A predicate over one checked stored record (its bytes, as a view): keep it?
 RecordMatch = Callable[[memoryview], bool]
@@ -112,39 +113,93 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
               records: list[memoryview], max_count: int, max_bytes: int,
               tag_hashes: set[int] | frozenset[int] | None, match: RecordMatch | None
               ) -> tuple[int, bool]:
-    """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit)."""
+    """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit).
+
+    Without `match`, records are checked a span at a time: consecutive entries whose
+    records lie back to back in one segment (a batch's, usually) are one
+    `check_records` call (`_check_span`); a predicate sees only checked records."""
     add = records.append
     total = sum(len(r) for r in records)
     segs = cl.segments
     base, seg_bytes, write_end = segs[0].start_offset, cl.segment_bytes, cl.write_offset
     seg_lo, seg_hi, view = 0, -1, memoryview(b"")  # the segment at hand: [seg_lo, seg_hi)
+    # The unchecked span: its first record's index in `records` (-1: none), its bytes in
+    # the view, its first record's queue offset, and its entries' sizes.
+    span_at, span_lo, span_end, span_qoff = -1, 0, -1, 0
+    sizes: list[int] = []
+    full = False
     for phy, size, th in entries:
         if tag_hashes is not None and th not in tag_hashes:
             nxt += 1
             continue
         if total + size > max_bytes and records:
-            return nxt, True
+            full = True
+            break
         nxt += 1
         end = phy + size
         if phy < seg_lo or end > seg_hi:  # another segment (consecutive records share one)
+            if span_at >= 0:
+                _check_span(view, span_lo, span_end, sizes, records, span_at, seg_lo, cq,
+                            span_qoff)
+                span_at, span_end = -1, -1
             i = (phy - base) // seg_bytes
             if i < 0 or end > write_end:
                 continue  # deleted by retention (or past the end): skip the entry
             seg = segs[i]
             seg_lo, seg_hi, view = seg.start_offset, min(seg.end_offset, write_end), seg.read_view
-        raw = view[phy - seg_lo:end - seg_lo]
-        got_size, magic, crc = _unpack_check(raw)
-        if got_size != size or magic != RECORD_MAGIC or crc32c(raw[CRC_START:]) != crc:
-            log.error("skipping corrupt record at phy %d (%s/%d offset %d)", phy,
-                      cq.topic, cq.queue_id, nxt - 1)
-            continue  # never served
-        if match is not None and not match(raw):
-            continue  # filtered out: skipped for good (nxt is already past it)
+        rel = phy - seg_lo
+        raw = view[rel:end - seg_lo]
+        if match is None:
+            if rel != span_end:
+                if span_at >= 0:
+                    _check_span(view, span_lo, span_end, sizes, records, span_at, seg_lo, cq,
+                                span_qoff)
+                span_at, span_lo, span_qoff, sizes = len(records), rel, nxt - 1, []
+            span_end = rel + size
+            sizes.append(size)
+        elif not _checked(view, rel, size, seg_lo, cq, nxt - 1) or not match(raw):
+            continue  # corrupt (never served), or filtered out: skipped for good
         add(raw)
         total += size
         if len(records) >= max_count:
-            return nxt, True
-    return nxt, False
+            full = True
+            break
+    if span_at >= 0:
+        _check_span(view, span_lo, span_end, sizes, records, span_at, seg_lo, cq, span_qoff)
+    return nxt, full
+
+
+def _check_span(view: memoryview, lo: int, end: int, sizes: list[int],
+                records: list[memoryview], at: int, seg_lo: int, cq: ConsumeQueue,
+                queue_offset: int) -> None:
+    """Check the records from `records[at]` on, back to back in `view[lo:end]` with their
+    consume-queue entries' `sizes`, in one check_records call; when one fails, check
+    each and drop those that fail."""
+    try:
+        if list(map(_size_of, check_records(view, lo, end, SIZE_MAGIC_CRC))) == sizes:
+            return  # each its consume-queue entry's size
+    except CorruptRecordError:
+        pass
+    kept = []
+    for raw in records[at:]:
+        if _checked(view, lo, len(raw), seg_lo, cq, queue_offset):
+            kept.append(raw)
+        lo, queue_offset = lo + len(raw), queue_offset + 1
+    records[at:] = kept
+
+
+def _checked(view: memoryview, rel: int, size: int, seg_lo: int, cq: ConsumeQueue,
+             queue_offset: int) -> bool:
+    """Whether the record of a `size`-byte consume-queue entry at `rel` of a segment's view
+    passes check_records (and is that size); logs the error when it does not."""
+    try:
+        if check_records(view, rel, rel + size, SIZE_MAGIC_CRC)[0][H_TOTAL_SIZE] == size:
+            return True
+        raise CorruptRecordError(f"its size is not the consume queue's {size}")
+    except CorruptRecordError as exc:
+        log.error("skipping corrupt record at phy %d (%s/%d offset %d): %s", seg_lo + rel,
+                  cq.topic, cq.queue_id, queue_offset, exc)
+        return False
 
 
 def cold_spans(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,

@@ -23,45 +23,34 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple
-
-from crc32c import crc32c
 
 from ferry.codec.record import (
     BLANK_MAGIC,
     BLANK_SIZE,
-    CRC_START,
-    H_BODY_LEN,
-    H_BORN_HOST_LEN,
-    H_CRC,
-    H_KEYS_LEN,
-    H_MAGIC,
-    H_MSG_ID,
     H_PHY_OFFSET,
-    H_PROPS_LEN,
     H_QUEUE_ID,
     H_QUEUE_OFFSET,
-    H_STORE_HOST_LEN,
     H_STORE_TS_MS,
     H_TAG_HASH,
-    H_TAGS_LEN,
     H_TOPIC_LEN,
-    H_TOTAL_SIZE,
     HEADER,
     HEADER_LAYOUT,
     HEADER_SIZE,
     RECORD_MAGIC,
     SIZE_MAGIC,
+    check_records,
 )
-from ferry.errors import StoreError
+from ferry.errors import CorruptRecordError, StoreError
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .commit_log import CommitLog
 from .consume_queue import CQ_ENTRY, ConsumeQueues
 from .dispatch import PendingDispatch, check_unit
-from .encode_context import ID_RUN_KEY_CRC, MAX_ID_RUN, QueueEntries, id_window
+from .encode_context import QueueEntries
 from .index_file import IndexService
+from .index_keys import key_prefix_crc
 from .mapped_file import MappedFile
 
 #: Largest `max_bytes` a read_log call may ask for (a chunk is held in memory twice).
@@ -74,14 +63,15 @@ _MIN_RECORD_ROOM = HEADER_SIZE + BLANK_SIZE
 _pack_entry = CQ_ENTRY.pack
 _size_magic = SIZE_MAGIC.unpack_from
 # unpack_from of a header followed by its topic, one per topic length (at most 256).
-_head_topic: dict[int, Callable[..., tuple]] = {}
+# A header followed by its topic, one per topic length (at most 256).
+_head_topic: dict[int, struct.Struct] = {}
 
 
-def _head_topic_unpacker(topic_len: int) -> Callable[..., tuple]:
-    unpack = _head_topic.get(topic_len)
-    if unpack is None:
-        unpack = _head_topic[topic_len] = struct.Struct(f"{HEADER.format}{topic_len}s").unpack_from
-    return unpack
+def _head_topic_layout(topic_len: int) -> struct.Struct:
+    layout = _head_topic.get(topic_len)
+    if layout is None:
+        layout = _head_topic[topic_len] = struct.Struct(f"{HEADER.format}{topic_len}s")
+    return layout
 
 
 class CheckedChunk(NamedTuple):
@@ -107,7 +97,7 @@ class _Run:
         self.first = first
         self.next = first  # the queue offset the next record must carry
         self.entries: list[bytes] = []  # packed CQ_ENTRY of each record
-        self.key_crc = crc32c(b"K" + topic_b + b"\x00")  # of the index key prefix
+        self.key_crc = key_prefix_crc(topic_b)
 
 
 _NO_RUN = _Run(b"", ("", -1), 0)  # matches no record (queue ids are >= 0)
@@ -198,10 +188,11 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     offset of its queue (`next_queue_offset`: the appender's), so that the
     consume queues stay gapless and identical to the master's.
 
-    One loop does the checks and collects the dispatch (consume-queue entries,
-    index keys) from one unpack per record: it runs for every replicated record.
-    A unit the fast checks do not pass is judged again by `check_unit`, which
-    names the problem (or it is a marker).
+    One loop does the checks (a record's own: `check_records`) and collects the
+    dispatch (consume-queue entries, index keys) from one unpack per record: it runs
+    for every replicated record. A unit that does not end in room for a marker or
+    does not name its own offset is judged again by `check_unit`, which names the
+    problem (or it is a marker).
     """
     if phy_offset != cl.write_offset:
         raise StoreError(f"append_replicated at offset {phy_offset}, but this commit log "
@@ -215,23 +206,23 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
     runs: dict[tuple[bytes, int], _Run] = {}
     run = _NO_RUN  # the last record's queue (a batch's records share one)
     heads = _head_topic
-    items: list[tuple[int, int, int]] = []  # (index key hash, phy, store ts)
+    batch = PendingDispatch()
+    items, add_keys = batch.index_items, batch.id_runs.add
     off = last_ts = 0
     marker_at = -1
-    id_run, id_left = b"", 0  # the id run being continued (see id_index.py)
     while off < n:
         pos = phy_offset + off
         if off + _MIN_RECORD_ROOM <= room_end and off + HEADER_SIZE <= n:
+            size, magic = _size_magic(buf, off)
             tl = buf[off + AT_TOPIC_LEN]
-            if off + HEADER_SIZE + tl <= n:
-                h = (heads.get(tl) or _head_topic_unpacker(tl))(buf, off)
-                size = h[H_TOTAL_SIZE]
-                nxt = off + size
-                if (h[H_MAGIC] == RECORD_MAGIC and nxt <= fast_end
-                        and size == HEADER_SIZE + tl + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN]
-                        + h[H_TAGS_LEN] + h[H_KEYS_LEN] + h[H_PROPS_LEN] + h[H_BODY_LEN]
-                        and h[H_PHY_OFFSET] == pos
-                        and crc32c(mv[off + CRC_START:nxt]) == h[H_CRC]):
+            nxt = off + size
+            if magic == RECORD_MAGIC and nxt <= fast_end and HEADER_SIZE + tl <= size:
+                try:
+                    h = check_records(mv, off, nxt, heads.get(tl) or _head_topic_layout(tl))[0]
+                except CorruptRecordError as exc:
+                    raise StoreError(f"replicated chunk refused, nothing written: {exc} "
+                                     f"(commit-log offset {pos})") from None
+                if h[H_PHY_OFFSET] == pos:
                     if h[H_QUEUE_ID] != run.queue_id or h[-1] != run.topic_b:
                         run = runs.get((h[-1], h[H_QUEUE_ID])) or _new_run(
                             runs, h[-1], h[H_QUEUE_ID], next_queue_offset, pos)
@@ -242,21 +233,12 @@ def check_chunk(cl: CommitLog, next_queue_offset: Mapping[tuple[str, int], int],
                     ts = h[H_STORE_TS_MS]
                     if ts > last_ts:
                         last_ts = ts
-                    id_prefix = id_window(h[H_MSG_ID])  # (back to back: see id_index)
-                    if id_left and id_prefix == id_run:
-                        id_left -= 1
-                    else:
-                        items.append((crc32c(id_prefix, ID_RUN_KEY_CRC), pos, ts))
-                        id_run, id_left = id_prefix, MAX_ID_RUN - 1
-                    if h[H_KEYS_LEN]:
-                        _add_keys(items, buf, off, h, run.key_crc, pos, ts)
+                    add_keys(items, h, buf, off, run.key_crc, pos)
                     off = nxt
                     continue
         # A marker, or a unit that failed a fast check: judged in full.
         marker_at, off = off, off + _marker_size(buf, off, room_end, pos)
-    batch = PendingDispatch()
     batch.queues = {run.key: QueueEntries(run.first, run.entries) for run in runs.values()}
-    batch.index_items = items
     return CheckedChunk(phy_offset, phy_offset + off, marker_at, batch,
                         {run.key: run.next for run in runs.values()}, last_ts)
 
@@ -295,16 +277,6 @@ def _diverged(pos: int, queue_offset: int, run: _Run) -> StoreError:
     return StoreError(
         f"replicated chunk refused, nothing written: the record at {pos} has queue offset "
         f"{queue_offset} of {topic}/{queue_id}, this store expects {run.next} (the logs diverge)")
-
-
-def _add_keys(items: list[tuple[int, int, int]], buf: bytes | memoryview, off: int, h: tuple,
-              key_crc: int, pos: int, ts: int) -> None:
-    """The index items of a record's space-separated keys (as the put path hashes them)."""
-    k = (off + HEADER_SIZE + h[H_TOPIC_LEN] + h[H_BORN_HOST_LEN] + h[H_STORE_HOST_LEN]
-         + h[H_TAGS_LEN])
-    for key in bytes(buf[k:k + h[H_KEYS_LEN]]).split(b" "):
-        if key:
-            items.append((crc32c(key, key_crc), pos, ts))
 
 
 def write_chunk(cl: CommitLog, data: bytes | bytearray | memoryview, chunk: CheckedChunk) -> None:

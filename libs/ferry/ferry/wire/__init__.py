@@ -28,12 +28,7 @@ from ferry.wire.frame import (
     encode_frame_parts,
 )
 from ferry.wire.helpers import check_response, error_response, request, response
-from ferry.wire.messages import (
-    MESSAGE_HEAD,
-    WireMessage,
-    decode_messages,
-    encode_messages,
-)
+from ferry.wire.messages import WireMessage, decode_messages, encode_messages
 from ferry.wire.pull import (
     MAX_PULL_BYTES,
     MAX_PULL_COUNT,
@@ -69,7 +64,6 @@ __all__ = [
     "WireMessage",
     "encode_messages",
     "decode_messages",
-    "MESSAGE_HEAD",
     "MSG_ID_BYTES",
     "MAX_TAGS_BYTES",
     "MAX_KEYS_BYTES",

@@ -81,11 +81,6 @@ class Frame:
         """Whether the requester asked for no response."""
         return bool(self.flags & Flag.ONEWAY)
 
-    @property
-    def is_error(self) -> bool:
-        """Whether this is a response that carries an error code."""
-        return self.error != _OK
-
 
 def encode_header(frame: Frame) -> bytes:
     """The msgpack header of `frame`, leaving out keys at their default."""

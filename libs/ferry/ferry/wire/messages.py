@@ -1,23 +1,9 @@
-"""The SEND body: a batch of messages, each a fixed 44-byte head and four byte strings.
+"""The SEND body: a batch of messages back to back, each a SEND entry.
 
-The entry layout is `ferry.codec.entry` (the store takes the same bytes as its
-batch input); `MESSAGE_HEAD` is its fixed head under the wire's name. One entry
-(all integers little-endian):
-
-    offset  size  field
-    0       4     u32 length        whole entry, this field included
-    4       16    msg_id            16 bytes; all zero = none, the broker assigns one
-    20      8     i64 born_ts_ms    when the producer created the message
-    28      4     u32 flags         message flags, stored as given
-    32      2     u16 tags_len
-    34      2     u16 keys_len
-    36      4     u32 props_len
-    40      4     u32 body_len
-    44      ...   tags (UTF-8) | keys (UTF-8, space-separated) | properties | body
-
-Entries follow each other with no padding; the batch ends where the frame
-body ends. `length` is redundant with the four lengths on purpose: a reader
-checks that they agree, which catches most corruption and misframing.
+The entry layout (a fixed 44-byte head, then tags, keys, properties and body)
+is declared once, with its byte diagram, in `ferry.codec.entry`: the store
+takes the same bytes as its batch input. Entries follow each other with no
+padding; the batch ends where the frame body ends.
 """
 from __future__ import annotations
 
@@ -25,15 +11,10 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_FIELDS, ENTRY_HEAD_SIZE, append_entry
+from ferry.codec.entry import ENTRY_HEAD, ENTRY_HEAD_SIZE, append_entry
 from ferry.codec.limits import MAX_BODY_BYTES, MAX_KEYS_BYTES, MAX_TAGS_BYTES, MSG_ID_BYTES
 from ferry.codec.msg_id import NO_MSG_ID
 from ferry.errors import MalformedRequestError, MessageTooLargeError
-
-#: u32 length | 16s msg_id | i64 born_ts_ms | u32 flags | u16 tags_len | u16 keys_len
-#: | u32 props_len | u32 body_len
-MESSAGE_HEAD = ENTRY_HEAD
-MESSAGE_HEAD_FIELDS = ENTRY_HEAD_FIELDS
 
 
 @dataclass(slots=True)
