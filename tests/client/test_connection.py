@@ -156,6 +156,29 @@ async def test_pool_reconnects_after_loss(server: tuple[TinyServer, str]) -> Non
         await pool.close()
 
 
+async def test_pool_replaces_a_connection_idle_past_idle_close_ms(
+        server: tuple[TinyServer, str]) -> None:
+    """Idle (nothing sent, nothing awaited) past `idle_close_ms`: closed and replaced on the
+    next use, before the broker's own idle timeout could close it under a request. A
+    connection with a request awaiting its answer, or one-way frames corked, is kept."""
+    _, addr = server
+    pool = ConnectionPool(idle_close_ms=200, tls=None)
+    try:
+        first = await pool.get(addr)
+        parked = asyncio.ensure_future(first.request(11, {"n": 1, "delay": 0.5}))
+        await asyncio.sleep(0.3)
+        assert await pool.get(addr) is first  # its request is still out
+        assert (await parked).fields["echo"] == 1
+        first.send_oneway(10, {"n": 2})  # corked, not yet written
+        assert await pool.get(addr) is first
+        await asyncio.sleep(0.3)
+        second = await pool.get(addr)
+        assert second is not first and first.closed and not second.closed
+        assert (await pool.request(addr, 11, {"n": 3})).fields["echo"] == 3
+    finally:
+        await pool.close()
+
+
 async def test_connect_refused_is_connection_lost() -> None:
     from tests.support.procs import free_port
     with pytest.raises(ConnectionLostError):

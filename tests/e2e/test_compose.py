@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "docker-compose.yml"
 
@@ -90,3 +93,59 @@ def test_the_spark_service_reports_on_the_mesh_into_a_volume() -> None:
     assert "spark/jobs/report.py" in spark and "/out" in spark and "spark-out" in spark
     dockerfile = (COMPOSE.parent / "Dockerfile.spark").read_text()
     assert "openjdk-17-jre-headless" in dockerfile and "./spark" in dockerfile
+
+
+def _resolved_services() -> dict[str, Any]:
+    """The services as Compose runs them: `config` with anchors and merges applied."""
+    return dict(yaml.safe_load(compose("config"))["services"])
+
+
+FERRY_HTTP_PORTS = {"namesrv": 9876, "broker-a": 10920, "broker-a-1": 10920, "broker-b": 10920,
+                    "broker-b-1": 10920, "delay-scheduler": 10922, "txn-checker": 10923,
+                    "dedup": 10926, "console": 10927}
+
+
+def test_every_service_has_a_healthcheck_after_merging() -> None:
+    """The YAML merges once dropped the brokers' healthcheck: each service has its own,
+    with a test and a timing; the Ferry services probe their own /readyz with python."""
+    services = _resolved_services()
+    for name, svc in services.items():
+        check = svc.get("healthcheck")
+        assert check and not check.get("disable"), f"{name} has no healthcheck"
+        test = check["test"]
+        assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
+        assert check["interval"] and check["timeout"] and check["retries"] >= 1, name
+    for name, port in FERRY_HTTP_PORTS.items():
+        test = services[name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"], name
+        assert f"http://127.0.0.1:{port}/readyz" in test[3], name
+
+
+def _after(services: dict[str, Any], name: str) -> dict[str, str]:
+    """What `name` waits for at start, and for which condition."""
+    deps = services[name].get("depends_on") or {}
+    return {dep: spec["condition"] for dep, spec in deps.items()}
+
+
+def test_services_start_in_order_once_what_they_need_is_healthy() -> None:
+    """etcd, then auth-init (completed), namesrv, the four brokers, then the services that
+    use brokers; dedup also after redis and postgres. Every service waited for has a
+    healthcheck (or, auth-init, runs to completion)."""
+    services = _resolved_services()
+    healthy = "service_healthy"
+    brokers = ("broker-a", "broker-a-1", "broker-b", "broker-b-1")
+    assert _after(services, "auth-init") == {"etcd": healthy}
+    assert _after(services, "namesrv") == {"etcd": healthy,
+                                           "auth-init": "service_completed_successfully"}
+    for broker in brokers:
+        assert _after(services, broker) == {"etcd": healthy, "namesrv": healthy,
+                                            "auth-init": "service_completed_successfully"}
+    for name in ("delay-scheduler", "txn-checker", "dedup", "console", "spark"):
+        after = _after(services, name)
+        assert {b: after.get(b) for b in (*brokers, "namesrv", "etcd")} == \
+            dict.fromkeys((*brokers, "namesrv", "etcd"), healthy), name
+    assert _after(services, "dedup")["redis"] == healthy
+    assert _after(services, "dedup")["postgres"] == healthy
+    for name in services:
+        for dep, condition in _after(services, name).items():
+            assert condition != healthy or services[dep].get("healthcheck"), (name, dep)

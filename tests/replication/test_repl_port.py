@@ -1,19 +1,23 @@
-"""The replication port of a real master process under garbage and unknown peers.
+"""The replication port of a real master process under garbage, unknown and silent peers.
 
 Each bad connection is closed (garbage: without a word; a well-formed HELLO
-from a broker that is no peer: REFUSE with a reason, then close). The master
-process survives all of it, its real slave stays linked, and writes are still
-acknowledged (sync: through that slave).
+from a broker that is no peer: REFUSE with a reason, then close; a peer that
+does not finish its handshake: after HELLO_TIMEOUT_MS). The master process
+survives all of it, its real slave stays (or gets) linked, and writes are
+still acknowledged (sync: through that slave).
 """
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 
 import pytest
 from ferry import Producer
 from ferry_broker.replication import protocol as p
+from ferry_broker.replication.admission import HELLO_TIMEOUT_MS
+from ferry_broker.replication.master import MAX_CONNECTIONS
 
 from tests.support.ha import Cluster, HaBroker
 
@@ -92,3 +96,35 @@ async def test_the_replication_port_refuses_garbage_and_strangers_and_goes_on(
         result = await producer.send_and_wait("ha-port", b"after")
         assert result.broker == "broker-a"
     assert cluster.master("broker-a")[0] is master   # type: ignore[index]
+
+
+async def test_silent_peers_are_dropped_after_the_handshake_timeout_and_a_slave_links(
+        clusters: Callable[..., Cluster]) -> None:
+    """Peers that take every slot of the port and never finish a HELLO (silent, or 3 bytes
+    of one) are closed after HELLO_TIMEOUT_MS; the real slave, restarted meanwhile, links."""
+    cluster = clusters(replication="sync")
+    master, _ = cluster.wait_master("broker-a")
+    slave = next(b for b in cluster.brokers.values() if b is not master)
+    slave.kill9()
+    while await asyncio.to_thread(_linked_slaves, master):  # the master saw the link end
+        await asyncio.sleep(0.1)
+    started = time.monotonic()
+    peers = [await asyncio.open_connection("127.0.0.1", master.repl_port)
+             for _ in range(MAX_CONNECTIONS)]
+    peers[0][1].write(_hello(1)[:3])
+
+    async def closed_after(reader: asyncio.StreamReader) -> float:
+        assert await asyncio.wait_for(reader.read(), HELLO_TIMEOUT_MS / 1000 + 20) == b""
+        return time.monotonic() - started
+
+    closes = [asyncio.create_task(closed_after(r)) for r, _ in peers]
+    await asyncio.to_thread(cluster.start_broker, "broker-a", slave.broker_id)  # dials the full port
+    for took in await asyncio.gather(*closes):
+        assert HELLO_TIMEOUT_MS / 1000 - 0.05 <= took <= HELLO_TIMEOUT_MS / 1000 + 10
+    for _, writer in peers:
+        writer.close()
+    await asyncio.to_thread(cluster.wait_linked, "broker-a", 1)
+    assert await asyncio.to_thread(_linked_slaves, master) == [slave.broker_id]
+    async with Producer(namesrv=cluster.namesrv, retries=20, retry_backoff_ms=100) as producer:
+        result = await producer.send_and_wait("ha-silent", b"after")
+        assert result.broker == "broker-a"

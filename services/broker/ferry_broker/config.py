@@ -73,6 +73,11 @@ class BrokerConfig:
     # How long a started frame over 64 KiB may take to arrive whole; then the
     # connection closes (a slow sender must not hold the budget above).
     frame_timeout_ms: int = 60_000
+    # Idle and stalled connections (docs/operations.md, "Connections"): a wire connection
+    # that completes no frame for this long while none of its requests runs is closed, so
+    # silent peers and half-open sockets give their slot back. Clients close their own
+    # idle connections sooner (the pool's `idle_close_ms`, 45 s) and heartbeat meanwhile.
+    idle_timeout_ms: int = 60_000
     shutdown_timeout_ms: int = 10_000
     # The furthest a delayed message's delivery time may lie ahead (30 days).
     max_delay_ms: int = 30 * 86_400_000

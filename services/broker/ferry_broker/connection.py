@@ -81,6 +81,9 @@ class BrokerProtocol(asyncio.Protocol):
         self._reserved = 0
         self._frame_started = 0.0
         self._budget_wait = 0
+        #: When the last frame was completed (or the connection opened): the server's
+        #: idle sweep reads it, so the read path pays one clock read per socket read.
+        self.last_frame_at = time.monotonic()
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -132,6 +135,8 @@ class BrokerProtocol(asyncio.Protocol):
                                 "connection: %s", self.info.peer, exc)
             self.close()
             return
+        if frames:
+            self.last_frame_at = time.monotonic()
         for frame in frames:
             self._dispatch(frame)
         if not self._closed:
@@ -179,6 +184,12 @@ class BrokerProtocol(asyncio.Protocol):
     def frame_overdue(self, now: float, timeout_s: float) -> bool:
         """Whether a large frame has been arriving for longer than `timeout_s`."""
         return bool(self._reserved) and now - self._frame_started > timeout_s
+
+    def idle_overdue(self, now: float, timeout_s: float) -> bool:
+        """Whether no frame completed for `timeout_s` while nothing of this connection runs
+        or waits (a large frame arriving, or waiting for the budget, is `frame_overdue`'s)."""
+        return (now - self.last_frame_at > timeout_s and not self.tasks and not self._backlog
+                and not self._reserved and not self._budget_wait)
 
     def pause_writing(self) -> None:
         # The peer is not reading its responses: stop taking requests from it.
@@ -376,3 +387,11 @@ class BrokerProtocol(asyncio.Protocol):
             self._flush_out()
             self._closed = True
             self.transport.close()
+
+    def close_idle(self) -> None:
+        """Close an idle connection; drop it at once if its peer left answers unread."""
+        if self.transport is not None and self.transport.get_write_buffer_size():
+            self._closed = True
+            self.transport.abort()  # close() would wait for a reader that is not there
+        else:
+            self.close()

@@ -4,8 +4,9 @@ Each limit is a `BrokerConfig` field (docs/security.md, "Limits", has the
 table): connections in total and per client address (`admit`), the frame size
 (the decoder refuses a larger frame from its first 4 bytes, before buffering
 it), requests running per connection and unwritten response bytes per
-connection (reading pauses: TCP pushes back on the client), and parked pulls
-(`long_poll.py`, BusyError). `WireLimits` decides the connection limits and
+connection (reading pauses: TCP pushes back on the client), parked pulls
+(`long_poll.py`, BusyError), and the time a connection may stay idle (the server's
+sweep closes it). `WireLimits` decides the connection limits and
 keeps the counters that `/v1/stats` shows under `limits`, so an operator sees
 who is being refused and why.
 """
@@ -32,9 +33,10 @@ HELD_PULLS_OVER_PER_CONN = "held_pulls_over_per_conn"
 HELD_PULLS_OVER_TOTAL = "held_pulls_over_total"
 PENDING_FRAMES_WAITED = "pending_frames_waited"  # a large frame waited for the budget
 FRAMES_TOO_SLOW = "frames_too_slow"  # a large frame did not arrive within frame_timeout_ms
+CONNECTIONS_IDLE = "connections_idle"  # no frame completed within idle_timeout_ms: closed
 COUNTERS = (CONNECTIONS_OVER_TOTAL, CONNECTIONS_OVER_PER_ADDR, FRAMES_MALFORMED, RESPONSES_IGNORED,
             READING_PAUSED_INFLIGHT, READING_PAUSED_UNWRITTEN, HELD_PULLS_OVER_PER_CONN,
-            HELD_PULLS_OVER_TOTAL, PENDING_FRAMES_WAITED, FRAMES_TOO_SLOW)
+            HELD_PULLS_OVER_TOTAL, PENDING_FRAMES_WAITED, FRAMES_TOO_SLOW, CONNECTIONS_IDLE)
 #: Incomplete frames up to this size do not draw on the pending-frame budget: the bytes
 #: they can hold are bounded by connections x this, and requests stay cheap.
 SMALL_FRAME_BYTES = 64 * 1024
@@ -114,6 +116,7 @@ class WireLimits(Admission):
                 "max_held_pulls": cfg.max_held_pulls,
                 "max_pending_frame_bytes": cfg.max_pending_frame_bytes,
                 "frame_timeout_ms": cfg.frame_timeout_ms,
+                "idle_timeout_ms": cfg.idle_timeout_ms,
             },
             "connections": self.open_connections,
             "pending_frame_bytes": self.pending.reserved,

@@ -25,6 +25,13 @@ stops reading pins a bounded amount of broker memory. Incomplete frames over
 64 KiB share `max_pending_frame_bytes` over all connections (a connection past
 it waits, unread) and must arrive whole within `frame_timeout_ms` (the sweep
 closes a connection whose frame is overdue, whatever paused it).
+
+Idle and stalled connections: the same sweep (one timer per server, not one per
+connection or frame) closes a connection that has completed no frame for
+`idle_timeout_ms` while none of its requests runs (a parked PULL keeps it), so a
+silent socket, a partial header or a half-open peer gives its slot back. With
+TLS, the handshake must finish within the same time (asyncio's
+`ssl_handshake_timeout`); the connection is only counted once it has.
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ import time
 from ferry_broker.auth import BrokerAuth
 from ferry_broker.connection import BrokerProtocol
 from ferry_broker.context import BrokerContext, Handler
-from ferry_broker.limits import FRAMES_TOO_SLOW
+from ferry_broker.limits import CONNECTIONS_IDLE, FRAMES_TOO_SLOW
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +66,10 @@ class BrokerServer:
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on host:port; with `tls` every connection speaks TLS first."""
         loop = asyncio.get_running_loop()
+        handshake_s = self.ctx.config.idle_timeout_ms / 1000 if tls is not None else None
         self._server = await loop.create_server(self._new_protocol, host, port,
-                                                reuse_address=True, backlog=1024, ssl=tls)
+                                                reuse_address=True, backlog=1024, ssl=tls,
+                                                ssl_handshake_timeout=handshake_s)
         self._sweeper = loop.call_later(self._sweep_interval_s, self._sweep)
         log.info("wire server listening on %s:%d%s", host, port, " (TLS)" if tls else "")
 
@@ -74,11 +83,14 @@ class BrokerServer:
 
     @property
     def _sweep_interval_s(self) -> float:
-        return min(1.0, self.ctx.config.frame_timeout_ms / 4000)
+        cfg = self.ctx.config
+        return min(1.0, min(cfg.frame_timeout_ms, cfg.idle_timeout_ms) / 4000)
 
     def _sweep(self) -> None:
-        """Close connections whose large frame is overdue (they hold the pending-frame budget)."""
+        """Close connections whose large frame is overdue (they hold the pending-frame
+        budget) and connections idle past `idle_timeout_ms`."""
         timeout_s = self.ctx.config.frame_timeout_ms / 1000
+        idle_s = self.ctx.config.idle_timeout_ms / 1000
         now = time.monotonic()
         for conn in list(self.connections):
             if conn.frame_overdue(now, timeout_s):
@@ -87,6 +99,11 @@ class BrokerServer:
                                        conn.conn_id, conn.info.peer, conn.reserved_bytes,
                                        timeout_s)
                 conn.close()
+            elif conn.idle_overdue(now, idle_s):
+                self.ctx.limits.refuse(CONNECTIONS_IDLE, "closing connection %d from %s: no "
+                                       "frame completed in %.1f s", conn.conn_id,
+                                       conn.info.peer, now - conn.last_frame_at)
+                conn.close_idle()
         self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval_s,
                                                               self._sweep)
 

@@ -21,6 +21,11 @@ The connection is an `asyncio.Protocol` rather than a StreamReader/Writer
 pair: received bytes go straight to the FrameDecoder (no intermediate buffer
 and no reader task to wake), and the frames of requests made in one loop turn
 are corked into one socket write (one syscall for many small requests).
+
+A broker closes a connection idle for its `idle_timeout_ms` (60 s); the pool closes
+its own sooner (`idle_close_ms`, 45 s) and reopens on the next use, so a request
+never races the broker's close (as Kafka keeps clients' `connections.max.idle.ms`
+below the broker's). One caught in that race anyway fails retriable (ConnectionLost).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import ssl
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +62,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 DEFAULT_CONNECT_TIMEOUT_MS = 3_000
+DEFAULT_IDLE_CLOSE_MS = 45_000  # below the broker's idle_timeout_ms (module docstring)
 _MAX_REQUEST_ID = 0xFFFF_FFFF
 # Writers wait once the socket's send buffer holds more than this (asyncio's default).
 _WRITE_HIGH_WATER_BYTES = 64 * 1024
@@ -136,6 +143,8 @@ class BrokerConnection:
         self._lost: asyncio.Future[None] | None = None
         self._out: list[bytes | memoryview] = []   # frames corked until the end of the loop turn
         self._flush_scheduled = False
+        #: When frames were last written (once per corked write, not per request).
+        self.last_sent_at = time.monotonic()
 
     @classmethod
     async def open(cls, addr: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
@@ -167,6 +176,7 @@ class BrokerConnection:
         self._lost = loop.create_future()
         self._decoder = FrameDecoder(max_frame_bytes=self._max_frame_bytes)
         self._closed = False
+        self.last_sent_at = time.monotonic()
 
     def _next_id(self) -> int:
         rid = next(self._ids)
@@ -189,6 +199,7 @@ class BrokerConnection:
         out, self._out = self._out, []
         if not out or self._closed or self._transport is None:
             return
+        self.last_sent_at = time.monotonic()
         if sum(map(len, out)) <= _COALESCE_BYTES:
             self._transport.writelines(out)
         else:
@@ -307,6 +318,14 @@ class BrokerConnection:
         if self._transport is not None:
             self._transport.close()
 
+    def idle_past(self, now: float, limit_s: float) -> bool:
+        """Whether nothing was sent (or corked) for `limit_s` and no answer is awaited."""
+        return now - self.last_sent_at > limit_s and not self._pending and not self._out
+
+    def close_idle(self) -> None:
+        """Close an idle connection now (nothing is pending, nothing corked)."""
+        self._shutdown("idle: closed by the client")
+
     async def close(self) -> None:
         """Close the connection; pending requests fail with ConnectionLostError."""
         if self._flush_scheduled:
@@ -329,15 +348,17 @@ class BrokerConnection:
 
 
 class ConnectionPool:
-    """One live connection per broker address, reconnecting when the old one closed."""
+    """One live connection per broker address, reopened once closed or idle too long."""
 
     def __init__(self, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                  request_handlers: Mapping[int, RequestHandler] | None = None,
                  credentials: Credentials | None = None,
-                 tls: ssl.SSLContext | None | bool = True) -> None:
+                 tls: ssl.SSLContext | None | bool = True,
+                 idle_close_ms: int = DEFAULT_IDLE_CLOSE_MS) -> None:
         """`tls`: a client context, None for plain TCP, True (default) for FERRY_TLS_CA's."""
         self.request_timeout_ms = request_timeout_ms
+        self._idle_close_s = idle_close_ms / 1000
         self.tls = client_context_from_env() if tls is True else (tls or None)
         #: Every connection of the pool signs its requests with these (None: unsigned).
         self.credentials = credentials
@@ -350,7 +371,9 @@ class ConnectionPool:
     async def get(self, addr: str) -> BrokerConnection:
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed:
-            return conn
+            if not conn.idle_past(time.monotonic(), self._idle_close_s):
+                return conn
+            conn.close_idle()
         lock = self._locks.setdefault(addr, asyncio.Lock())
         async with lock:
             conn = self._conns.get(addr)

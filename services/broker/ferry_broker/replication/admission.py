@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 #: Judges a slave's AUTH frame: (HELLO payload, AUTH payload); raises FerryError to refuse.
 Authenticate = Callable[[bytes, bytes], None]
 
-#: A connection must send its HELLO (and AUTH) within this (a silent one holds a slot).
+#: A connection's TLS handshake, then the rest of its handshake (HELLO and, with auth
+#: on, AUTH, up to the master's WELCOME or REFUSE), must each end within this: a
+#: silent or trickling peer holds one of the port's few slots.
 HELLO_TIMEOUT_MS = 5_000
 
 
@@ -38,7 +40,7 @@ class SlaveAdmission:
         """With auth on: why the slave's AUTH frame (next after HELLO) is refused, or None."""
         if self._authenticate is None:
             return None
-        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
+        ftype, payload = await p.read_frame(reader)  # within the handshake's deadline
         if ftype is not p.FrameType.AUTH:
             return f"authentication required: auth is on and the slave sent {ftype.name}, not AUTH"
         try:

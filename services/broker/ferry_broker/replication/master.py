@@ -116,8 +116,10 @@ class ReplicationServer:
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on host:port (port 0: a free one, see `port`); TLS with `tls`."""
-        self._server = await asyncio.start_server(self._on_connection, host, port,
-                                                  reuse_address=True, ssl=tls)
+        # A TLS handshake is bounded like the HELLO that follows it.
+        self._server = await asyncio.start_server(
+            self._on_connection, host, port, reuse_address=True, ssl=tls,
+            ssl_handshake_timeout=HELLO_TIMEOUT_MS / 1000 if tls is not None else None)
         log.info("replication server listening on %s:%d", host, self.port)
 
     @property
@@ -229,7 +231,10 @@ class ReplicationServer:
             if len(self._tasks) > MAX_CONNECTIONS:
                 log.warning("replication: refusing %s: %d connections open", peer, MAX_CONNECTIONS)
                 return
-            link = await self._handshake(reader, writer, peer)
+            # One deadline for the whole handshake: a silent or trickling peer holds one
+            # of the MAX_CONNECTIONS slots for at most HELLO_TIMEOUT_MS.
+            link = await asyncio.wait_for(self._handshake(reader, writer, peer),
+                                          HELLO_TIMEOUT_MS / 1000)
             if link is not None:
                 await self._serve(link, reader)
         except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -254,7 +259,7 @@ class ReplicationServer:
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          peer: str) -> _Link | None:
         """Read and judge the HELLO; answer REFUSE (None) or WELCOME (the new link)."""
-        ftype, payload = await asyncio.wait_for(p.read_frame(reader), HELLO_TIMEOUT_MS / 1000)
+        ftype, payload = await p.read_frame(reader)
         if ftype is not p.FrameType.HELLO:
             raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
         hello = p.decode_hello(payload)
