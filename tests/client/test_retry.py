@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from ferry.client import Consumer
-from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.records import decode_pull_body
 from ferry.client.retry import (
     DEFAULT_MAX_RECONSUME_TIMES,
     DEFAULT_RETRY_BACKOFF_MS,

@@ -20,7 +20,7 @@ import pytest
 from ferry import Message, Producer
 from ferry.client.connection import BrokerConnection
 from ferry.client.encoding import to_wire
-from ferry.client.fetcher import decode_pull_body
+from ferry.client.records import decode_pull_body
 from ferry.errors import FerryError, SlaveNotAvailableError
 from ferry.wire import RequestCode, encode_messages
 

@@ -43,22 +43,9 @@ from typing import Any
 from ferry.client.connection import ConnectionPool
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import BrokerRoute, RouteCache
+from ferry.client.records import decode_pull_body
 from ferry.client.replicas import ReadChoice
 from ferry.codec import ORIGIN_TOPIC
-from ferry.codec.record import (
-    H_BODY_LEN,
-    H_BORN_HOST_LEN,
-    H_BORN_TS_MS,
-    H_QUEUE_ID,
-    H_QUEUE_OFFSET,
-    H_RECONSUME_TIMES,
-    H_STORE_HOST_LEN,
-    H_STORE_TS_MS,
-    H_TOPIC_LEN,
-    H_TOTAL_SIZE,
-    HEADER_SIZE,
-    check_records,
-)
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -120,40 +107,6 @@ MAX_HISTORY_MARKS = 16
 _REWIND_STATUSES = frozenset({PullStatus.HISTORY_DIVERGED, PullStatus.OFFSET_OVERFLOW_BADLY})
 #: Answers whose `next_offset` moves the fetcher forward past what it cannot read.
 _FORWARD_STATUSES = frozenset({PullStatus.OFFSET_TOO_SMALL, PullStatus.OFFSET_OVERFLOW_BADLY})
-
-
-_new_tuple = tuple.__new__
-
-
-def decode_pull_body(body: bytes | bytearray | memoryview, topic: str,
-                     broker: str) -> list[ConsumerRecord]:
-    """The records of a PULL response body, checked (`check_records`) and decoded once.
-
-    Only what every consumer needs is taken out eagerly (the body, positions,
-    timestamps); the record keeps the stored header and the raw tags, keys and
-    properties to decode on first use. The records all belong to the queue the
-    PULL asked for, so the topic is the fetcher's own string.
-    """
-    if type(body) is not bytes:
-        body = bytes(body)   # record bodies are handed out as bytes
-    # The header's field indices, bound to locals for the loop.
-    size_i, body_len_i = H_TOTAL_SIZE, H_BODY_LEN
-    topic_i, born_i, store_i = H_TOPIC_LEN, H_BORN_HOST_LEN, H_STORE_HOST_LEN
-    qid_i, qoff_i, born_ts_i, store_ts_i, reconsume_i = (
-        H_QUEUE_ID, H_QUEUE_OFFSET, H_BORN_TS_MS, H_STORE_TS_MS, H_RECONSUME_TIMES)
-    out: list[ConsumerRecord] = []
-    add = out.append
-    off = 0
-    for h in check_records(memoryview(body), 0, len(body)):
-        end = off + h[size_i]
-        meta = off + HEADER_SIZE + h[topic_i] + h[born_i] + h[store_i]  # after topic and hosts
-        payload = end - h[body_len_i]                                  # the body starts here
-        # ConsumerRecord._make, inlined: this loop runs once per consumed message.
-        add(_new_tuple(ConsumerRecord, (body[payload:end], topic, h[qid_i], h[qoff_i],
-                                        h[born_ts_i], h[store_ts_i], h[reconsume_i], broker, h,
-                                        body[meta:payload])))
-        off = end
-    return out
 
 
 @dataclass(slots=True)

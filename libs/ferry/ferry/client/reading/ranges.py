@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ferry.client.connection import ConnectionPool
-from ferry.client.fetcher import decode_pull_body
 from ferry.client.message import ConsumerRecord, TopicQueue
 from ferry.client.namesrv import RouteCache
 from ferry.client.offsets import read_addr
+from ferry.client.records import decode_pull_body
 from ferry.wire import RequestCode
 from ferry.wire.pull import MAX_PULL_COUNT, PullAnswer, PullRequest
 
