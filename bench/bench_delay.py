@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 from bench_retry import MESSAGES as RETRY_MESSAGES  # noqa: E402
 from bench_retry import retry_roundtrip  # noqa: E402
 from ferry import Message, Producer  # noqa: E402
-from ferry.client.connection import ConnectionPool  # noqa: E402
-from ferry.client.namesrv import NamesrvClient  # noqa: E402
+from ferry.client.core.connection import ConnectionPool  # noqa: E402
+from ferry.client.core.namesrv import NamesrvClient  # noqa: E402
 from ferry.codec import DELIVER_AT_MS, decode_properties, iter_records  # noqa: E402
 from ferry.wire import RequestCode  # noqa: E402
 

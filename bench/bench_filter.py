@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_retry import start_mesh  # noqa: E402
 from ferry import Consumer, Message, Producer, Sql  # noqa: E402
-from ferry.client.message import ConsumerRecord  # noqa: E402
+from ferry.client.core.message import ConsumerRecord  # noqa: E402
 
 from tests.support.procs import Proc, start_etcd  # noqa: E402
 

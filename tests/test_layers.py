@@ -258,3 +258,24 @@ def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
     # `if TYPE_CHECKING:` imports count: roles.py names the config only for types.
     assert "ferry_broker.config" in GRAPH["ferry_broker.roles"]
     assert layer_of("ferry.codec") < layer_of("ferry.client") < layer_of("ferry_broker")
+
+
+#: The client library's rooms, lowest first (docs/architecture.md): a room imports
+#: its own modules and rooms of a lower rank only.
+CLIENT_ROOMS: dict[str, int] = {
+    "core": 0, "producing": 1, "consuming": 1, "reading": 1, "transactions": 2, "admin": 2,
+}
+
+
+def test_client_rooms_import_only_lower_rooms() -> None:
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[:2] == ["ferry", "client"] else None
+
+    rooms = {room(m) for m in GRAPH} - {None}
+    assert rooms == set(CLIENT_ROOMS), f"client rooms on disk {sorted(r for r in rooms if r)}"
+    bad = sorted((a, b) for a, targets in GRAPH.items() for b in targets
+                 if room(a) and room(b) and room(a) != room(b)
+                 and CLIENT_ROOMS[room(a)] <= CLIENT_ROOMS[room(b)])  # type: ignore[index]
+    assert not bad, "a client room imports a room of its own rank or above:\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in bad)

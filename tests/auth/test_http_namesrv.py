@@ -14,7 +14,7 @@ import pytest
 from ferry import Admin
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import client_session
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import AccessDeniedError, AuthenticationError
 from ferry_namesrv.api import build_app
 from ferry_namesrv.permissions import ROUTES

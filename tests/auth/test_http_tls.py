@@ -13,7 +13,7 @@ from uuid import uuid4
 
 import pytest
 from ferry.auth.tls import client_context
-from ferry.client.namesrv import NamesrvClient, parse_namesrv
+from ferry.client.core.namesrv import NamesrvClient, parse_namesrv
 from ferry.errors import ConnectionLostError
 
 from tests.auth.http_support import ADMIN, auth_env, seed

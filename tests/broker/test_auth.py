@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ferry.auth.http import signed_url_headers
 from ferry.auth.signing import now_ms
-from ferry.client.connection import BrokerConnection
+from ferry.client.core.connection import BrokerConnection
 from ferry.errors import AccessDeniedError, AuthenticationError, error_for_code
 from ferry.wire import Frame, RequestCode
 from ferry_broker.permissions import PERMISSIONS

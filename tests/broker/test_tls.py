@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ferry.auth.tls import client_context
-from ferry.client.connection import BrokerConnection, ConnectionPool
+from ferry.client.core.connection import BrokerConnection, ConnectionPool
 from ferry.errors import ConnectionLostError, RequestTimeoutError
 from ferry.wire import RequestCode
 

@@ -16,7 +16,7 @@ import signal
 import sys
 
 from ferry import Consumer
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 
 
 async def main(namesrv: str, topic: str, group: str, out_path: str) -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ferry.client.accumulator import MAX_BATCH_MESSAGES, Batch, QueueBatcher
-from ferry.client.pending import PendingGroup, PendingMessage
+from ferry.client.producing.accumulator import MAX_BATCH_MESSAGES, Batch, QueueBatcher
+from ferry.client.producing.pending import PendingGroup, PendingMessage
 from ferry.wire import WireMessage, decode_messages, encode_messages
 
 

@@ -6,14 +6,14 @@ import random
 
 import pytest
 from ferry import Consumer
-from ferry.client.allocation import (
+from ferry.client.consuming.allocation import (
     STRATEGIES,
     allocate_all,
     allocate_averagely,
     allocate_consistent_hash,
     allocator,
 )
-from ferry.client.message import TopicQueue
+from ferry.client.core.message import TopicQueue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,7 +136,7 @@ def test_consistent_hash_scales_to_a_thousand_queues_and_hundreds_of_members() -
 
 
 def test_average_is_unchanged_and_reexported_from_rebalance() -> None:
-    from ferry.client import rebalance
+    from ferry.client.consuming import rebalance
     assert rebalance.allocate_averagely is allocate_averagely
     qs = _queues(8, brokers=1)
     assert [q.queue_id for q in allocate_averagely(qs, ["m2", "m1"], "m1")] == [0, 1, 2, 3]

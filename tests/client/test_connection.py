@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from ferry.client.connection import BrokerConnection, ConnectionPool
+from ferry.client.core.connection import BrokerConnection, ConnectionPool
 from ferry.errors import ConnectionLostError, RequestTimeoutError, TopicNotFoundError
 from ferry.wire import Frame, FrameDecoder, encode_frame, error_response, response
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple
 
-from ferry.client.consumer import Consumer
-from ferry.client.fetcher import FetchConfig, QueueFetcher
-from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.consuming.consumer import Consumer
+from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher
+from ferry.client.core.message import ConsumerRecord, TopicQueue
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
 
 TQ = TopicQueue("t", "broker-a", 0)
 ROUTE = TopicRoute("t", "normal", "rw", (BrokerRoute("broker-a", "c", "127.0.0.1:1", 4),))

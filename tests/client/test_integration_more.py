@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 from ferry import Admin, Consumer, Producer
-from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.core.namesrv import NamesrvClient, RouteCache
 from ferry.errors import InvalidNameError, MessageTooLargeError, TopicNotFoundError
 
 from tests.client.conftest import Mesh, unique

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ferry.client.message import TopicQueue
-from ferry.client.offsets import Committed, LocalOffsetStore
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.offsets import Committed, LocalOffsetStore
 
 A = TopicQueue("t", "broker-a", 0)
 B = TopicQueue("t", "broker-a", 1)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from ferry.client import Admin, Consumer, ConsumerRecord, Producer, TopicQueue
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.wire import RequestCode
 
 from tests.client.conftest import Mesh, start_mesh, unique

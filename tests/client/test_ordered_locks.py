@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from ferry.client import TopicQueue
-from ferry.client.queue_locks import MAX_LOCK_QUEUES, QueueLocks
+from ferry.client.consuming.queue_locks import MAX_LOCK_QUEUES, QueueLocks
 from ferry.errors import ConnectionLostError
 from ferry.wire import RequestCode
 

@@ -7,10 +7,10 @@ from typing import NamedTuple
 
 import pytest
 from ferry import Admin, Consumer, Message, Producer
-from ferry.client.fetcher import FetchConfig, QueueFetcher
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import BrokerRoute, TopicRoute
-from ferry.client.queues import QueueChooser, check_priority
+from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
+from ferry.client.producing.queues import QueueChooser, check_priority
 
 from tests.client.conftest import Mesh, unique
 from tests.client.util import FAST

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from ferry.client import Message
-from ferry.client.encoding import DEFAULT_MAX_DELAY_MS, timing
+from ferry.client.producing.encoding import DEFAULT_MAX_DELAY_MS, timing
 from ferry.codec import DELIVER_AT_MS, TTL_MS, MessageFlag
 from ferry.codec.properties import decode_properties
 from ferry.errors import (

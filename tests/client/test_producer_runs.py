@@ -10,10 +10,10 @@ import statistics
 import time
 
 import pytest
-from ferry.client.message import SendResult, TopicQueue
-from ferry.client.namesrv import BrokerRoute, TopicRoute
-from ferry.client.pending import PendingRun, split_entries
-from ferry.client.tracing import NEVER, sample_gap
+from ferry.client.core.message import SendResult, TopicQueue
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
+from ferry.client.core.tracing import NEVER, sample_gap
+from ferry.client.producing.pending import PendingRun, split_entries
 from ferry.codec.entry import ENTRY_HEAD
 from ferry.telemetry import Tracing
 from ferry.wire import decode_messages

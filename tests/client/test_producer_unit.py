@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import pytest
-from ferry.client.buffer import ByteBudget
-from ferry.client.namesrv import BrokerRoute, TopicRoute
-from ferry.client.producer import Producer
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
+from ferry.client.producing.buffer import ByteBudget
+from ferry.client.producing.producer import Producer
 from ferry.errors import BusyError, ConnectionLostError
 from ferry.wire import decode_messages
 

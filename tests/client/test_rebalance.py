@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import BrokerRoute, TopicRoute
-from ferry.client.rebalance import GroupMembership, allocate_all, allocate_averagely
+from ferry.client.consuming.rebalance import GroupMembership, allocate_all, allocate_averagely
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
 from ferry.errors import ConnectionLostError, FerryError
 from ferry.wire import Frame, RequestCode, request, response
 from hypothesis import given

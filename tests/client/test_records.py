@@ -4,8 +4,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.records import decode_pull_body
+from ferry.client.core.message import ConsumerRecord, TopicQueue
+from ferry.client.core.records import decode_pull_body
 from ferry.codec.properties import encode_properties
 from ferry.codec.record import MessageIn, decode_record, encode_record, iter_records
 from ferry.errors import CorruptRecordError

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import pytest
-from ferry.client.fetcher import FetchConfig, QueueFetcher
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import MIN_REFRESH_INTERVAL_MS, BrokerRoute, RouteCache, TopicRoute
-from ferry.client.producer import Producer
-from ferry.client.replicas import MASTER_DOWN_MS, SUGGEST_SLAVE_MS, ReadChoice
+from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import MIN_REFRESH_INTERVAL_MS, BrokerRoute, RouteCache, TopicRoute
+from ferry.client.core.replicas import MASTER_DOWN_MS, SUGGEST_SLAVE_MS, ReadChoice
+from ferry.client.producing.producer import Producer
 from ferry.errors import ConnectionLostError, NotMasterError, SlaveNotAvailableError
 
 M, S1, S2, M2 = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.4:1"

@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 from ferry.client import Consumer
-from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import BrokerRoute, TopicRoute
-from ferry.client.records import decode_pull_body
-from ferry.client.retry import (
+from ferry.client.consuming.retry import (
     DEFAULT_MAX_RECONSUME_TIMES,
     DEFAULT_RETRY_BACKOFF_MS,
     Nacker,
@@ -22,7 +19,10 @@ from ferry.client.retry import (
     SendBack,
     send_back_entry,
 )
-from ferry.client.runner import Runner
+from ferry.client.consuming.runner import Runner
+from ferry.client.core.message import ConsumerRecord, TopicQueue
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
+from ferry.client.core.records import decode_pull_body
 from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import ConnectionLostError, FerryError, InvalidDelayError
 from ferry.routing.models import GroupConfig

@@ -9,11 +9,11 @@ from typing import Any, NamedTuple
 import pytest
 from ferry import Consumer, Sql
 from ferry.client import Sql as ClientSql
-from ferry.client.fetcher import FetchConfig, QueueFetcher
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import BrokerRoute
-from ferry.client.rebalance import GroupMembership
-from ferry.client.subscriptions import compile_subscriptions, subscription_specs
+from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher
+from ferry.client.consuming.rebalance import GroupMembership
+from ferry.client.consuming.subscriptions import compile_subscriptions, subscription_specs
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import BrokerRoute
 from ferry.errors import InvalidFilterError
 from ferry.filter import Subscription
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from ferry import Consumer, Producer, TransactionProducer, TxnState
-from ferry.client.connection import ConnectionPool
+from ferry.client.core.connection import ConnectionPool
 from ferry.errors import MessageNotFoundError, TransactionStateError, UnknownCodeError
 from ferry.wire import RequestCode
 

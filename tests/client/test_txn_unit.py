@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from ferry import TransactionProducer, TxnState
-from ferry.client.connection import BrokerConnection
-from ferry.client.txn_checks import as_state, call_for_state, check_record
+from ferry.client.core.connection import BrokerConnection
+from ferry.client.transactions.txn_checks import as_state, call_for_state, check_record
 from ferry.codec import REAL_QUEUE_ID, REAL_TOPIC, TXN_GROUP, MessageFlag
 from ferry.codec.properties import encode_properties
 from ferry.codec.record import MessageIn, encode_record

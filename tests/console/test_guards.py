@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 from ferry import Producer
-from ferry.client.trace_query import spans_of_message
+from ferry.client.admin.trace_query import spans_of_message
 from ferry.wire import RequestCode, encode_messages
 
 from tests.broker.wire_client import WireClient, message

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from ferry import Message, Producer
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.codec import StoredMessage, iter_records
 from ferry.wire import RequestCode
 

@@ -48,7 +48,7 @@ DOTTED = re.compile(r"(?<![\w/.-])(ferry(?:_[a-z_]+)?(?:\.[A-Za-z_][A-Za-z0-9_]*
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_dotted_names_resolve(page: Path) -> None:
-    """`ferry.client.allocation`, `ferry_broker.config.BrokerConfig`: importable (or a name
+    """`ferry.client.consuming.allocation`, `ferry_broker.config.BrokerConfig`: importable (or a name
     the code writes as a string, such as the span attribute `ferry.outcome`)."""
     bad = [f"{page_id(page)}:{n}: {m.group(1)}" for n, line in lines(page)
            for m in DOTTED.finditer(line) if not resolves(m.group(1).rstrip("."))]

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import signed_url_headers
-from ferry.client.connection import BrokerConnection
+from ferry.client.core.connection import BrokerConnection
 from ferry.store import iter_records
 from ferry.wire import FrameDecoder, RequestCode, encode_messages
 

@@ -14,7 +14,7 @@ from typing import cast
 
 import psycopg
 import pytest
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.idempotence import RedisClaim
 
 from tests.support.procs import Postgres, Redis, start_postgres

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import redis.asyncio as aioredis
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.idempotence import Ledger, RedisClaim, biz_key_of
 
 KINDS = ("sqlite", "postgres", "redis")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence import (
     ClaimBusyError,

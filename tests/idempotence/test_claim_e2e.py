@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from ferry import Admin, Consumer, Producer
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.idempotence import ClaimBusyError, RedisClaim
 from ferry.idempotence.claim import Handler
 

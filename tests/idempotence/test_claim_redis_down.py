@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.idempotence import ClaimState, ClaimUnavailableError, RedisClaim, RedisUnavailablePolicy
 
 from tests.idempotence.conftest import record, unique_prefix

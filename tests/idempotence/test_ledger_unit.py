@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.codec.record import MessageIn, decode_record, encode_record
 from ferry.errors import ERRORS_BY_CODE, DuplicateMessage, error_for_code
 from ferry.idempotence import Ledger, LedgerUsageError, biz_key_of

@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import psycopg
 import pytest
-from ferry.client.batch_hook import BatchHook, batch_hook
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.batch_hook import BatchHook, batch_hook
+from ferry.client.core.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence import (
     ClaimBusyError,

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import pytest
 from ferry import Message, Producer
-from ferry.client.connection import BrokerConnection
-from ferry.client.encoding import to_wire
-from ferry.client.records import decode_pull_body
+from ferry.client.core.connection import BrokerConnection
+from ferry.client.core.records import decode_pull_body
+from ferry.client.producing.encoding import to_wire
 from ferry.errors import FerryError, SlaveNotAvailableError
 from ferry.wire import RequestCode, encode_messages
 

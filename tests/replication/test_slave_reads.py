@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from ferry import Consumer, Message, Producer
-from ferry.client.connection import BrokerConnection
+from ferry.client.core.connection import BrokerConnection
 from ferry.wire import RequestCode
 
 from tests.replication.load import FAST_CONSUMER

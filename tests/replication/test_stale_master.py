@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 from ferry import Message, Producer
-from ferry.client.connection import BrokerConnection
-from ferry.client.encoding import to_wire
+from ferry.client.core.connection import BrokerConnection
+from ferry.client.producing.encoding import to_wire
 from ferry.errors import FerryError, NotMasterError
 from ferry.wire import RequestCode, encode_messages
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ferry import TransactionProducer, TxnState
 from ferry.client import Admin, Consumer, ConsumerRecord, Message, Producer
-from ferry.client.trace_query import spans_of_message
+from ferry.client.admin.trace_query import spans_of_message
 from ferry.codec import TRACEPARENT
 from ferry.telemetry import read_trace_dir, tracing
 

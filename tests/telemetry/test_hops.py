@@ -27,7 +27,7 @@ from ferry.client import (
     TransactionProducer,
     TxnState,
 )
-from ferry.client.trace_query import spans_of_message
+from ferry.client.admin.trace_query import spans_of_message
 from ferry.codec import CHECK_IMMUNITY_MS, TRACEPARENT, MessageFlag, msg_id_hex
 from ferry.idempotence import RedisClaim
 from ferry.telemetry import read_trace_dir, tracing

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ferry.client.connection import ConnectionPool
+from ferry.client.core.connection import ConnectionPool
 from ferry.codec import TXN_ACTION, TXN_ID, iter_records
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.wire import RequestCode

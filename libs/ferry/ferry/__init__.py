@@ -25,8 +25,8 @@ from ferry.client import (
     TransactionProducer,
     TxnState,
 )
-from ferry.client.idempotence_hook import Handler, use_idempotence_wiring
-from ferry.client.trace_topic import TraceTopicExporter
+from ferry.client.consuming.idempotence_hook import Handler, use_idempotence_wiring
+from ferry.client.core.trace_topic import TraceTopicExporter
 from ferry.errors import (
     AccessDeniedError,
     AlreadyDeliveredError,
@@ -93,7 +93,7 @@ use_trace_topic_exporter(TraceTopicExporter)
 def _wire_idempotence(handler: Handler, check: object, *, group: str,
                       stats: Any) -> tuple[Handler, Any]:
     """`consumer.run(..., idempotence=...)`: ferry.idempotence, which builds on the client,
-    loaded at the first idempotent run (see ferry.client.idempotence_hook)."""
+    loaded at the first idempotent run (see ferry.client.consuming.idempotence_hook)."""
     from ferry.idempotence.wiring import wire_run
     return wire_run(handler, check, group=group, stats=stats)
 

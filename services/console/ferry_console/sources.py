@@ -17,7 +17,7 @@ import aiohttp
 from ferry import Admin
 from ferry.auth.credentials import Credentials, service_credentials
 from ferry.auth.http import client_session
-from ferry.client.namesrv import NamesrvClient, parse_namesrv
+from ferry.client.core.namesrv import NamesrvClient, parse_namesrv
 
 from ferry_console.config import ConsoleConfig
 

@@ -1,6 +1,6 @@
 """A message's trace as a timeline of hops, from the spans the trace topic holds.
 
-The spans come from `ferry.client.trace_query.spans_of_message(namesrv,
+The spans come from `ferry.client.admin.trace_query.spans_of_message(namesrv,
 msg_id)` (span JSON, docs/tracing.md): every span keyed by the message id,
 and the rest of each trace found. The timeline is one row per span in start
 order: its hop (`ferry.hop`), service, where it happened (broker, queue,
@@ -101,7 +101,7 @@ def timeline(spans: Iterable[dict[str, Any]]) -> list[Hop]:
 
 def _reader() -> Callable[..., Any] | None:
     try:
-        from ferry.client.trace_query import spans_of_message
+        from ferry.client.admin.trace_query import spans_of_message
     except ImportError:   # a ferry without the trace reader: the page says so
         return None
     return spans_of_message  # type: ignore[no-any-return]

@@ -16,8 +16,8 @@ from collections import Counter
 from typing import Any
 
 from ferry.auth.credentials import service_credentials
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient, RouteCache
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient, RouteCache
 from ferry.errors import FerryError
 from ferry.service.app import ServiceApp
 from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth

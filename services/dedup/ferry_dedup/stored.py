@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import RouteCache
-from ferry.client.offsets import read_addr
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import RouteCache
+from ferry.client.core.offsets import read_addr
 from ferry.client.reading import read_range
 from ferry.errors import FerryError, MessageNotFoundError
 from ferry.idempotence import biz_key_of

@@ -16,8 +16,8 @@ import logging
 from typing import Any
 
 from ferry.auth.credentials import service_credentials
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.codec import ORIGIN_OFFSET
 from ferry.service.app import ServiceApp
 from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth

@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.client.reading import route_or_none
 from ferry.codec import ORIGIN_OFFSET, REAL_QUEUE_ID, REAL_TOPIC, MessageFlag, StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, StoreError

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient, TopicRoute
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient, TopicRoute
 from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec.record import StoredMessage
 from ferry.errors import FerryError, FlushTimeoutError

@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from ferry.auth.credentials import service_credentials
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import FerryError
 from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.service.app import ServiceApp

@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from ferry.client.connection import ConnectionPool
+from ferry.client.core.connection import ConnectionPool
 from ferry.client.reading import now_ms
 from ferry.errors import FerryError, MessageNotFoundError, TransactionStateError
 from ferry.telemetry import extract, hop_span, tracing

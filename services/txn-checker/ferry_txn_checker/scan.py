@@ -16,8 +16,8 @@ import asyncio
 import logging
 import time
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient, TopicRoute
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient, TopicRoute
 from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec.record import StoredMessage
 from ferry.names import HALF_TOPIC, OP_TOPIC

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 from ferry.auth.credentials import Credentials
-from ferry.client.connection import ConnectionPool
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache
-from ferry.client.offsets import queue_bounds, read_addr
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import NamesrvClient, RouteCache
+from ferry.client.core.offsets import queue_bounds, read_addr
 from ferry.errors import ConnectionLostError, RequestTimeoutError, TopicNotFoundError
 from ferry.wire import RequestCode
 

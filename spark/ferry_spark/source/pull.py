@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterator
 
 from ferry.auth.credentials import Credentials
-from ferry.client.connection import ConnectionPool
-from ferry.client.message import TopicQueue
-from ferry.client.namesrv import NamesrvClient, RouteCache
-from ferry.client.offsets import read_addr
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.message import TopicQueue
+from ferry.client.core.namesrv import NamesrvClient, RouteCache
+from ferry.client.core.offsets import read_addr
 from ferry.client.reading import pull
 from ferry.codec.record import StoredMessage
 from ferry.errors import (

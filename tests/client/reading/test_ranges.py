@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ferry.client.message import TopicQueue
+from ferry.client.core.message import TopicQueue
 from ferry.client.reading import pull, read_range
 from ferry.codec import MessageIn, encode_record
 from ferry.wire import MAX_PULL_COUNT, PullRequest, PullStatus

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from ferry.client.namesrv import BrokerRoute, TopicRoute
+from ferry.client.core.namesrv import BrokerRoute, TopicRoute
 from ferry.client.reading import (
     Cursor,
     QueueReader,

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 from ferry import Admin
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec import StoredMessage
 from ferry.wire import PullAnswer

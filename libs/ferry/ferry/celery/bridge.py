@@ -39,7 +39,7 @@ from opentelemetry.context import Context
 from ferry.celery.idempotent import HEADER_KEY, HEADER_QUEUE_ID, HEADER_QUEUE_OFFSET, HEADER_TOPIC
 from ferry.celery.tracing import bridge_span
 from ferry.client import Consumer, ConsumerRecord
-from ferry.client.tracing import record_context
+from ferry.client.core.tracing import record_context
 from ferry.telemetry import tracing
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ handler does not process anything: it puts the record in the feed's inbox
 Nothing else commits: a worker killed with -9 leaves every unsettled record
 uncommitted, and the member that gets the queue after the group rebalances
 delivers it again. `stop()` cancels the run: unsettled records are not
-committed either (see `ferry.client.runner`), so a restart loses nothing.
+committed either (see `ferry.client.consuming.runner`), so a restart loses nothing.
 """
 from __future__ import annotations
 

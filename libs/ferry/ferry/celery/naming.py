@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from ferry.client.encoding import DEFAULT_MAX_DELAY_MS
+from ferry.client.producing.encoding import DEFAULT_MAX_DELAY_MS
 
 #: Room left under the 127-character name limit for the `celery-` group prefix.
 MAX_TOPIC_CHARS = 120

@@ -41,8 +41,8 @@ from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Admin, Producer
-from ferry.client.namesrv import DEFAULT_NAMESRV, NamesrvClient
-from ferry.client.tracing import record_context
+from ferry.client.core.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client.core.tracing import record_context
 from ferry.errors import (
     BusyError,
     ConnectionLostError,

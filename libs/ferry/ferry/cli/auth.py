@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from ferry.auth.acl import ADMIN, ALLOW, DENY, admin_rules
 from ferry.auth.credentials import Credentials, generate_secret, validate_access_key
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import MalformedRequestError
 from ferry.routing import EtcdRegistry
 from ferry.routing.registry import DEFAULT_PREFIX

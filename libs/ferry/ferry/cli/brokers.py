@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from ferry.auth.http import client_session
-from ferry.client.namesrv import NamesrvClient
+from ferry.client.core.namesrv import NamesrvClient
 
 #: How long one broker's /v1/stats may take before it is shown unreachable.
 STATS_TIMEOUT_S = 3.0

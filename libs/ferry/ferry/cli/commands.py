@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from ferry.client import Admin, Consumer, Producer, Sql
-from ferry.client.delay import DelaySchedulerClient
-from ferry.client.txn_checker import TxnCheckerClient
+from ferry.client.producing.delay import DelaySchedulerClient
+from ferry.client.transactions.txn_checker import TxnCheckerClient
 from ferry.codec import ORIGIN_TOPIC
 
 EXIT_TIMEOUT = 3

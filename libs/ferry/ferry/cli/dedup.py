@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from ferry.auth.credentials import Credentials
-from ferry.client.namesrv import HttpApi
+from ferry.client.core.namesrv import HttpApi
 from ferry.errors import (
     MalformedRequestError,
     MessageNotFoundError,

@@ -20,9 +20,9 @@ from ferry.cli import celery as celery_cli
 from ferry.cli.auth import add_auth
 from ferry.cli.dedup import add_dedup
 from ferry.cli.messages import add_messages
-from ferry.client.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
-from ferry.client.namesrv import DEFAULT_NAMESRV
-from ferry.client.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
+from ferry.client.core.namesrv import DEFAULT_NAMESRV
+from ferry.client.producing.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
+from ferry.client.transactions.txn_checker import DEFAULT_TXN_CHECKER, TXN_CHECKER_ENV
 from ferry.errors import FerryError
 
 EXIT_FERRY_ERROR = 1

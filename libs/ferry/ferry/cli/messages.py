@@ -21,9 +21,9 @@ import sys
 import time
 from typing import Any
 
-from ferry.client.admin import Admin
-from ferry.client.message import ConsumerRecord
-from ferry.client.query import MAX_KEY_COUNT, MAX_TIME_COUNT, QueryResult
+from ferry.client.admin.admin import Admin
+from ferry.client.admin.query import MAX_KEY_COUNT, MAX_TIME_COUNT, QueryResult
+from ferry.client.core.message import ConsumerRecord
 from ferry.errors import MessageNotFoundError
 
 DEFAULT_BODY_BYTES = 1024

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.errors import FerryError
 from ferry.idempotence.batching import MAX_BATCH, Coalescer
 from ferry.idempotence.claim_scripts import ACQUIRE, CLAIM_OPS, CONFIRM, EXTEND, RELEASE

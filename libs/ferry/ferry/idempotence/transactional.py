@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ferry.client.message import ConsumerRecord
+from ferry.client.core.message import ConsumerRecord
 from ferry.errors import DuplicateMessage, FerryError
 from ferry.idempotence.keys import validate_scene
 from ferry.idempotence.ledger_conn import AIOSQLITE, PSYCOPG, SQLITE3, Target, detect

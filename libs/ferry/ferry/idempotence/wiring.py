@@ -31,9 +31,9 @@ from typing import Any, Protocol, runtime_checkable
 from opentelemetry.context import Context
 from opentelemetry.trace import get_current_span
 
-from ferry.client.batch_hook import batch_hook, offer_batch_hook
-from ferry.client.message import ConsumerRecord
-from ferry.client.tracing import record_context
+from ferry.client.core.batch_hook import batch_hook, offer_batch_hook
+from ferry.client.core.message import ConsumerRecord
+from ferry.client.core.tracing import record_context
 from ferry.errors import DuplicateMessage, FerryError
 from ferry.idempotence.claim import RedisClaim
 from ferry.idempotence.keys import biz_key_of
@@ -172,7 +172,7 @@ def wire(handler: AnyHandler, check: object, *, group: str,
 
 def wire_run(handler: AnyHandler, check: object, *, group: str,
              stats: IdempotenceStats | None) -> tuple[Handler, IdempotenceStats]:
-    """`consumer.run`'s wiring (`ferry.client.idempotence_hook`): `wire` with the consumer's
+    """`consumer.run`'s wiring (`ferry.client.consuming.idempotence_hook`): `wire` with the consumer's
     stats, made at its first idempotent run."""
     stats = stats or IdempotenceStats()
     return wire(handler, check, group=group, stats=stats), stats

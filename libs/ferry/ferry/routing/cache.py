@@ -43,7 +43,7 @@ class RegistryCache:
     """Brokers, topics and groups under the registry's prefix, as of `revision`.
 
     The server side's copy of etcd (namesrv, broker); a client's topic routes come
-    from namesrv over HTTP instead (`ferry.client.namesrv.RouteCache`)."""
+    from namesrv over HTTP instead (`ferry.client.core.namesrv.RouteCache`)."""
 
     def __init__(self, registry: EtcdRegistry) -> None:
         self.registry = registry

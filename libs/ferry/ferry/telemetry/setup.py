@@ -167,7 +167,7 @@ def _shutdown_quietly(provider: TracerProvider) -> None:
 
 #: Makes the exporter to the `%TRACE%` topic of the cluster behind a namesrv:
 #: (namesrv, service) -> exporter. It is a client of that topic, so the client side provides
-#: it (`ferry.client.trace_topic.TraceTopicExporter`, installed by the `ferry` package's
+#: it (`ferry.client.core.trace_topic.TraceTopicExporter`, installed by the `ferry` package's
 #: __init__, which runs before any of its modules): telemetry imports nothing of the client.
 _trace_topic_exporter: Callable[[str, str], SpanExporter] | None = None
 

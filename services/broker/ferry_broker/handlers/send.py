@@ -18,7 +18,7 @@ is answered with StoreUnavailableError, retriable (see `health.py`).
 Internal topics (`%...%`) are refused: only the broker's hooks and the
 requests made for that purpose (SEND_BACK, DELIVER_DUE) write them. The one
 exception is the trace-topic exporter's SEND to `%TRACE%` with the field
-`trace_export` true (ferry.client.trace_topic): spans are ordinary messages
+`trace_export` true (ferry.client.core.trace_topic): spans are ordinary messages
 there, so the SEND path stores them; any other SEND to `%TRACE%` is refused.
 The field is checked strictly, since it opens an internal topic: its value must
 be exactly true, the topic `%TRACE%`, and the frame must announce no message

@@ -1,7 +1,7 @@
 """Message search (by id, by key, by store time) and a message's page with its trace.
 
 Search runs `Admin.query_message`, `Admin.query_by_key` or
-`Admin.messages_by_time` (see ferry.client.query). A message's page shows
+`Admin.messages_by_time` (see ferry.client.admin.query). A message's page shows
 where the brokers store it (each broker's newest record of the id: its topic,
 or the internal topic it is in now: `%SCHEDULE%`, `%RETRY%<group>`,
 `%DLQ%<group>`), the body preview and properties of the record in its real
@@ -16,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 from ferry.cli.messages import parse_time_ms
-from ferry.client.message import ConsumerRecord
-from ferry.client.query import QueryResult, check_msg_id
+from ferry.client.admin.query import QueryResult, check_msg_id
+from ferry.client.core.message import ConsumerRecord
 from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import FerryError, MalformedRequestError, MessageNotFoundError
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.message import ConsumerRecord, TopicQueue
-from ferry.client.namesrv import RouteCache
-from ferry.client.offsets import read_addr
-from ferry.client.records import decode_pull_body
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.message import ConsumerRecord, TopicQueue
+from ferry.client.core.namesrv import RouteCache
+from ferry.client.core.offsets import read_addr
+from ferry.client.core.records import decode_pull_body
 from ferry.wire import RequestCode
 from ferry.wire.pull import MAX_PULL_COUNT, PullAnswer, PullRequest
 

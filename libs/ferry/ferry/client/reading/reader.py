@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ferry.client.connection import ConnectionPool
-from ferry.client.namesrv import NamesrvClient, TopicRoute
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient, TopicRoute
 from ferry.client.reading.ranges import pull
 from ferry.codec.record import StoredMessage
 from ferry.errors import CorruptRecordError, FerryError, MessageNotFoundError, TopicNotFoundError

@@ -1,0 +1,1 @@
+"""Admin and queries: the Admin client, dead-letter queues, message queries and a message's trace read back."""
