@@ -20,7 +20,8 @@ from ferry.errors import (
 from ferry.wire import RequestCode
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.state import Book, OpenTxn
+from ferry_txn_checker.scans import OpenTxn
+from ferry_txn_checker.state import Book
 
 from tests.txn_checker.records import half
 

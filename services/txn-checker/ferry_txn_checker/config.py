@@ -16,6 +16,7 @@ from typing import Any
 
 from ferry import settings
 from ferry.auth.credentials import auth_enabled
+from ferry.routing.election import MIN_TTL_S
 from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
 ENV_PREFIX = "FERRY_TXN_CHECKER_"
@@ -33,10 +34,15 @@ class CheckerConfig:
     http_port: int = 10923
     data_dir: str = "./var/txn-checker"
     namesrv: str = "127.0.0.1:9876"
-    # Reserved for leader election between instances (not built: one instance runs;
-    # a second one is safe, since END_TRANSACTION is idempotent, but checks twice).
+    # -- Leadership (docs/transactions.md, "Leadership and failover"): every instance
+    # runs the election in etcd (also where identities live when auth is on); only the
+    # leader scans and checks. Empty etcd: no election, this one instance leads.
     etcd: str = "127.0.0.1:2379"
-    etcd_prefix: str = "/ferry/"  # where identities live when auth is on
+    etcd_prefix: str = "/ferry/"
+    # The leader's lease: it stops acting 2/3 of this after its last refresh; a standby
+    # takes over at most about this long after the leader's machine is lost.
+    leader_ttl_s: int = 6
+    # -- end of leadership settings
     instance_id: str = ""  # empty = host name + a random suffix
     log_level: str = "INFO"
     # The check schedule: a half with no op is first checked `check_immunity_ms` after
@@ -82,6 +88,8 @@ class CheckerConfig:
             raise ValueError(f"http_port must be in 0..65535, not {self.http_port}")
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
+        if self.leader_ttl_s < MIN_TTL_S:
+            raise ValueError(f"leader_ttl_s must be at least {MIN_TTL_S} (etcd's shortest lease)")
         if self.max_checks > MAX_CHECKS_LIMIT:
             raise ValueError(f"max_checks cannot exceed {MAX_CHECKS_LIMIT}")
 
