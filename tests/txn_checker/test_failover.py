@@ -7,7 +7,10 @@ and the real messages of the topic (one per committed transaction).
 """
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
+import signal
 import time
 
 import pytest
@@ -65,6 +68,37 @@ async def test_a_standby_never_checks_while_the_leader_lives(txn_mesh: Mesh) -> 
         ended = await _ops(broker.addr)
         assert {i: ended[i] for i in ids} == dict.fromkeys(ids, [("rollback", "discarded")])
         assert (_role(leader), _role(standby)) == ("leader", "standby")
+    finally:
+        await producer.stop()
+        for c in checkers:
+            c.proc.stop()
+
+
+async def test_a_paused_leader_stops_checking_before_another_leads(txn_mesh: Mesh) -> None:
+    """SIGSTOP of the leader for longer than its lease: the standby takes over; the old
+    leader, resumed, finds its lease too old and sends nothing more (fencing)."""
+    env = FAST_SCHEDULE | LEADER_TTL | {"FERRY_TXN_CHECKER_MAX_CHECKS": "1000"}
+    checkers = [start_txn_checker(txn_mesh, f"checker-{i}", env=env) for i in (1, 2)]
+    broker = txn_mesh.brokers["broker-a"]
+    producer = await FakeProducer(broker.addr, unique("tg"), lambda _id, _n: None).start()
+    try:
+        leader, standby = await _one_leader(*checkers)
+        ids = [await producer.begin(unique("tt"), b"undecided-%d" % i) for i in range(3)]
+        await until(lambda: leader.stats()["checked"] >= 3, 20, "checks by the leader")
+        os.kill(leader.proc.popen.pid, signal.SIGSTOP)
+        try:
+            await until(lambda: _role(standby) == "leader", 20, "the standby leading")
+        finally:
+            os.kill(leader.proc.popen.pid, signal.SIGCONT)
+        await until(lambda: _role(leader) == "standby", 10, "the old leader standing by")
+        checked = leader.stats()["checked"]
+        before = {i: producer.checks[i] for i in ids}
+        await asyncio.sleep(3.0)  # three check intervals
+        assert leader.stats()["checked"] == checked and _role(leader) == "standby"
+        # One leader checks each half once an interval (1 s), not two.
+        assert all(1 <= producer.checks[i] - before[i] <= 4 for i in ids), (
+            before, dict(producer.checks))
+        assert "no longer leader" in leader.proc.log()
     finally:
         await producer.stop()
         for c in checkers:
