@@ -82,6 +82,7 @@ class Leadership:
         return {"role": "leader" if self.is_leader() and self._term else "standby",
                 "leader": (leader.node_id if leader is not None
                            else self.node_id if el is None else None),
+                "leader_http": leader.value.get("http_addr") if leader is not None else None,
                 "epoch": el.epoch if el is not None else self.book_epoch,
                 "terms": self.terms}
 

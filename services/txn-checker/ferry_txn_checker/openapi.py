@@ -42,12 +42,13 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
                              "responses": {"200": _json({"type": "object"}, "alive")}}},
-        "/readyz": {"get": {"summary": "Checkpoint loaded, scanning", "operationId": "readyz",
+        "/readyz": {"get": {"summary": "Checkpoint loaded (leading or standing by)", "operationId": "readyz",
                             "responses": {"200": _json({"type": "object"}, "ready"),
                                           "503": _error("starting or stopping")}}},
         "/v1/stats": {"get": {
             "summary": "open, checked, committed_by_check, rolled_back_by_check, discarded, "
-                       "scan positions per broker", "operationId": "stats",
+                       "scan positions per broker, role (leader or standby), leader, epoch",
+            "operationId": "stats",
             "responses": {"200": _json({"type": "object"}, "statistics")}}},
         "/v1/transactions": {"get": {
             "summary": "Open or discarded transactions", "operationId": "list_transactions",
