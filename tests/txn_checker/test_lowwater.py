@@ -112,3 +112,13 @@ def test_halves_read_again_by_a_new_leader_count_the_checks_their_age_allows() -
     assert scan.open[old.msg_id_hex].checks == 2
     assert scan.open[new.msg_id_hex].checks == 0
     assert b.open_count == 2
+
+
+def test_marks_of_a_replaced_op_history_are_dropped() -> None:
+    marks = OpMarks()
+    for o, h in enumerate([1, 4, 6, 9]):
+        marks.add(h, o + 10, "E1")
+    marks.cut(12)  # the %OP% history parted at 12: ops 12, 13 were of the old one
+    assert marks.rows() == [[1, 10, "E1"], [4, 11, "E1"]]
+    marks.add(8, 12, "E2")  # the new history's op at 12
+    assert marks.low(5) == (12, "E2")

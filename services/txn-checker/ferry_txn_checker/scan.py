@@ -64,6 +64,8 @@ class BookCursor(Cursor):
         if self.half:
             self.scan.half_next = value
         else:
+            if value < self.scan.op_next:
+                self.scan.op_marks.cut(value)
             self.scan.op_next = value
         self.book.dirty = True
 

@@ -73,6 +73,12 @@ class OpMarks:
         _, op_offset, hist = marks[0]
         return op_offset, hist
 
+    def cut(self, op_offset: int) -> None:
+        """The op scan moved back to `op_offset` (a replaced history): the marks of ops
+        from there on were of the old one."""
+        while self._marks and self._marks[-1][1] >= op_offset:
+            self._marks.pop()
+
     def rows(self) -> list[list[Any]]:
         return [list(m) for m in self._marks]
 
