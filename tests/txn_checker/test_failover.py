@@ -42,6 +42,14 @@ async def _one_leader(*checkers: TxnCheckerProc) -> tuple[TxnCheckerProc, TxnChe
     return leader, next(c for c in checkers if c is not leader)
 
 
+async def _two_checkers(mesh: Mesh, env: dict[str, str]
+                        ) -> tuple[list[TxnCheckerProc], FakeProducer]:
+    """Two checkers, and a producer of a new group that never decides."""
+    checkers = [start_txn_checker(mesh, f"checker-{i}", env=env) for i in (1, 2)]
+    addr = mesh.brokers["broker-a"].addr
+    return checkers, await FakeProducer(addr, unique("tg"), lambda _id, _n: None).start()
+
+
 async def _ops(addr: str) -> dict[str, list[tuple[str, str]]]:
     """Transaction id -> the (action, by) of each of its op records on the broker."""
     ended: dict[str, list[tuple[str, str]]] = {}
@@ -52,10 +60,8 @@ async def _ops(addr: str) -> dict[str, list[tuple[str, str]]]:
 
 
 async def test_a_standby_never_checks_while_the_leader_lives(txn_mesh: Mesh) -> None:
-    env = FAST_SCHEDULE | LEADER_TTL
-    checkers = [start_txn_checker(txn_mesh, f"checker-{i}", env=env) for i in (1, 2)]
+    checkers, producer = await _two_checkers(txn_mesh, FAST_SCHEDULE | LEADER_TTL)
     broker = txn_mesh.brokers["broker-a"]
-    producer = await FakeProducer(broker.addr, unique("tg"), lambda _id, _n: None).start()
     try:
         leader, standby = await _one_leader(*checkers)
         ids = [await producer.begin(unique("tt"), b"undecided-%d" % i) for i in range(6)]
@@ -77,10 +83,8 @@ async def test_a_standby_never_checks_while_the_leader_lives(txn_mesh: Mesh) -> 
 async def test_a_paused_leader_stops_checking_before_another_leads(txn_mesh: Mesh) -> None:
     """SIGSTOP of the leader for longer than its lease: the standby takes over; the old
     leader, resumed, finds its lease too old and sends nothing more (fencing)."""
-    env = FAST_SCHEDULE | LEADER_TTL | {"FERRY_TXN_CHECKER_MAX_CHECKS": "1000"}
-    checkers = [start_txn_checker(txn_mesh, f"checker-{i}", env=env) for i in (1, 2)]
-    broker = txn_mesh.brokers["broker-a"]
-    producer = await FakeProducer(broker.addr, unique("tg"), lambda _id, _n: None).start()
+    checkers, producer = await _two_checkers(
+        txn_mesh, FAST_SCHEDULE | LEADER_TTL | {"FERRY_TXN_CHECKER_MAX_CHECKS": "1000"})
     try:
         leader, standby = await _one_leader(*checkers)
         ids = [await producer.begin(unique("tt"), b"undecided-%d" % i) for i in range(3)]
