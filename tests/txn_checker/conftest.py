@@ -71,6 +71,8 @@ def start_txn_checker(mesh: Mesh, name: str = "txn-checker", *, http_port: int |
         "FERRY_TXN_CHECKER_DATA_DIR": str(data_dir),
         "FERRY_TXN_CHECKER_NAMESRV": mesh.namesrv,
         "FERRY_TXN_CHECKER_ETCD": mesh.etcd.endpoint,
+        # The leader key under the mesh's own prefix: each test's checkers elect alone.
+        "FERRY_TXN_CHECKER_ETCD_PREFIX": mesh.prefix,
         "FERRY_TXN_CHECKER_INSTANCE_ID": name,
         "FERRY_TXN_CHECKER_ROUTE_POLL_MS": "300",
         "FERRY_TXN_CHECKER_PULL_MAX_WAIT_MS": "300",

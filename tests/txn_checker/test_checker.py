@@ -20,7 +20,8 @@ from ferry.errors import (
 from ferry.wire import RequestCode
 from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.state import Book, OpenTxn
+from ferry_txn_checker.scans import OpenTxn
+from ferry_txn_checker.state import Book
 
 from tests.txn_checker.records import half
 
@@ -111,3 +112,14 @@ async def test_a_half_the_broker_lost_is_dropped() -> None:
     checker, book, txn = setup(FakeBroker(MessageNotFoundError("no transaction")))
     await checker._step(txn)
     assert book.open_count == 0 and book.counters["halves_lost"] == 1
+
+
+@pytest.mark.parametrize("checks", [0, 3])  # a check, and the discard (max_checks 3)
+async def test_a_node_that_no_longer_leads_sends_nothing(checks: int) -> None:
+    broker = FakeBroker()
+    checker, book, txn = setup(broker, checks=checks)
+    leading = [False]
+    checker.may_act = lambda: leading[0]
+    await checker._step(txn)
+    assert broker.sent == [] and txn.checks == checks and book.open_count == 1
+    assert not txn.in_flight and book.counters["check_errors"] == 0  # put back, not failed

@@ -1,10 +1,12 @@
 """CheckerApp: builds the txn-checker's parts, restores its checkpoint, runs them, stops cleanly.
 
-Start: load the checkpoint into the book, serve HTTP, then run the scanner
-(pull loops per broker), the check loop and the checkpoint saver. Stop
-(SIGTERM or SIGINT): stop scanning, let the checks under way finish (bounded
-by `shutdown_timeout_ms`), save the checkpoint, stop HTTP, close
-connections. Each step runs even if an earlier one failed.
+Start: load the checkpoint into the book, serve HTTP, then join the election
+(leading.py: while this instance leads, the scanner, the check loop and the
+commits of the low-water marks run) and run the checkpoint saver. Stop
+(SIGTERM or SIGINT): end the term (stop scanning, let the checks under way
+finish, bounded by `shutdown_timeout_ms`), save the checkpoint, commit the
+marks and resign, stop HTTP, close connections. Each step runs even if an
+earlier one failed.
 """
 from __future__ import annotations
 
@@ -16,27 +18,22 @@ from typing import Any
 from ferry.auth.credentials import service_credentials
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.namesrv import NamesrvClient
-from ferry.errors import FerryError
-from ferry.names import HALF_TOPIC, OP_TOPIC
 from ferry.service.app import ServiceApp
 from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import (
-    cancel_task,
     cancel_tasks,
     package_version,
     stop_step,
     stop_tracing,
 )
 from ferry.telemetry import setup_tracing
-from ferry.wire import RequestCode
 
 from ferry_txn_checker import checkpoint
 from ferry_txn_checker.api import build_app
-from ferry_txn_checker.checker import Checker
 from ferry_txn_checker.config import ENV_PREFIX, CheckerConfig
+from ferry_txn_checker.leading import Leadership
 from ferry_txn_checker.permissions import ROUTES
-from ferry_txn_checker.scan import GROUP, QUEUE_ID, Scanner
 from ferry_txn_checker.state import Book
 
 log = logging.getLogger("ferry_txn_checker")
@@ -67,11 +64,12 @@ class CheckerApp(ServiceApp):
                      else None)
         self.book = Book(default_immunity_ms=config.check_immunity_ms,
                          max_open=config.max_open, max_discarded=config.max_discarded,
-                         max_recent=config.max_recent)
-        self.scanner = Scanner(config, self.pool, self.namesrv, self.book)
-        self.checker = Checker(config, self.book, self.pool, lambda: self.scanner.brokers)
+                         max_recent=config.max_recent,
+                         check_interval_ms=config.check_interval_ms,
+                         max_checks=config.max_checks)
+        # Only the elected instance scans and checks (leading.py).
+        self.leadership = Leadership(config, self.book, self.pool, self.namesrv, self.node_id)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._committed: dict[tuple[str, str], int] = {}
 
     async def start(self) -> None:
         cfg = self.config
@@ -80,6 +78,7 @@ class CheckerApp(ServiceApp):
         doc = checkpoint.load(cfg.data_path)
         if doc is not None:
             self.book.restore(doc)
+            self.leadership.book_epoch = int(doc.get("epoch", 0))
         log.info("txn-checker starting", extra={
             "node_id": self.node_id, "open": self.book.open_count,
             "brokers": sorted(self.book.brokers), "restored": doc is not None})
@@ -87,8 +86,7 @@ class CheckerApp(ServiceApp):
                         package_version("ferry-txn-checker"),
                         auth=await start_service_auth(self.auth), guard=self.http.guard)
         await self.serve_http(app, cfg.host)
-        self._tasks["scan"] = asyncio.create_task(self.scanner.run(), name="scan")
-        self._tasks["check"] = asyncio.create_task(self.checker.run(), name="check")
+        await self.leadership.start(f"{cfg.host}:{self.port}")
         self._tasks["checkpoint"] = asyncio.create_task(self._checkpoint_loop(),
                                                         name="checkpoint")
         self._ready = True
@@ -99,7 +97,7 @@ class CheckerApp(ServiceApp):
     async def save_checkpoint(self) -> None:
         """Snapshot the book (in this loop turn) and write it off the loop."""
         self.book.dirty = False
-        payload = checkpoint.encode(self.book.snapshot())
+        payload = checkpoint.encode(self.book.snapshot(), self.leadership.book_epoch)
         await asyncio.to_thread(checkpoint.save, self.config.data_path, payload)
 
     async def _checkpoint_loop(self) -> None:
@@ -114,32 +112,10 @@ class CheckerApp(ServiceApp):
                     # saves then take at most 1/CHECKPOINT_DUTY_FACTOR of the time.
                     pause_s = max(self.config.checkpoint_interval_ms / 1000,
                                   (time.monotonic() - started) * CHECKPOINT_DUTY_FACTOR)
-                    await self._commit_offsets()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("saving the checkpoint failed; will retry")
-
-    async def _commit_offsets(self) -> None:
-        """COMMIT_OFFSET of group ferry-txn-checker, for operators' lag views only.
-
-        %HALF%: the offset below which every half is resolved; %OP%: the scan position.
-        The checkpoint, not these, is what a restart resumes from.
-        """
-        for name, scan in list(self.book.brokers.items()):
-            addr = self.scanner.brokers.get(name)
-            if addr is None:
-                continue
-            for topic, offset in ((HALF_TOPIC, scan.half_low), (OP_TOPIC, scan.op_next)):
-                if self._committed.get((name, topic)) == offset:
-                    continue
-                try:
-                    await self.pool.request(addr, RequestCode.COMMIT_OFFSET, {
-                        "group": GROUP, "topic": topic, "queue_id": QUEUE_ID,
-                        "offset": offset})
-                    self._committed[(name, topic)] = offset
-                except FerryError as exc:
-                    log.debug("commit of %s on %s failed: %s", topic, name, exc)
 
     # -- statistics ------------------------------------------------------------------
 
@@ -147,8 +123,9 @@ class CheckerApp(ServiceApp):
         book = self.book
         doc: dict[str, Any] = {"node_id": self.node_id, "open": book.open_count,
                                **book.counters, "discarded_listed": len(book.discarded),
-                               "scanning": self.scanner.pulling,
-                               "checks_in_flight": self.checker.in_flight}
+                               "scanning": self.leadership.scanner.pulling,
+                               "checks_in_flight": self.leadership.checker.in_flight,
+                               **self.leadership.describe()}
         doc["brokers"] = {name: {"half_next": s.half_next, "op_next": s.op_next,
                                  "open": len(s.open), "early_ops": len(s.early_ops),
                                  "half_low": s.half_low, "op_synced_ms": s.op_synced_ms}
@@ -159,22 +136,15 @@ class CheckerApp(ServiceApp):
     # -- stop ------------------------------------------------------------------------
 
     async def stop_steps(self) -> None:
-        await stop_step("stop scanning", self._stop_scanning)
-        await stop_step("stop checking", self._stop_checking)
+        await stop_step("stop scanning and checking", lambda: self.leadership.stop_term(
+            self.config.shutdown_timeout_ms / 1000))
         await stop_step("stop background tasks", lambda: cancel_tasks(self._tasks))
         if self._ready:
             await stop_step("save the checkpoint", self.save_checkpoint)
+        await stop_step("commit the marks and resign", self.leadership.close)
         await stop_step("stop the HTTP API", self.http.stop)
         if self.auth is not None:
             await stop_step("stop the auth registry", self.auth.stop)
         await stop_step("close broker connections", self.pool.close)
         await stop_step("close the namesrv client", self.namesrv.close)
         await stop_step("stop tracing", stop_tracing)
-
-    async def _stop_scanning(self) -> None:
-        await cancel_task(self._tasks, "scan")
-        await self.scanner.stop()
-
-    async def _stop_checking(self) -> None:
-        await cancel_task(self._tasks, "check")
-        await self.checker.drain(self.config.shutdown_timeout_ms / 1000)

@@ -15,6 +15,11 @@ two ways. A broker that cannot be reached is asked again after
 `retry_backoff_ms`, without counting a check. A TRACED half's check (or
 discard) is a `check` span (CLIENT) child of the half's trace context, with
 its outcome in `ferry.outcome`.
+
+Fencing (docs/transactions.md, "Leadership and failover"): `may_act()` (the
+election's `is_leader`, which turns False by itself at 2/3 of the lease's TTL
+without a refresh) is asked right before each CHECK and each discard is sent;
+a node that no longer leads puts the half back and sends nothing.
 """
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import RequestCode
 
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.state import COMMITTED, DISCARDED, ROLLED_BACK, Book, OpenTxn
+from ferry_txn_checker.scans import OpenTxn
+from ferry_txn_checker.state import COMMITTED, DISCARDED, ROLLED_BACK, Book
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +45,18 @@ DEFER_MS = 200  # a half whose op scan is behind is looked at again this much la
 _ENDED = (COMMITTED, ROLLED_BACK)
 
 
+class Fenced(Exception):
+    """This node may not act now (it does not lead): nothing was sent."""
+
+
 class Checker:
     """Runs the checks the book says are due, at most `check_concurrency` at once."""
 
     def __init__(self, cfg: CheckerConfig, book: Book, pool: ConnectionPool,
-                 brokers: Callable[[], dict[str, str]]) -> None:
+                 brokers: Callable[[], dict[str, str]],
+                 may_act: Callable[[], bool] = lambda: True) -> None:
         self.cfg = cfg
+        self.may_act = may_act
         self.book = book
         self.pool = pool
         self.brokers = brokers
@@ -99,6 +111,8 @@ class Checker:
         except asyncio.CancelledError:
             self.book.retry(txn, now_ms())
             raise
+        except Fenced:
+            self.book.retry(txn, now_ms() + self.cfg.retry_backoff_ms, counted=False)
         except MessageNotFoundError:
             log.warning("transaction %s is no longer on broker %s (retention?); dropped",
                         txn.msg_id, txn.broker)
@@ -132,6 +146,8 @@ class Checker:
     async def _check(self, addr: str, txn: OpenTxn) -> str:
         """Ask the broker to check `txn`; the outcome (forwarded, no_producer or the
         state of an already ended transaction)."""
+        if not self.may_act():
+            raise Fenced
         resp = await self.pool.request(addr, RequestCode.CHECK_TRANSACTION, {
             "group": txn.group, "msg_id": bytes.fromhex(txn.msg_id)},
             timeout_ms=self.cfg.check_timeout_ms)
@@ -148,6 +164,8 @@ class Checker:
         return "forwarded" if resp.fields.get("forwarded") else "no_producer"
 
     async def _discard(self, addr: str, txn: OpenTxn) -> None:
+        if not self.may_act():  # the one resolution the checker sends on its own
+            raise Fenced
         try:
             await self.pool.request(addr, RequestCode.END_TRANSACTION, {
                 "group": txn.group, "msg_id": bytes.fromhex(txn.msg_id), "action": "rollback",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ferry.routing.election import MIN_TTL_S
 from ferry.service.config import InstanceConfig, check_service
 from ferry.wire import MAX_PULL_COUNT  # a broker answers PULL with at most this many records
 
@@ -25,9 +26,13 @@ class CheckerConfig(InstanceConfig):
 
     http_port: int = 10923
     data_dir: str = "./var/txn-checker"
-    # etcd: where identities live when auth is on; also reserved for leader election
-    # between instances (not built: one instance runs; a second one is safe, since
-    # END_TRANSACTION is idempotent, but checks twice).
+    # -- Leadership (docs/transactions.md, "Leadership and failover"): every instance
+    # runs the election in etcd (`etcd`, also where identities live when auth is on);
+    # only the leader scans and checks. Empty etcd: no election, this one instance leads.
+    # The leader's lease: it stops acting 2/3 of this after its last refresh; a standby
+    # takes over at most about this long after the leader's machine is lost.
+    leader_ttl_s: int = 6
+    # -- end of leadership settings
     # The check schedule: a half with no op is first checked `check_immunity_ms` after
     # its store time (its CHECK_IMMUNITY_MS property wins), then every
     # `check_interval_ms`; `check_interval_ms` after the `max_checks`-th check it is
@@ -55,5 +60,7 @@ class CheckerConfig(InstanceConfig):
         check_service(self, ENV_PREFIX, _MAY_BE_ZERO)
         if self.pull_max_count > MAX_PULL_COUNT:
             raise ValueError(f"pull_max_count cannot exceed the broker's {MAX_PULL_COUNT}")
+        if self.leader_ttl_s < MIN_TTL_S:
+            raise ValueError(f"leader_ttl_s must be at least {MIN_TTL_S} (etcd's shortest lease)")
         if self.max_checks > MAX_CHECKS_LIMIT:
             raise ValueError(f"max_checks cannot exceed {MAX_CHECKS_LIMIT}")

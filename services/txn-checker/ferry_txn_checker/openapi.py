@@ -28,7 +28,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     txn_ref = {"$ref": "#/components/schemas/Transaction"}
     paths: dict[str, Any] = {
         **stats_path("open, checked, committed_by_check, rolled_back_by_check, discarded, "
-                     "scan positions per broker"),
+                     "scan positions per broker, role (leader or standby), leader, epoch"),
         "/v1/transactions": {"get": {
             "summary": "Open or discarded transactions", "operationId": "list_transactions",
             "parameters": [
@@ -53,4 +53,4 @@ def openapi_document(version: str) -> dict[str, Any]:
     return document("Ferry txn-checker", version,
                     "Resolves transactional half messages left undecided: statistics and the "
                     "open and discarded transactions.", paths,
-                    ready="Checkpoint loaded, scanning", schemas={"Transaction": _TXN})
+                    ready="Checkpoint loaded (leading or standing by)", schemas={"Transaction": _TXN})

@@ -21,10 +21,11 @@ from ferry.client.core.namesrv import NamesrvClient, TopicRoute
 from ferry.client.reading import Cursor, QueueReader, ReadConfig, ReadQueue
 from ferry.codec.record import StoredMessage
 from ferry.names import HALF_TOPIC, OP_TOPIC
-from ferry.wire import PullAnswer
+from ferry.wire import PullAnswer, RequestCode
 
 from ferry_txn_checker.config import CheckerConfig
-from ferry_txn_checker.state import Book, BrokerScan
+from ferry_txn_checker.scans import BrokerScan
+from ferry_txn_checker.state import Book
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,22 @@ FULL_LOG_INTERVAL_S = 60.0
 
 
 class BookCursor(Cursor):
-    """A scan position kept in the book (and so in the checkpoint): `half_next` or
-    `op_next` of one broker; the history id lives only here (issue 23 adds it to the
-    checkpoint)."""
+    """A scan position kept in the book (and so in the checkpoint and the committed
+    low-water marks): `half_next` or `op_next` of one broker, with its history id."""
 
     def __init__(self, book: Book, scan: BrokerScan, half: bool) -> None:
         self.book, self.scan, self.half = book, scan, half
-        self.hist: str | None = None
+
+    @property  # type: ignore[override]
+    def hist(self) -> str | None:
+        return self.scan.half_hist if self.half else self.scan.op_hist
+
+    @hist.setter
+    def hist(self, value: str | None) -> None:
+        if self.half:
+            self.scan.half_hist = value
+        else:
+            self.scan.op_hist = value
 
     @property
     def offset(self) -> int:
@@ -54,6 +64,8 @@ class BookCursor(Cursor):
         if self.half:
             self.scan.half_next = value
         else:
+            if value < self.scan.op_next:
+                self.scan.op_marks.cut(value)
             self.scan.op_next = value
         self.book.dirty = True
 
@@ -71,6 +83,7 @@ class Scanner(QueueReader):
         # One cursor per (broker, topic), kept across tasks: a restarted task keeps the
         # history id of the record before the scan position (issue 16).
         self._cursors: dict[tuple[str, str], BookCursor] = {}
+        self._settling: dict[str, asyncio.Lock] = {}
 
     def _paused(self, broker: str) -> bool:
         if self.book.open_count < self.cfg.max_open:
@@ -97,11 +110,34 @@ class Scanner(QueueReader):
         want = [ReadQueue(b.name, b.master, topic, QUEUE_ID) for b in route.brokers
                 if b.master for topic in (HALF_TOPIC, OP_TOPIC)]
         for q in want:
-            self.book.broker(q.broker)
+            self.book.broker(q.broker, settled=False)
         return want
 
     async def open(self, queue: ReadQueue) -> Cursor:
+        scan = self.book.broker(queue.broker, settled=False)
+        if not scan.settled:
+            async with self._settling.setdefault(queue.broker, asyncio.Lock()):
+                if not scan.settled:  # the other queue's task may have done it
+                    await self._settle(queue, scan)
         return self.cursor(queue.broker, queue.topic)
+
+    async def _settle(self, queue: ReadQueue, scan: BrokerScan) -> None:
+        """Start a broker new to this book at the low-water marks committed on it
+        (QUERY_OFFSET of group ferry-txn-checker, with their history ids); 0 where none.
+        A failure raises: the reader tries again after a pause."""
+        marks = []
+        for topic in (HALF_TOPIC, OP_TOPIC):
+            resp = await self.pool.request(queue.addr, RequestCode.QUERY_OFFSET, {
+                "group": GROUP, "topic": topic, "queue_id": QUEUE_ID})
+            offset, hist = int(resp.fields.get("offset", -1)), resp.fields.get("hist")
+            marks.append((max(0, offset), hist if offset > 0 and isinstance(hist, str)
+                          else None))
+        (scan.half_next, scan.half_hist), (scan.op_next, scan.op_hist) = marks
+        scan.settled = True
+        self.book.dirty = True
+        log.info("scan of %s starts at the committed low-water marks", queue.broker, extra={
+            "half_next": scan.half_next, "op_next": scan.op_next,
+            "half_hist": scan.half_hist, "op_hist": scan.op_hist})
 
     async def ready(self, queue: ReadQueue) -> bool:
         while queue.topic == HALF_TOPIC and self._paused(queue.broker):
@@ -110,9 +146,12 @@ class Scanner(QueueReader):
 
     async def take(self, queue: ReadQueue, records: list[StoredMessage],
                    answer: PullAnswer) -> int:
+        # The history of the record before the first one is the cursor's (asked with it).
+        prev = self.cursor(queue.broker, queue.topic).hist
         if queue.topic == HALF_TOPIC:
-            return self.book.add_halves(queue.broker, records, answer.next_offset)
-        self.book.add_ops(queue.broker, records, answer.next_offset)
+            return self.book.add_halves(queue.broker, records, answer.next_offset,
+                                        answer.hist, prev)
+        self.book.add_ops(queue.broker, records, answer.next_offset, answer.hist, prev)
         return self.book.broker(queue.broker).op_next
 
     def answered(self, queue: ReadQueue, answer: PullAnswer, sent_ms: int) -> None:

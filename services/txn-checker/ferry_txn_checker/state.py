@@ -14,14 +14,15 @@ import heapq
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ferry.codec import CHECK_IMMUNITY_MS, REAL_TOPIC, TXN_GROUP, MessageFlag, StoredMessage
 from ferry.codec.system_properties import TRACEPARENT, TRACESTATE
 from ferry.codec.txn_op import COMMIT, ROLLBACK, TxnOp
 
-COMMITTED, ROLLED_BACK, OPEN, DISCARDED = "committed", "rolled_back", "open", "discarded"
+from ferry_txn_checker.scans import BrokerScan, OpenTxn, OpMarks, checks_by_age
+
+COMMITTED, ROLLED_BACK, DISCARDED = "committed", "rolled_back", "discarded"
 _TRACED = int(MessageFlag.TRACED)
 _STATE_OF_ACTION = {COMMIT: COMMITTED, ROLLBACK: ROLLED_BACK}
 # A broker whose op scan is behind (down, restarting) must not make every call walk
@@ -33,72 +34,20 @@ COUNTERS = ("checked", "committed_by_check", "rolled_back_by_check", "discarded"
             "checks_without_producer", "check_errors", "halves_lost")
 
 
-@dataclass(slots=True)
-class OpenTxn:
-    """A half message with no op record yet, and where its checks stand."""
-
-    msg_id: str  # 32 upper-case hex: the transaction id
-    group: str
-    broker: str
-    topic: str  # the real topic it commits to
-    half_offset: int
-    store_ms: int
-    immunity_ms: int
-    checks: int = 0
-    next_check_ms: int = 0  # after a check: when to look again
-    in_flight: bool = False  # a CHECK or END for it is under way
-    heap_key: int = -1  # the due time it is queued under (stale heap entries differ)
-    # A TRACED half's W3C context (TRACEPARENT / TRACESTATE), for the check span; kept in
-    # memory only, not in the checkpoint: a check after a restart is not traced.
-    trace: dict[str, str] | None = None
-
-    @property
-    def due_ms(self) -> int:
-        return max(self.store_ms + self.immunity_ms, self.next_check_ms)
-
-    def to_row(self) -> list[Any]:
-        return [self.msg_id, self.group, self.topic, self.half_offset, self.store_ms,
-                self.immunity_ms, self.checks, self.next_check_ms]
-
-    @classmethod
-    def from_row(cls, broker: str, row: list[Any]) -> OpenTxn:
-        msg_id, group, topic, half_offset, store_ms, immunity_ms, checks, next_ms = row
-        return cls(str(msg_id), str(group), broker, str(topic), int(half_offset),
-                   int(store_ms), int(immunity_ms), int(checks), int(next_ms))
-
-    def describe(self) -> dict[str, Any]:
-        return {"msg_id": self.msg_id, "state": OPEN, "group": self.group,
-                "broker": self.broker, "topic": self.topic, "half_offset": self.half_offset,
-                "store_ms": self.store_ms, "immunity_ms": self.immunity_ms,
-                "checks": self.checks, "next_check_ms": self.due_ms}
-
-
-@dataclass
-class BrokerScan:
-    """One broker's scan: next queue offsets of %HALF% and %OP%, its open halves."""
-
-    name: str
-    half_next: int = 0
-    op_next: int = 0
-    open: dict[str, OpenTxn] = field(default_factory=dict)
-    # Ops seen before their half: id -> (HALF_OFFSET, state).
-    early_ops: dict[str, tuple[int, str]] = field(default_factory=dict)
-    # Wall time (ms) up to which every op record stored on the broker has been
-    # seen (not persisted: 0 until the op scan catches up after a start).
-    op_synced_ms: int = 0
-
-    @property
-    def half_low(self) -> int:
-        """The %HALF% offset below which every half is resolved (committed for visibility)."""
-        return min((t.half_offset for t in self.open.values()), default=self.half_next)
+def _prop_int(props: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(props.get(key, default))
+    except ValueError:
+        return default
 
 
 class Book:
     """Every broker's scan state, the due heap, counters and the bounded lists."""
 
     def __init__(self, *, default_immunity_ms: int, max_open: int, max_discarded: int,
-                 max_recent: int) -> None:
+                 max_recent: int, check_interval_ms: int = 60_000, max_checks: int = 15) -> None:
         self.default_immunity_ms = default_immunity_ms
+        self.check_interval_ms, self.max_checks = check_interval_ms, max_checks
         self.max_open = max_open
         self.max_discarded = max_discarded
         self.max_recent = max_recent
@@ -110,36 +59,40 @@ class Book:
         self._seq = itertools.count()
         self.open_count = 0
         self.dirty = False
+        self.derive_before_ms = 0  # set by a takeover (forget_positions)
 
-    def broker(self, name: str) -> BrokerScan:
+    def broker(self, name: str, *, settled: bool = True) -> BrokerScan:
+        """`name`'s scan; a new one starts at 0, or (not `settled`) where scan.py finds."""
         scan = self.brokers.get(name)
         if scan is None:
-            scan = self.brokers[name] = BrokerScan(name)
+            scan = self.brokers[name] = BrokerScan(name, settled=settled,
+                                                   derive_before_ms=self.derive_before_ms)
         return scan
 
     # -- the scan -------------------------------------------------------------------
 
-    def add_halves(self, broker: str, records: Iterable[StoredMessage], next_offset: int
-                   ) -> int:
+    def add_halves(self, broker: str, records: Iterable[StoredMessage], next_offset: int,
+                   hist: str | None = None, prev_hist: str | None = None) -> int:
         """Take pulled %HALF% records; the offset to pull next (short of `next_offset`
-        when `max_open` is reached: the rest is pulled again once halves resolve)."""
+        when `max_open` is reached: the rest is pulled again once halves resolve).
+        `hist`: the answer's history id; `prev_hist`: that of the record before the first."""
         scan = self.broker(broker)
         self.dirty = True
-        for rec in records:
+        for i, rec in enumerate(records):
             if rec.queue_offset < scan.half_next:
                 continue  # pulled twice (a restart between pull and checkpoint)
             if self.open_count >= self.max_open:
                 scan.half_next = rec.queue_offset
                 return rec.queue_offset
             scan.half_next = rec.queue_offset + 1
-            self._add_half(scan, rec)
+            self._add_half(scan, rec, hist if i else prev_hist)
         scan.half_next = max(scan.half_next, next_offset)
         if scan.early_ops:
             for msg_id in [i for i, (off, _) in scan.early_ops.items() if off < scan.half_next]:
                 del scan.early_ops[msg_id]  # its half is gone (retention) or was seen
         return scan.half_next
 
-    def _add_half(self, scan: BrokerScan, rec: StoredMessage) -> None:
+    def _add_half(self, scan: BrokerScan, rec: StoredMessage, prev_hist: str | None) -> None:
         msg_id = rec.msg_id_hex
         props = rec.properties
         early = scan.early_ops.pop(msg_id, None)
@@ -148,23 +101,25 @@ class Book:
             return
         if msg_id in scan.open:
             return  # a producer re-sent its begin: one transaction
-        try:
-            immunity_ms = max(0, int(props.get(CHECK_IMMUNITY_MS, self.default_immunity_ms)))
-        except ValueError:
-            immunity_ms = self.default_immunity_ms
+        immunity_ms = max(0, _prop_int(props, CHECK_IMMUNITY_MS, self.default_immunity_ms))
         txn = OpenTxn(msg_id, props.get(TXN_GROUP, ""), scan.name, props.get(REAL_TOPIC, ""),
-                      rec.queue_offset, rec.store_ts_ms, immunity_ms)
+                      rec.queue_offset, rec.store_ts_ms, immunity_ms, prev_hist=prev_hist)
+        if rec.store_ts_ms < scan.derive_before_ms:  # read again by a new leader
+            txn.checks = checks_by_age(txn.due_ms, scan.derive_before_ms,
+                                       self.check_interval_ms, self.max_checks)
         if rec.flags & _TRACED:
             txn.trace = {k: props[k] for k in (TRACEPARENT, TRACESTATE) if k in props}
         scan.open[msg_id] = txn
         self.open_count += 1
         self._push(txn)
 
-    def add_ops(self, broker: str, records: Iterable[StoredMessage], next_offset: int) -> None:
-        """Take pulled %OP% records: count each, resolve its half (or hold it as early)."""
+    def add_ops(self, broker: str, records: Iterable[StoredMessage], next_offset: int,
+                hist: str | None = None, prev_hist: str | None = None) -> None:
+        """Take pulled %OP% records: count each, resolve its half (or hold it as early).
+        `hist` and `prev_hist` as for `add_halves`."""
         scan = self.broker(broker)
         self.dirty = True
-        for rec in records:
+        for i, rec in enumerate(records):
             if rec.queue_offset < scan.op_next:
                 continue
             scan.op_next = rec.queue_offset + 1
@@ -172,23 +127,21 @@ class Book:
             msg_id, by = op.txn_id, op.by
             state = _STATE_OF_ACTION[op.action]
             self._count_op(state, by)
+            half_offset = op.half_offset
+            scan.op_marks.add(half_offset, rec.queue_offset, hist if i else prev_hist)
             txn = scan.open.pop(msg_id, None)
             if txn is not None:
                 self.open_count -= 1
-            elif op.half_offset >= scan.half_next:
-                scan.early_ops[msg_id] = (op.half_offset, state)
+            elif half_offset >= scan.half_next:
+                scan.early_ops[msg_id] = (half_offset, state)
             if by == "discarded":
                 self._add_discarded(op, scan.name, txn, rec.store_ts_ms)
             self._remember(msg_id, scan.name, state, by)
         scan.op_next = max(scan.op_next, next_offset)
 
     def _count_op(self, state: str, by: str) -> None:
-        if by == "discarded":
-            self.counters["discarded"] += 1
-        elif by == "check":
-            self.counters[f"{state}_by_check"] += 1
-        else:
-            self.counters[f"{state}_by_producer"] += 1
+        by = by if by in ("discarded", "check") else "producer"
+        self.counters["discarded" if by == "discarded" else f"{state}_by_{by}"] += 1
 
     def _add_discarded(self, op: TxnOp, broker: str, txn: OpenTxn | None, at_ms: int) -> None:
         msg_id = op.txn_id
@@ -259,9 +212,10 @@ class Book:
         txn.next_check_ms = now_ms + interval_ms
         self._requeue(txn)
 
-    def retry(self, txn: OpenTxn, at_ms: int) -> None:
-        """The broker could not be asked: try the same step again at `at_ms`."""
-        self.counters["check_errors"] += 1
+    def retry(self, txn: OpenTxn, at_ms: int, *, counted: bool = True) -> None:
+        """The broker could not be asked (`counted`), or this node may not ask it now:
+        try the same step again at `at_ms`."""
+        self.counters["check_errors"] += counted
         txn.in_flight = False
         if txn.msg_id in self.broker(txn.broker).open:
             self._push(txn, at_ms)
@@ -333,9 +287,11 @@ class Book:
         return {
             "counters": dict(self.counters),
             "brokers": {name: {"half_next": s.half_next, "op_next": s.op_next,
+                               "half_hist": s.half_hist, "op_hist": s.op_hist,
                                "open": [t.to_row() for t in s.open.values()],
-                               "early_ops": {i: list(v) for i, v in s.early_ops.items()}}
-                        for name, s in self.brokers.items()},
+                               "early_ops": {i: list(v) for i, v in s.early_ops.items()},
+                               "op_marks": s.op_marks.rows()}
+                        for name, s in self.brokers.items() if s.settled},
             "discarded": list(self.discarded.values()),
         }
 
@@ -346,6 +302,8 @@ class Book:
         for name, b in doc.get("brokers", {}).items():
             scan = self.broker(str(name))
             scan.half_next, scan.op_next = int(b["half_next"]), int(b["op_next"])
+            scan.half_hist, scan.op_hist = b.get("half_hist"), b.get("op_hist")
+            scan.op_marks, scan.settled = OpMarks(b.get("op_marks")), True
             for row in b.get("open", []):
                 txn = OpenTxn.from_row(scan.name, row)
                 scan.open[txn.msg_id] = txn
@@ -355,3 +313,13 @@ class Book:
                               for i, v in b.get("early_ops", {}).items()}
         for entry in doc.get("discarded", [])[-self.max_discarded:]:
             self.discarded[str(entry["msg_id"])] = dict(entry)
+
+    def forget_positions(self, at_ms: int) -> None:
+        """A new leader that cannot trust its own book: drop every broker's scan (open
+        halves, positions); each is read again from the low-water marks committed on its
+        broker, halves stored before `at_ms` counting the checks their age allows."""
+        self.brokers.clear()
+        self._heap.clear()
+        self.open_count = 0
+        self.dirty = True
+        self.derive_before_ms = at_ms
