@@ -65,3 +65,19 @@ def is_retry_topic(topic: str) -> bool:
 
 def is_dlq_topic(topic: str) -> bool:
     return topic.startswith(DLQ_PREFIX)
+
+
+class Perm:
+    """What a `perm` string ("rw", "r", "w") allows: mixed into the values that carry one
+    (a topic's config, a broker's share of a route)."""
+
+    __slots__ = ()
+    perm: str
+
+    @property
+    def readable(self) -> bool:
+        return "r" in self.perm
+
+    @property
+    def writable(self) -> bool:
+        return "w" in self.perm

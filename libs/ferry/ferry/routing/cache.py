@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ferry.routing.follow import follow_prefix
+from ferry.routing.follow import PrefixFollower
 from ferry.routing.models import BrokerInfo, GroupConfig, TopicConfig
 from ferry.routing.registry import EtcdRegistry
 from ferry.tasks import cancel_and_wait
@@ -39,24 +39,24 @@ class CacheChange:
 Listener = Callable[[CacheChange], Awaitable[None] | None]
 
 
-class RegistryCache:
+class RegistryCache(PrefixFollower):
     """Brokers, topics and groups under the registry's prefix, as of `revision`.
 
     The server side's copy of etcd (namesrv, broker); a client's topic routes come
     from namesrv over HTTP instead (`ferry.client.core.namesrv.RouteCache`)."""
 
+    what = "route cache"
+
     def __init__(self, registry: EtcdRegistry) -> None:
+        super().__init__(registry)
         self.registry = registry
         self.brokers: dict[BrokerKey, BrokerInfo] = {}
         self.topics: dict[str, TopicConfig] = {}
         self.groups: dict[str, GroupConfig] = {}
         #: The etcd revision the cache reflects (every change up to it is applied).
         self.revision = 0
-        #: Times the watch was lost and the cache reloaded.
-        self.reloads = 0
         self._listeners: list[Listener] = []
         self._loaded = asyncio.Event()
-        self._watching = False
         self._task: asyncio.Task[None] | None = None
         self._advanced = asyncio.Condition()
 
@@ -75,11 +75,6 @@ class RegistryCache:
     def loaded(self) -> bool:
         """True once the first full read from etcd succeeded."""
         return self._loaded.is_set()
-
-    @property
-    def watching(self) -> bool:
-        """True while a watch is established (False while etcd is unreachable)."""
-        return self._watching
 
     def add_listener(self, callback: Listener) -> None:
         """Call `callback(change)` after each change is applied (sync or async callable)."""
@@ -126,29 +121,10 @@ class RegistryCache:
         for change in changes:
             await self._notify(change)
 
-    async def _run(self) -> None:
-        await follow_prefix(self.registry, "route cache", self._watch, self._load,
-                            self._watch_broken, self._reloaded)
+    def _watch_from(self) -> tuple[bytes, int]:
+        return self._prefix(), self.revision
 
-    def _watch_broken(self) -> None:
-        self._watching = False
-
-    def _reloaded(self) -> None:
-        self.reloads += 1
-
-    async def _watch(self) -> None:
-        watch = await self.registry.client.watch_prefix(self._prefix(),
-                                                        start_revision=self.revision + 1)
-        self._watching = True
-        try:
-            async for event in watch:
-                await self._apply(event.kind, event.kv.key, event.kv.value,
-                                  event.kv.mod_revision)
-        finally:
-            with contextlib.suppress(Exception):
-                await watch.cancel()
-
-    async def _apply(self, kind: str, key: bytes, value: bytes, revision: int) -> None:
+    async def _apply_event(self, kind: str, key: bytes, value: bytes, revision: int) -> None:
         change: CacheChange | None
         if kind == "DELETE":
             change = self._remove(key)

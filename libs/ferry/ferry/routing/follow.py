@@ -9,6 +9,7 @@ then watching starts again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -53,3 +54,55 @@ async def follow_prefix(registry: EtcdRegistry, what: str,
                             backoff_s)
                 if len(registry.endpoints) > 1:
                     await registry.failover(client)
+
+
+class PrefixFollower:
+    """A copy of one etcd prefix: loaded whole (`_load`), then followed by a watch from
+    the loaded revision, each event handed to `_apply_event`; a broken watch is followed
+    by a reload (`follow_prefix`). The route cache and the identity registry are two."""
+
+    #: Names the copy in logs.
+    what = "etcd prefix"
+
+    def __init__(self, registry: EtcdRegistry) -> None:
+        self._followed = registry
+        #: Times the watch was lost and the copy reloaded.
+        self.reloads = 0
+        self._watching = False
+
+    @property
+    def watching(self) -> bool:
+        """True while a watch is established (False while etcd is unreachable)."""
+        return self._watching
+
+    def _watch_from(self) -> tuple[bytes, int]:
+        """(the prefix, the revision the copy reflects)."""
+        raise NotImplementedError
+
+    async def _load(self) -> None:
+        raise NotImplementedError
+
+    async def _apply_event(self, kind: str, key: bytes, value: bytes, revision: int) -> None:
+        raise NotImplementedError
+
+    async def _run(self) -> None:
+        await follow_prefix(self._followed, self.what, self._watch, self._load,
+                            self._watch_broken, self._reloaded)
+
+    def _watch_broken(self) -> None:
+        self._watching = False
+
+    def _reloaded(self) -> None:
+        self.reloads += 1
+
+    async def _watch(self) -> None:
+        prefix, revision = self._watch_from()
+        watch = await self._followed.client.watch_prefix(prefix, start_revision=revision + 1)
+        self._watching = True
+        try:
+            async for event in watch:
+                await self._apply_event(event.kind, event.kv.key, event.kv.value,
+                                        int(event.kv.mod_revision))
+        finally:
+            with contextlib.suppress(Exception):
+                await watch.cancel()

@@ -17,7 +17,7 @@ from typing import Any
 
 from ferry.codec.limits import MAX_QUEUES
 from ferry.errors import MalformedRequestError
-from ferry.names import validate_group, validate_topic
+from ferry.names import Perm, validate_group, validate_topic
 
 MIN_QUEUES = 1
 DEFAULT_QUEUES = 8
@@ -187,7 +187,7 @@ _BROKER_FIELDS = frozenset({"cluster", "name", "id", "addr", "repl_addr", "http_
 
 
 @dataclass(frozen=True)
-class TopicConfig:
+class TopicConfig(Perm):
     """A topic's configuration under /ferry/topics/{topic}.
 
     `queues` is the queue count on each broker group that serves the topic;
@@ -218,14 +218,6 @@ class TopicConfig:
         for name in self.brokers:
             validate_broker_name(name)
         _require(len(set(self.brokers)) == len(self.brokers), "brokers lists a name twice")
-
-    @property
-    def readable(self) -> bool:
-        return "r" in self.perm
-
-    @property
-    def writable(self) -> bool:
-        return "w" in self.perm
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queues": self.queues, "perm": self.perm,

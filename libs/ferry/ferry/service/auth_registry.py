@@ -15,7 +15,6 @@ broker or namesrv refuses a removed identity within moments, without a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -25,7 +24,7 @@ from typing import Any
 from ferry.auth.acl import Acl, Rule, parse_rules
 from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
 from ferry.errors import AlreadyExistsError, MalformedRequestError
-from ferry.routing.follow import follow_prefix
+from ferry.routing.follow import PrefixFollower
 from ferry.routing.registry import EtcdRegistry
 from ferry.tasks import cancel_and_wait
 
@@ -67,17 +66,18 @@ class User:
             raise ValueError(f"invalid user record for {access_key!r}: {exc}") from None
 
 
-class AuthRegistry:
+class AuthRegistry(PrefixFollower):
     """Users and ACLs under `<prefix>auth/`, read and written through an EtcdRegistry."""
 
+    what = "auth registry"
+
     def __init__(self, etcd: EtcdRegistry) -> None:
+        super().__init__(etcd)
         self.etcd = etcd
         self.users: dict[str, User] = {}
         self.acl = Acl()
-        self.reloads = 0
         self._revision = 0
         self._task: asyncio.Task[None] | None = None
-        self._watching = False
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -107,10 +107,6 @@ class AuthRegistry:
         a reload replaces `acl` with a new object."""
         return self.acl.allows(access_key, action, resource)
 
-    @property
-    def watching(self) -> bool:
-        return self._watching
-
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -131,30 +127,15 @@ class AuthRegistry:
         self.users, self.acl = users, acl
         self._revision = int(got.header.revision)
 
-    async def _run(self) -> None:
-        await follow_prefix(self.etcd, "auth registry", self._watch, self._load,
-                            self._watch_broken, self._reloaded)
+    def _watch_from(self) -> tuple[bytes, int]:
+        return self._root.encode(), self._revision
 
-    def _watch_broken(self) -> None:
-        self._watching = False
-
-    def _reloaded(self) -> None:
-        self.reloads += 1
-
-    async def _watch(self) -> None:
-        watch = await self.etcd.client.watch_prefix(self._root.encode(),
-                                                    start_revision=self._revision + 1)
-        self._watching = True
-        try:
-            async for event in watch:
-                if event.kind == "DELETE":
-                    self._apply_delete(event.kv.key)
-                else:
-                    self._apply_put(event.kv.key, event.kv.value, self.users, self.acl)
-                self._revision = max(self._revision, int(event.kv.mod_revision))
-        finally:
-            with contextlib.suppress(Exception):
-                await watch.cancel()
+    async def _apply_event(self, kind: str, key: bytes, value: bytes, revision: int) -> None:
+        if kind == "DELETE":
+            self._apply_delete(key)
+        else:
+            self._apply_put(key, value, self.users, self.acl)
+        self._revision = max(self._revision, revision)
 
     def _split(self, key: bytes) -> tuple[str, str]:
         rel = key.decode(errors="replace")[len(self._root):]

@@ -34,6 +34,7 @@ from ferry.errors import (
     TopicNotFoundError,
     error_for_code,
 )
+from ferry.names import Perm
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 ROUTE_REFRESH_INTERVAL_MS = 30_000
@@ -44,7 +45,7 @@ PRIORITIES = 4
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerRoute:
+class BrokerRoute(Perm):
     """One broker's share of a topic: its name, master wire address and queue count."""
 
     name: str
@@ -53,14 +54,6 @@ class BrokerRoute:
     queues: int
     perm: str = "rw"
     slaves: tuple[str, ...] = ()
-
-    @property
-    def readable(self) -> bool:
-        return "r" in self.perm
-
-    @property
-    def writable(self) -> bool:
-        return "w" in self.perm
 
 
 @dataclass(frozen=True, slots=True)
