@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from ferry_delay_scheduler import wheel_files as wf
-from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 from ferry_delay_scheduler.cancels import CANCELLED_PREFIX
+from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "delay.md"
 _CHARS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "i64": "q", "u64": "Q"}
