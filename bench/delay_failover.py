@@ -4,8 +4,10 @@ Two scheduler instances (lease TTL 2 s) over the bench mesh; FAILOVER_PENDING
 delayed messages due over 20-60 s from the start of sending; once the leader
 took them all over and 25 s have passed, it is killed (SIGKILL) and its data
 directory deleted. Reports `lost` (never received), `early`, `failover_ms`
-(kill -> the standby leads) and the lateness of the messages due in the
-failover window (the kill and the WINDOW_MS after it): `lateness_p99_ms`.
+(kill -> the standby leads), `duplicates` (arrivals of an id already received,
+at-least-once) next to the new leader's `duplicates_after_crash` (its upper
+bound), and the lateness of the messages due in the failover window (the kill
+and the WINDOW_MS after it): `lateness_p99_ms`.
 Targets: lost 0, early 0, lateness_p99_ms <= 5000.
 """
 from __future__ import annotations
@@ -70,7 +72,8 @@ async def failover(sender: Any, work: Path, namesrv: str, etcd: str, prefix: str
         queues = await sender.queues(topic)
         received: dict[bytes, int] = {}  # msg id -> lateness at the consumer (ms)
         due_of: dict[bytes, int] = {}
-        pool_tasks = [asyncio.create_task(_poll(addr, qid, topic, received, due_of))
+        arrivals = [0]
+        pool_tasks = [asyncio.create_task(_poll(addr, qid, topic, received, due_of, arrivals))
                       for addr, qid in queues]
         start = int(time.time() * 1000)
         await sender.send_all(topic, [start + 20_000 + i * 40_000 // n for i in range(n)])
@@ -97,7 +100,8 @@ async def failover(sender: Any, work: Path, namesrv: str, etcd: str, prefix: str
         p99 = window[min(len(window) - 1, int(len(window) * 0.99))] if window else 0
         return {"messages": n, "lost": n - len(received),
                 "early": sum(1 for v in received.values() if v < 0),
-                "failover_ms": failover_ms, "window_messages": len(window),
+                "failover_ms": failover_ms, "duplicates": arrivals[0] - len(received),
+                "window_messages": len(window),
                 "lateness_p99_ms": p99, "lateness_max_ms": window[-1] if window else 0,
                 "duplicates_after_crash": _stats(standby[1])["duplicates_after_crash"]}
     finally:
@@ -106,7 +110,7 @@ async def failover(sender: Any, work: Path, namesrv: str, etcd: str, prefix: str
 
 
 async def _poll(addr: str, qid: int, topic: str, received: dict[bytes, int],
-                due_of: dict[bytes, int]) -> None:
+                due_of: dict[bytes, int], arrivals: list[int]) -> None:
     from ferry.client.connection import ConnectionPool
     pool = ConnectionPool()
     offset = 0
@@ -119,6 +123,7 @@ async def _poll(addr: str, qid: int, topic: str, received: dict[bytes, int],
             got = int(time.time() * 1000)
             if resp.fields.get("status") == "FOUND":
                 for rec in iter_records(resp.body):
+                    arrivals[0] += 1
                     due = int(decode_properties(rec.properties_raw)[DELIVER_AT_MS])
                     due_of[rec.msg_id] = due
                     # the broker's store time decides "early"; the receive time the lateness

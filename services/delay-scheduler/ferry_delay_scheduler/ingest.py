@@ -68,6 +68,15 @@ class Ingestor(QueueReader):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._took.wait(), timeout_s)
 
+    def _maybe_settled(self, rec: StoredMessage) -> bool:
+        """Stored before this term began and either due before it (the previous leader
+        may have delivered it) or older than `roll_after_ms` then (it may have rolled
+        it: a newer copy exists). Sent again, it counts in duplicates_after_crash."""
+        started = self.started_ms
+        return rec.store_ts_ms < started and (
+            due_of(rec.properties, rec.store_ts_ms) < started
+            or rec.store_ts_ms < started - self.cfg.roll_after_ms)
+
     # -- QueueReader hooks ---------------------------------------------------------------------
 
     def queues(self, route: TopicRoute) -> Iterable[ReadQueue]:
@@ -103,11 +112,8 @@ class Ingestor(QueueReader):
                 trace = schedule_spans(spans, fresh, queue.broker, self.cfg.node_id)
                 stored, _ = self.local.append(queue.broker, fresh, trace)
             self.wheel.add([(s.due_ms, s.stored_ms, s.phy_offset) for s in stored])
-            # Due before this term began and stored before it: the previous leader may
-            # have delivered it already (counted in duplicates_after_crash if sent again).
             self.wheel.suspect([s.phy_offset for r, s in zip(fresh, stored, strict=True)
-                                if r.store_ts_ms < self.started_ms
-                                and due_of(r.properties, r.store_ts_ms) < self.started_ms])
+                                if self._maybe_settled(r)])
             taken = [(r.queue_offset, s.phy_offset) for r, s in zip(fresh, stored, strict=True)]
             self.stats.taken += len(stored)
             self.on_added()
