@@ -31,7 +31,7 @@ class CancelBook:
 
     def __init__(self, registry: EtcdRegistry | None) -> None:
         self.registry = registry
-        self._ids: set[bytes] = set()
+        self._ids: dict[bytes, int] = {}  # msg id -> when the cancel may be forgotten (ms)
 
     def _key(self, msg_id: bytes) -> bytes:
         assert self.registry is not None
@@ -40,15 +40,17 @@ class CancelBook:
     async def load(self) -> int:
         """Read every cancel from etcd (a new term, before delivering); how many."""
         if self.registry is None:
+            self._forget_expired()
             return len(self._ids)
         prefix = f"{self.registry.prefix}{CANCELLED_PREFIX}".encode()
-        ids = set()
+        ids: dict[bytes, int] = {}
         for kv in await self.registry.client.get_prefix(prefix):
             try:
-                ids.add(bytes.fromhex(kv.key[len(prefix):].decode()))
-            except ValueError:
-                log.warning("ignoring a malformed cancel key %r", kv.key)
-        self._ids |= ids
+                ids[bytes.fromhex(kv.key[len(prefix):].decode())] = _keep_until(
+                    int(json.loads(kv.value)["due_ms"]))
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring a malformed cancel at %r", kv.key)
+        self._ids = ids  # etcd has every cancel (its leases dropped the expired ones)
         return len(ids)
 
     async def add(self, msg_id: bytes, due_ms: int) -> None:
@@ -59,7 +61,17 @@ class CancelBook:
             lease = await client.lease(ttl)
             await client.put(self._key(msg_id), json.dumps({"due_ms": due_ms}).encode(),
                              lease=lease)
-        self._ids.add(msg_id)
+        self._ids[msg_id] = _keep_until(due_ms)
+        if len(self._ids) % 1024 == 0:
+            self._forget_expired()
 
     def contains(self, msg_id: bytes) -> bool:
         return msg_id in self._ids
+
+    def _forget_expired(self) -> None:
+        now = int(time.time() * 1000)
+        self._ids = {k: until for k, until in self._ids.items() if until > now}
+
+
+def _keep_until(due_ms: int) -> int:
+    return due_ms + KEEP_AFTER_DUE_S * 1000

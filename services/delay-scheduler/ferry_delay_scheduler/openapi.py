@@ -27,7 +27,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
                              "responses": {"200": _json({"type": "object"}, "alive")}}},
-        "/readyz": {"get": {"summary": "Local log recovered, wheel open (leader or standby)",
+        "/readyz": {"get": {"summary": "Serving (leader or standby)",
                             "operationId": "readyz",
                             "responses": {"200": _json({"type": "object"}, "ready"),
                                           "503": _error("recovering or stopping")}}},
@@ -43,11 +43,11 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {
                 "200": _json({"type": "object", "properties": {
                     "msg_id": {"type": "string"}, "cancelled": {"type": "boolean"},
-                    "due_ms": {"type": "integer"}}}, "cancelled (durably)"),
+                    "due_ms": {"type": "integer"}}}, "cancelled (in etcd first)"),
                 "400": _error("msg_id is not 32 hex characters"),
                 "404": _error("MessageNotFoundError (12): no such delayed message"),
                 "409": _error("AlreadyDeliveredError (21): delivered before the cancel"),
-                "503": _error("a standby that does not hold it (see `leader`), or not ready")}}},
+                "503": _error("a standby (see `leader`), or not ready")}}},
         "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
                                   "responses": {"200": _json({"type": "object"}, "OpenAPI 3")}}},
     }

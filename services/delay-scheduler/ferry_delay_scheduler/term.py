@@ -26,8 +26,8 @@ from collections.abc import Callable
 from ferry.client.connection import ConnectionPool
 from ferry.client.namesrv import NamesrvClient
 from ferry.errors import FerryError
-from ferry.lifecycle import cancel_tasks
 from ferry.names import SCHEDULE_TOPIC
+from ferry.tasks import cancel_and_wait
 from ferry.wire import RequestCode
 
 from ferry_delay_scheduler import wheel_files
@@ -79,7 +79,7 @@ class Term:
         self.ingestor = Ingestor(cfg, pool, namesrv, self.local, self.wheel, self.low, cancels,
                                  stats, leads, self.deliverer.wake.set, self.started_ms)
         self.roller = Roller(cfg, pool, self.local, self.wheel, self.low, stats, self._brokers)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # ingest, deliver, upkeep
 
     def _brokers(self) -> dict[str, str]:
         return self.ingestor.brokers
@@ -95,13 +95,10 @@ class Term:
     async def stop(self, drain_s: float) -> None:
         """Stop pulling and delivering, wait for frames in flight, commit, close the cache."""
         for name in ("ingest", "deliver"):
-            task = self._tasks.pop(name, None)
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(self._tasks.pop(name, None))
         await self.ingestor.stop()
         await self.deliverer.drain(drain_s)
-        await cancel_tasks(self._tasks)
+        await cancel_and_wait(self._tasks.pop("upkeep", None))
         try:
             await self.commit_marks()
         except Exception:  # the next term re-reads from the last commit: nothing is lost
