@@ -46,3 +46,20 @@ def test_old_pending_lists_what_pins_the_mark_oldest_first() -> None:
     far_future = 2**62
     assert low.old_pending(mark, far_future, 10) == [11]
     assert low.old_pending(mark, 0, 10) == []  # nothing taken that long ago
+
+
+def test_many_settled_batches_are_dropped_and_the_rest_still_settle() -> None:
+    low = LowWater()
+    mark = low.open("b", 4, 0, None)
+    phy = 0
+    for batch in range(300):
+        taken = [(batch * 10 + i, phy + i * 100) for i in range(10)]
+        phy += 1000
+        low.add(mark, taken, batch * 10 + 10, f"E{batch}")
+    assert low.pinned == 3000
+    low.settle([p for p in range(100, 300_000, 100) if p % 1000])  # all but each batch's first
+    assert low.pinned == 300 and mark.low_water() == (0, None)
+    low.settle([b * 1000 for b in range(1, 300)])  # every batch but the first is whole now
+    assert low.pinned == 1 and len(low._batches) < 100  # the settled batches went
+    low.settle([0])
+    assert low.pinned == 0 and mark.low_water() == (3000, "E299")
