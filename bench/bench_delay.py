@@ -9,6 +9,7 @@ Lateness = receive time - DELIVER_AT_MS. Cases (each one JSON line):
 - delay.pending: PENDING messages due over 30 days: how fast the scheduler takes
   them over (schedule_msgs_s) and its resident memory once it holds them all.
 - retry.roundtrip: bench_retry's case (nack -> redelivery, 0 back-off) on this mesh.
+- delay.failover: the leading scheduler's machine lost (delay_failover.py).
 
 Sizes come from FERRY_BENCH_DELAY_{BURST,PRECISION_S,PENDING} (a smoke run:
 5000, 3, 5000).
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_retry import MESSAGES as RETRY_MESSAGES  # noqa: E402
 from bench_retry import retry_roundtrip  # noqa: E402
+from delay_failover import failover  # noqa: E402
 from ferry import Message, Producer  # noqa: E402
 from ferry.client.core.connection import ConnectionPool  # noqa: E402
 from ferry.client.core.namesrv import NamesrvClient  # noqa: E402
@@ -152,12 +154,16 @@ class Collector:
                 "lateness_max_ms": values[-1] if values else 0}
 
 
-def start_mesh(work: Path) -> tuple[list[Proc], str, int]:
-    """etcd, namesrv, broker and scheduler; the namesrv address and the scheduler HTTP port."""
+PREFIX = f"/bench-delay-{os.getpid()}/"
+
+
+def start_mesh(work: Path) -> tuple[list[Proc], str, int, str]:
+    """etcd, namesrv, broker and scheduler; the namesrv address, the scheduler HTTP port
+    and the etcd endpoint."""
     etcd = start_etcd(work / "etcd")
     procs = [etcd.proc]
     ns_port, br_port, sched_port = free_port(), free_port(), free_port()
-    prefix = f"/bench-delay-{os.getpid()}/"
+    prefix = PREFIX
     py = sys.executable
     procs.append(spawn("namesrv", [py, "-m", "ferry_namesrv"], work / "namesrv", env={
         "FERRY_NAMESRV_PORT": str(ns_port), "FERRY_NAMESRV_ETCD": etcd.endpoint,
@@ -179,7 +185,7 @@ def start_mesh(work: Path) -> tuple[list[Proc], str, int]:
         "FERRY_DELAY_SCHEDULER_LOG_LEVEL": "WARNING"})
     procs.append(sched)
     wait_until_ready(sched, f"http://127.0.0.1:{sched_port}/readyz", 30)
-    return procs, f"127.0.0.1:{ns_port}", sched_port
+    return procs, f"127.0.0.1:{ns_port}", sched_port, etcd.endpoint
 
 
 def scheduler_stats(port: int) -> dict[str, Any]:
@@ -262,19 +268,35 @@ async def pending(namesrv: str, sched_port: int, sched_pid: int) -> None:
          rss_file_mib=rss.get("RssFile"))
 
 
+async def failover_case(namesrv: str, work: Path, etcd: str) -> None:
+    sender = Sender(namesrv)
+    try:
+        emit(bench="delay.failover", **await failover(sender, work, namesrv, etcd, PREFIX))
+    finally:
+        await sender.close()
+
+
 def main() -> None:
     (ROOT / "var").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="delay-", dir=ROOT / "var"))
     procs: list[Proc] = []
     try:
-        procs, namesrv, sched_port = start_mesh(work)
-        asyncio.run(burst(namesrv))
-        asyncio.run(precision(namesrv))
-        asyncio.run(pending(namesrv, sched_port, procs[-1].popen.pid))
-        # The issue's `make bench BENCH=delay` also reports the retry round trip (nack ->
-        # redelivery with 0 back-off): bench_retry's case, run on this mesh.
-        msgs_s = asyncio.run(retry_roundtrip(namesrv, RETRY_MESSAGES))
-        emit(bench="retry.roundtrip", messages=RETRY_MESSAGES, backoff_ms=0, msgs_s=round(msgs_s))
+        if os.environ.get("FERRY_BENCH_DELAY_ONLY") != "failover":
+            procs, namesrv, sched_port, _ = start_mesh(work / "main")
+            asyncio.run(burst(namesrv))
+            asyncio.run(precision(namesrv))
+            asyncio.run(pending(namesrv, sched_port, procs[-1].popen.pid))
+            # The issue's `make bench BENCH=delay` also reports the retry round trip (nack
+            # -> redelivery with 0 back-off): bench_retry's case, run on this mesh.
+            msgs_s = asyncio.run(retry_roundtrip(namesrv, RETRY_MESSAGES))
+            emit(bench="retry.roundtrip", messages=RETRY_MESSAGES, backoff_ms=0,
+                 msgs_s=round(msgs_s))
+            while procs:
+                procs.pop().stop()
+        # A mesh of its own: the pending case's million messages stay in %SCHEDULE%.
+        procs, namesrv, _, etcd = start_mesh(work / "failover")
+        procs.pop().stop()  # the failover case runs its own two instances
+        asyncio.run(failover_case(namesrv, work / "failover", etcd))
     finally:
         for p in reversed(procs):
             p.stop()

@@ -212,6 +212,26 @@ async def test_deliver_due_keeps_ids_and_carries_attempts(client: WireClient) ->
                           encode_messages([delayed]))
 
 
+async def test_deliver_due_with_roll_stores_the_message_in_schedule_again(
+        client: WireClient) -> None:
+    due = int(time.time() * 1000) + 600_000
+    rolled = flagged(b"roll", DELAY, **{DELIVER_AT_MS: str(due), "user": "u"})
+    got = await client.call(RequestCode.DELIVER_DUE,
+                            {"topic": "pipe-roll", "queue_id": 6, "roll": True},
+                            encode_messages([rolled]))
+    _, in_topic = await client.pull("pipe-roll", 6, 0)
+    assert in_topic == []  # not delivered: stored again for later
+    _, scheduled = await client.pull("%SCHEDULE%", 6 % 4, 0, max_count=1000)
+    (rec,) = [m for m in scheduled if m.body == b"roll"]
+    assert rec.queue_offset == got.fields["queue_offset"]
+    assert rec.msg_id == rolled.msg_id and rec.flags & DELAY
+    assert rec.properties[DELIVER_AT_MS] == str(due) and rec.properties[REAL_TOPIC] == "pipe-roll"
+    with pytest.raises(MalformedRequestError, match="DELAY"):  # roll needs the flag
+        await client.call(RequestCode.DELIVER_DUE,
+                          {"topic": "pipe-roll", "queue_id": 0, "roll": True},
+                          encode_messages([message(b"plain")]))
+
+
 async def test_garbage_in_the_new_requests_is_refused_and_the_broker_keeps_serving(
         client: WireClient) -> None:
     bad_requests: list[tuple[int, dict[str, Any], bytes]] = [

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from ferry_delay_scheduler import wheel_files as wf
+from ferry_delay_scheduler.cancels import CANCELLED_PREFIX
 from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
-from ferry_delay_scheduler.progress import Progress
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "delay.md"
 _CHARS = {"u8": "B", "u16": "H", "u32": "I", "i32": "i", "i64": "q", "u64": "Q"}
@@ -59,9 +59,10 @@ def test_entry_size_and_magic_are_documented() -> None:
         assert f"{int(state)} {state.name}" in text
 
 
-def test_progress_keys_are_documented() -> None:
-    keys = {r["key"] for r in _table("### Progress file")}
-    assert keys == {"version", *(f.name for f in dataclasses.fields(Progress))}
+def test_cancel_book_key_is_documented() -> None:
+    # Replaces the old progress-file table: the scheduler's disk is a cache now; what
+    # survives a failover is the brokers' %SCHEDULE% and the cancel book in etcd.
+    assert f"`<prefix>{CANCELLED_PREFIX}<MSG_ID>`" in DOC.read_text(encoding="utf-8")
 
 
 def test_every_setting_is_documented_with_its_default() -> None:

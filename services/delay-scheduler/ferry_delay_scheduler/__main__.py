@@ -10,10 +10,11 @@ from ferry_delay_scheduler.config import SchedulerConfig
 
 DESCRIPTION = (
     "Ferry delay scheduler: delayed and scheduled delivery and the back-off of consumer "
-    "retries. It takes over the brokers' %SCHEDULE% topic into its own log store under "
-    "DATA_DIR, keeps due times in a timing wheel (the next minute in memory, later minutes in "
-    "bucket files), and re-sends each message to its real topic when due, never early. One "
-    "instance, elected through etcd, pulls; every instance delivers what its own log holds. "
+    "retries. The leader, elected through etcd, reads the brokers' %SCHEDULE% topic into a "
+    "cache under DATA_DIR, keeps due times in a timing wheel (the next minute in memory, later "
+    "minutes in bucket files), and re-sends each message to its real topic when due, never "
+    "early; it commits %SCHEDULE% offsets only past what it delivered, so the loss of its "
+    "machine loses nothing: a standby takes over. "
     "HTTP: /healthz, /readyz, /v1/stats, POST /v1/delayed/{msg_id}/cancel, /openapi.json. "
     "Configured by FERRY_DELAY_SCHEDULER_* environment variables; flags override them."
 )

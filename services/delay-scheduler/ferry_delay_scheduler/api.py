@@ -1,9 +1,8 @@
 """The scheduler's HTTP API: health, readiness, statistics, cancel, and its OpenAPI document.
 
 - `GET /healthz`: 200 while the process serves HTTP.
-- `GET /readyz`: 200 once the local log is recovered and the wheel open, on
-  the leader and on a standby alike (both deliver what their own log holds;
-  `role` says which one pulls); 503 before that and while stopping.
+- `GET /readyz`: 200 once serving, on the leader and on a standby alike
+  (`role` says which one pulls and delivers); 503 before that and while stopping.
 - `GET /v1/stats`: role, pending, due in the next minute, delivered,
   duplicates after a crash, cancelled, lateness histogram.
 - `POST /v1/delayed/{msg_id}/cancel`: see cancel.py.

@@ -55,6 +55,10 @@ class SchedulerConfig(InstanceConfig):
     # A cancel that finds nothing waits this long for the pull loop to catch up.
     cancel_wait_ms: int = 2000
     shutdown_timeout_ms: int = 10_000
+    # Failover (docs/delay.md): a pending record taken this long ago, and not due
+    # within the window, is stored again in %SCHEDULE% so that the committed
+    # low-water mark moves on (what a new leader must read again is bounded by it).
+    roll_after_ms: int = 600_000
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX)

@@ -12,6 +12,12 @@ Before a frame leaves, its messages are journaled SENDING; on the broker's
 answer, DELIVERED. A frame that fails goes to another master of the real
 topic's route (queue -1: the broker picks), and failing that is retried with
 back-off: a message is never dropped.
+
+Only the leader delivers, and it checks right before handing out due messages
+and again right before each frame leaves that it still may act as leader
+(`leads`: its lease was refreshed less than 2/3 of the TTL ago, see leader.py),
+and that no message of the frame is in the cancel book. Each acknowledged,
+cancelled or lost message is settled in the low-water marks (progress.py).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from ferry.errors import CorruptRecordError, FerryError, StoreError
 from ferry.tasks import repeat
 from ferry.wire import RequestCode, WireMessage, encode_messages
 
+from ferry_delay_scheduler.cancels import CancelBook
 from ferry_delay_scheduler.config import SchedulerConfig
 from ferry_delay_scheduler.local_log import LocalLog, parse_origin
 from ferry_delay_scheduler.stats import Stats
@@ -54,12 +61,16 @@ Target = tuple[str, str, int]  # (broker name, real topic, real queue id)
 
 
 class Deliverer:
-    """Hands due messages to brokers; runs on every instance (see docs/delay.md, Failover)."""
+    """Hands due messages to brokers while this instance leads (docs/delay.md, Failover)."""
 
     def __init__(self, cfg: SchedulerConfig, wheel: TimingWheel, local: LocalLog,
                  pool: ConnectionPool, namesrv: NamesrvClient, stats: Stats,
-                 brokers: Callable[[], dict[str, str]]) -> None:
+                 brokers: Callable[[], dict[str, str]], *, leads: Callable[[], bool],
+                 cancels: CancelBook, settle: Callable[[list[int]], None]) -> None:
         self.cfg = cfg
+        self.leads = leads  # the fence: False once this instance may no longer act as leader
+        self.cancels = cancels
+        self.settle = settle
         self.wheel = wheel
         self.local = local
         self.pool = pool
@@ -83,6 +94,9 @@ class Deliverer:
         """Hand out what is due now, or prepare what comes next and nap until it does."""
         now = now_ms()
         self.wheel.advance(now)
+        if not self.leads():
+            await asyncio.sleep(IDLE_SLEEP_S)  # deposed: the term ends soon, hand out nothing
+            return
         # One frame's worth per turn: the first frame leaves before the rest is read.
         due = self.wheel.pop_due(now, self.cfg.deliver_batch_messages)
         if due:
@@ -121,6 +135,7 @@ class Deliverer:
     async def _dispatch(self, due: list[Due]) -> None:
         groups: dict[Target, list[tuple[Due, WireMessage]]] = defaultdict(list)
         prepared = self._prepared
+        dropped: list[Due] = []
         for item in due:
             built = prepared.pop(item.phy_offset, None)
             if built is None:
@@ -128,7 +143,13 @@ class Deliverer:
                 if rec is None:
                     continue
                 built = _build(rec)
+            if self.cancels.contains(built[1].msg_id):
+                dropped.append(item)
+                continue
             groups[built[0]].append((item, built[1]))
+        if dropped:  # cancelled (maybe by the previous leader): never sent
+            self.wheel.mark_cancelled(dropped, now_ms())
+            self.settle([item.phy_offset for item in dropped])
         for target, entries in groups.items():
             for chunk in self._chunks(entries):
                 await self._slots.acquire()
@@ -151,6 +172,7 @@ class Deliverer:
             log.error("message at local offset %d cannot be read; it is lost", item.phy_offset)
             self.stats.missing_records += 1
             self.wheel.mark_delivered([item], now_ms())
+            self.settle([item.phy_offset])
         return rec
 
     def _chunks(self, entries: list[tuple[Due, WireMessage]]
@@ -174,6 +196,9 @@ class Deliverer:
     async def _send(self, target: Target, chunk: list[tuple[Due, WireMessage]]) -> None:
         items = [item for item, _ in chunk]
         try:
+            if not self.leads():  # the fence, right before the frame leaves
+                self.wheel.retry(items, now_ms() + self.cfg.retry_backoff_ms)
+                return
             self.wheel.mark_sending(items, now_ms())
             msgs = [msg for _, msg in chunk]
             flags = 0
@@ -192,6 +217,7 @@ class Deliverer:
                     return
             acked = now_ms()
             dups = self.wheel.mark_delivered(items, acked)
+            self.settle([item.phy_offset for item in items])
             self.stats.delivered += len(items)
             self.stats.duplicates_after_crash += dups
             for item in items:

@@ -1,15 +1,16 @@
-"""The scheduler's own log: a `ferry.store` MessageStore holding every message it took over.
+"""The term's local log: a `ferry.store` MessageStore caching every message it took over.
 
 The record codec comes from `ferry.codec`. A %SCHEDULE% record pulled from a broker is appended here (topic
 `%SCHEDULE%`, queue 0, same message id, tags, keys, body and flags) with
 `ORIGIN_OFFSET` = "<broker>/<queue_id>/<queue_offset>" and, when the record
-was a retry, `RECONSUME_TIMES` added to its properties. Only once the local
-commit log is fdatasync'd past it does the scheduler commit the broker's
-%SCHEDULE% offset: from then on this copy is the only one that counts.
+was a retry, `RECONSUME_TIMES` added to its properties. It is a cache of one
+leadership term (term.py): the brokers' %SCHEDULE% keeps every record until it
+is settled (progress.py), and the next term starts on an empty directory.
 
 Retention: the store deletes commit-log segments by age only, and the age is
 longer than the longest delay; the disk watermark is switched off (a usage
-function that reports 0), since deleting a pending message would lose it.
+function that reports 0), since deleting a pending message would drop it from
+the cache.
 """
 from __future__ import annotations
 

@@ -23,14 +23,14 @@ def openapi_document(version: str) -> dict[str, Any]:
             "responses": {
                 "200": _json({"type": "object", "properties": {
                     "msg_id": {"type": "string"}, "cancelled": {"type": "boolean"},
-                    "due_ms": {"type": "integer"}}}, "cancelled (durably)"),
+                    "due_ms": {"type": "integer"}}}, "cancelled (in etcd first)"),
                 "400": _error("msg_id is not 32 hex characters"),
                 "404": _error("MessageNotFoundError (12): no such delayed message"),
                 "409": _error("AlreadyDeliveredError (21): delivered before the cancel"),
-                "503": _error("a standby that does not hold it (see `leader`), or not ready")}}},
+                "503": _error("a standby (see `leader`), or not ready")}}},
     }
     return document("Ferry delay scheduler", version,
                     "Delayed delivery: statistics and cancel. Messages arrive through the "
                     "brokers' %SCHEDULE% topic, not over HTTP.", paths,
-                    ready="Local log recovered, wheel open (leader or standby)",
+                    ready="Serving (leader or standby)",
                     not_ready="recovering or stopping", error_fields=_LEADER)

@@ -47,11 +47,11 @@ class Stats:
     """What the scheduler did since it started (pending counts come from the wheel)."""
 
     def __init__(self) -> None:
-        self.taken = 0  # records taken over from brokers (durable locally)
+        self.taken = 0  # records taken over from brokers (into this term's cache)
+        self.rolled = 0  # long-pending records stored again in %SCHEDULE% (roll.py)
         self.delivered = 0
         self.duplicates_after_crash = 0
         self.cancelled = 0
         self.delivery_errors = 0
         self.missing_records = 0  # wheel entries whose local record could not be read
-        self.recovered_entries = 0  # bucket entries re-derived from the local log at start
         self.lateness = LatenessHistogram()

@@ -257,6 +257,19 @@ class TimingWheel:
         """Journal the intent to send (a crash after it may duplicate these; they are counted)."""
         self._journal(items, at_ms, EntryState.SENDING)
 
+    def suspect(self, phys: list[int]) -> None:
+        """These may have been delivered before (by a previous term): count them if sent."""
+        self._suspects.update(phys)
+
+    def mark_cancelled(self, items: list[Due], at_ms: int) -> None:
+        """Handed out but found cancelled (the cancel book): settle them, never send them."""
+        self._journal(items, at_ms, EntryState.CANCELLED)
+        for item in items:
+            self._suspects.discard(item.phy_offset)
+            if self._inflight.pop(item.phy_offset, None) is not None:
+                self._settle(item.bucket)
+                self.pending -= 1
+
     def mark_delivered(self, items: list[Due], at_ms: int) -> int:
         """Journal the broker's acknowledgement; returns how many were suspected duplicates."""
         self._journal(items, at_ms, EntryState.DELIVERED)
@@ -282,17 +295,22 @@ class TimingWheel:
     def in_flight(self, phy: int) -> bool:
         return phy in self._inflight
 
-    def cancel(self, due_ms: int, stored_ms: int, phy: int, at_ms: int) -> CancelOutcome:
-        """Cancel the message at `phy` unless it is settled; durable before it returns."""
+    def state_of(self, due_ms: int, stored_ms: int, phy: int) -> CancelOutcome | None:
+        """SENDING while in flight, the final state when settled, None while pending."""
         if phy in self._inflight:
-            return CancelOutcome(EntryState.SENDING, at_ms)
+            return CancelOutcome(EntryState.SENDING, 0)
         bucket = max(due_ms, stored_ms) // self.bucket_ms
         if bucket < self.closed_below:  # closed: every message of it was settled
             return self._settled_state(bucket, phy) or CancelOutcome(EntryState.DELIVERED, 0)
-        bucket = max(bucket, self.closed_below)
-        found = self._settled_state(bucket, phy)
+        return self._settled_state(max(bucket, self.closed_below), phy)
+
+    def cancel(self, due_ms: int, stored_ms: int, phy: int, at_ms: int) -> CancelOutcome:
+        """Cancel the message at `phy` unless it is settled; durable before it returns."""
+        found = self.state_of(due_ms, stored_ms, phy)
         if found is not None:
-            return found
+            return CancelOutcome(EntryState.SENDING, at_ms) \
+                if found.state == EntryState.SENDING else found
+        bucket = max(max(due_ms, stored_ms) // self.bucket_ms, self.closed_below)
         self._append(bucket, wf.JOURNAL_SUFFIX, wf.KIND_JOURNAL,
                      wf.encode_entry(phy, at_ms, EntryState.CANCELLED), sync=True)
         if bucket < self.loaded_through:

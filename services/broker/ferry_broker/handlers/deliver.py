@@ -7,6 +7,11 @@ SEND this may write `%RETRY%<group>` and `%DLQ%<group>`, never `%SCHEDULE%`,
 delayed again). `queue_id` -1 lets the broker pick the queue (round robin).
 The messages then pass the put pipeline like a flagged SEND (TTL applies from
 now on).
+
+`roll: true` (the scheduler rolling a long-pending message, docs/delay.md):
+every entry must still carry DELAY and its DELIVER_AT_MS; the delay hook
+stores it in `%SCHEDULE%` again (a new, replicated copy with the same id and
+due time), or in its topic when it is due by now.
 """
 from __future__ import annotations
 
@@ -32,14 +37,17 @@ async def handle_deliver_due(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> 
     topic = topic_field(req.fields)
     if is_internal(topic) and not (is_retry_topic(topic) or is_dlq_topic(topic)):
         raise InvalidNameError(f"DELIVER_DUE cannot write {topic}")
+    roll = req.fields.get("roll") is True
     queue_id = int_field(req.fields, "queue_id", -1, MAX_QUEUE_ID)
     if queue_id < 0:
         queue_id = next(_next_queue) % ctx.topics.queues_for_send(topic)
     checked_queue(ctx, topic, queue_id)
     msgs = decode_batch(ctx, conn, topic, queue_id, req.body)
     for i, msg in enumerate(msgs):
-        if msg.flags & _DELAY:
-            raise MalformedRequestError(f"message {i} of a DELIVER_DUE still carries DELAY")
+        if bool(msg.flags & _DELAY) != roll:
+            raise MalformedRequestError(
+                f"message {i} of a DELIVER_DUE with roll must carry DELAY" if roll else
+                f"message {i} of a DELIVER_DUE still carries DELAY")
         if not msg.msg_id:
             raise MalformedRequestError(f"message {i} of a DELIVER_DUE has no id")
         if msg.properties and RECONSUME_TIMES.encode() in msg.properties:
