@@ -29,6 +29,7 @@ from ferry.errors import (
     AuthenticationError,
     BroadcastNotAllowedError,
     ConnectionLostError,
+    DiskFullError,
     FerryError,
     InvalidDelayError,
     MessageNotFoundError,
@@ -76,6 +77,7 @@ __all__ = [
     "AccessDeniedError",
     "MessageTypeMismatchError",
     "BroadcastNotAllowedError",
+    "DiskFullError",
     "error_for_code",
 ]
 

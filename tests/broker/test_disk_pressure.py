@@ -1,0 +1,159 @@
+"""Disk pressure on a real broker: a filler file takes its disk past the high-water mark.
+
+The data directory lives on a small tmpfs mounted for the test (root only; skipped
+elsewhere), so the broker measures a filesystem the test can fill. Nothing a group
+has not read is deleted, SENDs get the retriable DiskFullError while the alarm is up
+(it shows in /v1/stats), and they succeed again once the filler is gone. Forced
+deletion (the old rule) happens only with FERRY_BROKER_DISK_FORCE_DELETE.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ferry.errors import DiskFullError
+from ferry.wire import RequestCode
+
+from tests.broker.conftest import Broker, start_broker
+from tests.broker.wire_client import WireClient, message
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MOUNT_MB = 160
+BODY = b"d" * (60 << 10)
+PER_QUEUE = 200  # 2 queues x 200 x 60 KiB: about 24 MiB, six 4 MiB segments
+TOPIC = "dp"
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Iterator[Path]:
+    """A MOUNT_MB tmpfs at tmp_path/mnt, unmounted after the test."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={MOUNT_MB}m", "tmpfs", str(mnt)],
+                         capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode(errors='replace')}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _start(workdir: Path, mnt: Path, **env: str) -> Broker:
+    return start_broker(workdir, None, data_dir=mnt / "data",
+                        FERRY_BROKER_SEGMENT_BYTES=str(4 << 20),
+                        FERRY_BROKER_MAX_MESSAGE_BYTES=str(64 << 10),
+                        FERRY_BROKER_DISK_CHECK_INTERVAL_MS="200",
+                        FERRY_BROKER_RETENTION_CHECK_INTERVAL_MS="300",
+                        FERRY_BROKER_DISK_RETENTION_RATIO="0.6",
+                        FERRY_BROKER_DISK_LOW_WATER_RATIO="0.7",
+                        FERRY_BROKER_DISK_HIGH_WATER_RATIO="0.8", **env)
+
+
+def _fill(mnt: Path, ratio: float) -> Path:
+    """A filler file taking the tmpfs to `ratio` used."""
+    usage = shutil.disk_usage(mnt)
+    filler = mnt / "filler"
+    size = int(ratio * usage.total) - usage.used
+    with open(filler, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(b"\0" * (1 << 20))
+    return filler
+
+
+async def _load(c: WireClient) -> None:
+    """PER_QUEUE messages on queues 0 and 1; groups: `all` read everything, `half` has
+    read queue 1 up to PER_QUEUE // 2, `none` has read nothing of queue 1."""
+    for i in range(PER_QUEUE):
+        for q in (0, 1):
+            await c.send(TOPIC, q, [message(BODY, keys=f"{q}-{i}")])
+    commits = [("all", 0, PER_QUEUE), ("all", 1, PER_QUEUE), ("half", 1, PER_QUEUE // 2)]
+    for group, q, offset in commits:
+        await c.call(RequestCode.COMMIT_OFFSET, {"group": group, "topic": TOPIC, "queue_id": q,
+                                                 "offset": offset})
+
+
+async def _wait_stats(b: Broker, pred, timeout_s: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = await asyncio.to_thread(b.get_json, "/v1/stats")
+        if pred(stats):
+            return stats
+        assert time.monotonic() < deadline, stats["disk"]
+        await asyncio.sleep(0.2)
+
+
+async def test_disk_full_refuses_sends_and_deletes_nothing_unread(tmp_path: Path,
+                                                                   mount: Path) -> None:
+    b = _start(tmp_path, mount)
+    try:
+        c = await b.client()
+        await _load(c)
+        assert (await asyncio.to_thread(b.get_json, "/v1/stats"))["disk"]["alarm"] is False
+        filler = _fill(mount, 0.9)
+        stats = await _wait_stats(b, lambda s: s["disk"]["alarm"])
+        assert stats["disk"]["used_ratio"] >= stats["disk"]["high_water_ratio"] == 0.8
+        with pytest.raises(DiskFullError) as err:
+            await c.send(TOPIC, 0, [message(b"refused")])
+        assert err.value.retriable and "disk" in str(err.value)
+        # Retention runs several times under pressure (every disk check while the alarm
+        # is up): it may take what every group passed, never what `half` has not read.
+        await asyncio.sleep(3)
+        stats = await _wait_stats(b, lambda s: s["store"]["commit_log_min_offset"] > 0)
+        assert stats["disk"]["alarm"]  # what every group passed freed too little
+        assert 0 < stats["topics"][TOPIC]["1"]["min_offset"] <= PER_QUEUE // 2
+        got = await c.pull_all(TOPIC, 1, PER_QUEUE // 2, group="half", max_count=64)
+        assert [m.keys for m in got] == [f"1-{i}" for i in range(PER_QUEUE // 2, PER_QUEUE)]
+        assert all(m.body == BODY for m in got)
+        # The filler goes: writes resume by themselves.
+        filler.unlink()
+        await _wait_stats(b, lambda s: not s["disk"]["alarm"])
+        await c.send(TOPIC, 0, [message(b"accepted")])
+        await c.close()
+        log = b.proc.log()
+        assert log.count("disk alarm:") == 1 and log.count("disk alarm cleared") == 1
+    finally:
+        b.proc.stop()
+
+
+async def test_under_pressure_only_passed_segments_go(tmp_path: Path, mount: Path) -> None:
+    """Everything read by every group, then pressure: the passed segments are deleted."""
+    b = _start(tmp_path, mount)
+    try:
+        c = await b.client()
+        await _load(c)
+        await c.call(RequestCode.COMMIT_OFFSET, {"group": "half", "topic": TOPIC,
+                                                 "queue_id": 1, "offset": PER_QUEUE})
+        filler = _fill(mount, 0.75)  # past the retention ratio, under the high-water mark
+        stats = await _wait_stats(b, lambda s: s["topics"][TOPIC]["1"]["min_offset"] > 0)
+        assert stats["disk"]["alarm"] is False
+        await c.send(TOPIC, 0, [message(b"accepted")])  # writes were never refused
+        filler.unlink()
+        await c.close()
+    finally:
+        b.proc.stop()
+
+
+async def test_forced_deletion_only_when_opted_in(tmp_path: Path, mount: Path) -> None:
+    b = _start(tmp_path, mount, FERRY_BROKER_DISK_FORCE_DELETE="true")
+    try:
+        c = await b.client()
+        await _load(c)
+        filler = _fill(mount, 0.9)
+        # The old rule: the oldest segments go although `half` has not read them.
+        stats = await _wait_stats(
+            b, lambda s: s["topics"][TOPIC]["1"]["min_offset"] > PER_QUEUE // 2)
+        assert stats["disk"]["alarm"] is True
+        filler.unlink()
+        await c.close()
+    finally:
+        b.proc.stop()
