@@ -24,6 +24,7 @@ from ferry.errors import (
     MalformedRequestError,
     SystemError_,
 )
+from ferry.log_limit import LogLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (error class, HTTP status) pairs, the first match wins; no match is 500.
@@ -63,10 +64,13 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
                      extra: ExtraFields | None = None) -> Middleware:
-    """A middleware mapping every failure to a JSON error body; one log line per failure.
+    """A middleware mapping every failure to a JSON error body; one log line per failure,
+    rate-limited per status and path (ferry.log_limit: a client cannot flood the log).
 
     `service` names the log the 500 body points at ("see the scheduler log").
     """
+    limited = LogLimiter(log)
+
     def body(exc: FerryError) -> dict[str, Any]:
         return error_body(exc, extra(exc) if extra is not None else None)
 
@@ -81,23 +85,23 @@ def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
             err: FerryError = MalformedRequestError(
                 f"no endpoint {request.method} {request.path}" if exc.status in (404, 405)
                 else exc.reason)
-            _log_error(log, request, exc.status, err, started)
+            _log_error(limited, request, exc.status, err, started)
             return json_response(body(err), status=exc.status)
         except FerryError as exc:
             status = status_for(exc, statuses)
-            _log_error(log, request, status, exc, started)
+            _log_error(limited, request, status, exc, started)
             return json_response(body(exc), status=status)
         except Exception:
-            log.exception("unexpected failure", extra={"method": request.method,
-                                                       "path": request.path})
+            limited.log(logging.ERROR, "crash", "unexpected failure", exc_info=True,
+                        extra={"method": request.method, "path": request.path})
             return json_response(body(SystemError_(f"internal error; see the {service} log")),
                                  status=500)
 
     return errors_and_logs
 
 
-def _log_error(log: logging.Logger, request: web.Request, status: int, err: FerryError,
+def _log_error(limited: LogLimiter, request: web.Request, status: int, err: FerryError,
                started: float) -> None:
-    log.warning("request failed", extra={
+    limited.warning(f"{status} {request.path}", "request failed", extra={
         "method": request.method, "path": request.path, "status": status, "error": str(err),
         "duration_ms": round((time.perf_counter() - started) * 1000, 3)})

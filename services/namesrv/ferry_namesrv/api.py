@@ -26,6 +26,7 @@ from ferry.errors import (
     TopicNotFoundError,
 )
 from ferry.http_limits import MAX_HTTP_BODY_BYTES, HttpGuard, HttpLimits
+from ferry.log_limit import LogLimiter
 from ferry.routing import EtcdUnavailable
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
@@ -34,6 +35,7 @@ from ferry_namesrv.handlers.common import json_response
 from ferry_namesrv.openapi import openapi_document
 
 log = logging.getLogger("ferry_namesrv.api")
+_limited = LogLimiter(log)  # the lines a client causes (ferry.log_limit)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,7 +78,8 @@ async def errors_and_logs(request: web.Request, handler: Handler) -> web.StreamR
         _log_error(request, 503, err, started)
         return json_response(http_errors.error_body(err), status=503)
     except Exception:
-        log.exception("unexpected failure", extra=_fields(request, 500, started))
+        _limited.log(logging.ERROR, "crash", "unexpected failure", exc_info=True,
+                     extra=_fields(request, 500, started))
         return json_response(http_errors.error_body(SystemError_("internal error; see the namesrv log")),
                              status=500)
     log.debug("request", extra=_fields(request, response.status, started))
@@ -92,7 +95,8 @@ def _fields(request: web.Request, status: int, started: float) -> dict[str, obje
 def _log_error(request: web.Request, status: int, err: FerryError, started: float) -> None:
     fields = _fields(request, status, started)
     fields["error"] = str(err)
-    log.warning("request failed", extra=fields)
+    # A flood (of 401s, say) is bounded: ferry.log_limit's burst per key, total per minute.
+    _limited.warning(f"{status} {request.path}", "request failed", extra=fields)
 
 
 def build_app(context: NamesrvContext, version: str,
