@@ -8,14 +8,7 @@ from ferry.store.retention import SegmentInfo, plan_retention
 from hypothesis import given
 from hypothesis import strategies as st
 
-SEG = 1000
-HOUR_MS = 3_600_000
-NOW = 100 * HOUR_MS
-
-
-def segs(ages_h: list[int]) -> list[SegmentInfo]:
-    return [SegmentInfo(f"/log/{i * SEG:020d}", i * SEG, (i + 1) * SEG, NOW - a * HOUR_MS)
-            for i, a in enumerate(ages_h)]
+from tests.store.test_retention import HOUR_MS, NOW, SEG, segs
 
 
 def plan(segments: list[SegmentInfo], floor: int | None, *, used: float = 0.99,
