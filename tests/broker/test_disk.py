@@ -43,7 +43,7 @@ def test_alarm_hysteresis_and_rate_limited_logs(tmp_path: Path,
     assert lines[0].startswith("disk alarm:") and lines[-1].startswith("disk alarm cleared")
     assert alarm.as_json() == {"alarm": False, "used_ratio": 0.79, "high_water_ratio": 0.9,
                                "low_water_ratio": 0.8, "retention_ratio": 0.75,
-                               "alarms_raised": 1}
+                               "alarms_raised": 1, "held_by_floor": False}
 
 
 def test_alarm_keeps_its_state_when_the_disk_cannot_be_measured(tmp_path: Path) -> None:

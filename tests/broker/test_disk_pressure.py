@@ -110,6 +110,7 @@ async def test_disk_full_refuses_sends_and_deletes_nothing_unread(tmp_path: Path
         await asyncio.sleep(3)
         stats = await _wait_stats(b, lambda s: s["store"]["commit_log_min_offset"] > 0)
         assert stats["disk"]["alarm"]  # what every group passed freed too little
+        assert stats["disk"]["held_by_floor"]  # and `half` has not read the rest
         assert 0 < stats["topics"][TOPIC]["1"]["min_offset"] <= PER_QUEUE // 2
         got = await c.pull_all(TOPIC, 1, PER_QUEUE // 2, group="half", max_count=64)
         assert [m.keys for m in got] == [f"1-{i}" for i in range(PER_QUEUE // 2, PER_QUEUE)]

@@ -77,7 +77,7 @@ def test_cluster_page_shows_the_disk_alarm() -> None:
 
     info = {"name": "broker-a", "cluster": "c", "id": 0, "addr": "h:1", "http_addr": "h:2"}
     stats: dict[str, Any] = {"store": {"healthy": True, "disk_used_ratio": 0.93},
-                             "disk": {"alarm": True, "used_ratio": 0.93,
+                             "disk": {"alarm": True, "used_ratio": 0.93, "held_by_floor": True,
                                       "high_water_ratio": 0.9, "low_water_ratio": 0.85}}
     row = broker_row(BrokerView(info, stats))
     assert row["disk_alarm"] and row["disk_high_percent"] == 90.0 and row["ok"]
@@ -88,3 +88,4 @@ def test_cluster_page_shows_the_disk_alarm() -> None:
                        brokers=[row, quiet],
                        topic_count=0, group_count=0)
     assert html.count("disk full: writes refused") == 1 and "disk-alarm" in html
+    assert "consumers have not read" in html

@@ -128,7 +128,7 @@ class BrokerApp:
         ctx, floor = self.ctx, self._retention_floor
         ctx.disk.check()  # disk pressure (disk.py): the alarm is right from the start
         self._tasks = [loop.create_task(self._save_offsets_loop()),
-                       loop.create_task(retention_loop(ctx.store,
+                       loop.create_task(retention_loop(ctx.disk, ctx.store,
                                                        cfg.retention_check_interval_ms, floor)),
                        loop.create_task(disk_loop(ctx.disk, ctx.store,
                                                   cfg.disk_check_interval_ms, floor)),

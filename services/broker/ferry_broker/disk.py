@@ -66,6 +66,9 @@ class DiskAlarm:
         self.used_ratio = 0.0
         self.alarm = False
         self.raised = 0  # times the alarm went up since start
+        # The last retention run wanted to free space and the floor kept it: the disk
+        # is full of what readers have not passed (set by housekeeping).
+        self.held_by_floor = False
         self._reminded = 0.0
 
     def check(self) -> bool:
@@ -109,7 +112,8 @@ class DiskAlarm:
 
     def as_json(self) -> dict[str, Any]:
         """The `disk` section of /v1/stats."""
-        return {"alarm": self.alarm, **self._fields(), "alarms_raised": self.raised}
+        return {"alarm": self.alarm, **self._fields(), "alarms_raised": self.raised,
+                "held_by_floor": self.held_by_floor}
 
 
 def retention_floor(offsets: ConsumerOffsetManager, roles: RoleManager) -> RetentionFloor:

@@ -89,13 +89,18 @@ async def flush_watchdog_loop(watchdog: FlushWatchdog,
 FloorFn = Callable[[], RetentionFloor | None]
 
 
-def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None) -> None:
-    """One retention pass; failures are logged, never raised (the broker keeps serving)."""
+def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None,
+                       alarm: DiskAlarm | None = None) -> None:
+    """One retention pass; failures are logged, never raised (the broker keeps serving).
+
+    `alarm` learns whether the floor kept segments the disk wanted gone (/v1/stats)."""
     try:
         report = store.run_retention(floor=floor)
     except (FerryError, OSError) as exc:
         log.warning("retention run failed: %s", exc, extra={"error": type(exc).__name__})
         return
+    if alarm is not None:
+        alarm.held_by_floor = report.held_by_floor
     if report.deleted_segments:
         log.info("retention deleted %d commit-log segment(s)", report.deleted_segments,
                  extra={"freed_bytes": report.freed_bytes,
@@ -103,11 +108,12 @@ def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None)
                         "new_min_phy_offset": report.new_min_phy_offset})
 
 
-async def retention_loop(store: MessageStore, interval_ms: int, floor: FloorFn) -> None:
+async def retention_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
+                         floor: FloorFn) -> None:
     """Run retention every `interval_ms`, with the floor `floor()` gives, until cancelled."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        run_retention_once(store, floor())
+        run_retention_once(store, floor(), alarm)
 
 
 async def disk_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
@@ -116,4 +122,4 @@ async def disk_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
     while True:
         await asyncio.sleep(interval_ms / 1000)
         if alarm.check():
-            run_retention_once(store, floor())
+            run_retention_once(store, floor(), alarm)
