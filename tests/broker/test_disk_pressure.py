@@ -18,8 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from ferry.codec import DELIVER_AT_MS, MessageFlag
 from ferry.errors import DiskFullError
-from ferry.wire import RequestCode
+from ferry.names import SCHEDULE_TOPIC
+from ferry.store import encode_properties
+from ferry.wire import RequestCode, encode_messages
 
 from tests.broker.conftest import Broker, start_broker
 from tests.broker.wire_client import WireClient, message
@@ -50,9 +53,10 @@ def mount(tmp_path: Path) -> Iterator[Path]:
 
 
 @contextlib.asynccontextmanager
-async def _loaded(workdir: Path, mnt: Path,
+async def _loaded(workdir: Path, mnt: Path, delayed: int = 0,
                   **env: str) -> AsyncIterator[tuple[Broker, WireClient]]:
-    """A broker on the tmpfs, loaded (`_load`), and a client; both closed after."""
+    """A broker on the tmpfs, `delayed` delayed messages (due in an hour: into
+    `%SCHEDULE%` queue 0) first, then loaded (`_load`), and a client; closed after."""
     b = start_broker(workdir, None, data_dir=mnt / "data",
                      FERRY_BROKER_SEGMENT_BYTES=str(4 << 20),
                      FERRY_BROKER_MAX_MESSAGE_BYTES=str(64 << 10),
@@ -64,6 +68,8 @@ async def _loaded(workdir: Path, mnt: Path,
     try:
         c = await b.client()
         try:
+            if delayed:
+                await _send_delayed(c, delayed)
             await _load(c)
             yield b, c
         finally:
@@ -81,6 +87,16 @@ def _fill(mnt: Path, ratio: float) -> Path:
         for _ in range(size >> 20):
             f.write(b"\0" * (1 << 20))
     return filler
+
+
+async def _send_delayed(c: WireClient, n: int) -> None:
+    msgs = [message(f"later-{i}".encode(), keys=f"later-{i}") for i in range(n)]
+    due = str(int(time.time() * 1000) + 3_600_000)
+    for m in msgs:
+        m.flags = int(MessageFlag.DELAY)
+        m.properties = encode_properties({DELIVER_AT_MS: due})
+    await c.call(RequestCode.SEND, {"topic": TOPIC, "queue_id": 0,
+                                    "flags": int(MessageFlag.DELAY)}, encode_messages(msgs))
 
 
 async def _load(c: WireClient) -> None:
@@ -151,4 +167,29 @@ async def test_forced_deletion_only_when_opted_in(tmp_path: Path, mount: Path) -
         # The old rule: the oldest segments go although `half` has not read them (from
         # the retention ratio on: a check in the middle of the filling may start it).
         await _wait_stats(b, lambda s: s["topics"][TOPIC]["1"]["min_offset"] > PER_QUEUE // 2)
+        filler.unlink()
+
+
+async def test_records_the_delay_scheduler_has_not_taken_are_kept(tmp_path: Path,
+                                                                  mount: Path) -> None:
+    """Internal readers count as groups: the scheduler's `%SCHEDULE%` offset holds the log."""
+    async with _loaded(tmp_path, mount, delayed=20) as (b, c):
+        # Every consumer group read everything; the scheduler took 5 of the 20 only (its
+        # group as the delay scheduler commits it, ferry_delay_scheduler.ingest.GROUP).
+        await c.call(RequestCode.COMMIT_OFFSET, {"group": "half", "topic": TOPIC,
+                                                 "queue_id": 1, "offset": PER_QUEUE})
+        await c.call(RequestCode.COMMIT_OFFSET, {"group": "ferry-delay-scheduler",
+                                                 "topic": SCHEDULE_TOPIC, "queue_id": 0,
+                                                 "offset": 5})
+        filler = _fill(mount, 0.9)
+        stats = await _wait_stats(b, lambda s: s["disk"]["alarm"] and s["disk"]["held_by_floor"])
+        assert stats["store"]["commit_log_min_offset"] == 0
+        assert stats["topics"][SCHEDULE_TOPIC]["0"]["min_offset"] == 0
+        got = await c.pull_all(SCHEDULE_TOPIC, 0, 5, group="ferry-delay-scheduler")
+        assert [m.keys for m in got] == [f"later-{i}" for i in range(5, 20)]
+        # Taken in: what every reader passed may go.
+        await c.call(RequestCode.COMMIT_OFFSET, {"group": "ferry-delay-scheduler",
+                                                 "topic": SCHEDULE_TOPIC, "queue_id": 0,
+                                                 "offset": 20})
+        await _wait_stats(b, lambda s: s["store"]["commit_log_min_offset"] > 0)
         filler.unlink()
