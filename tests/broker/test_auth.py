@@ -2,6 +2,7 @@
 without a valid, fresh, unreplayed signature; permissions per topic and group; deny wins."""
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -230,3 +231,16 @@ async def test_stats_count_refusals(auth_broker: Broker, raw: WireClient) -> Non
         auth = json.loads(resp.read())["auth"]
     assert auth["enabled"] and auth["loaded"] and auth["identities"] == len(IDENTITIES)
     assert auth["refused_unauthenticated"] > 0 and auth["refused_denied"] > 0
+
+
+async def test_a_flood_of_refused_frames_writes_a_bounded_number_of_log_lines(
+        raw: WireClient, auth_broker: Broker) -> None:
+    """Every refused frame used to write an INFO line: a client could fill the disk."""
+    before = auth_broker.proc.log().count('"request refused')
+    frames = [signed(RequestCode.GET_MIN_MAX, {"topic": "orders", "queue_id": 0})
+              for _ in range(2000)]
+    answers = await asyncio.gather(*(send_frame(raw, f) for f in frames))
+    assert all(a.error == AuthenticationError.code for a in answers)
+    await still_serving(raw, auth_broker)
+    after = auth_broker.proc.log().count('"request refused')
+    assert 1 <= after and after - before <= 10  # LogLimiter's burst per kind and minute

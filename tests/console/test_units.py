@@ -69,3 +69,23 @@ def test_flatten_stats() -> None:
     assert rows[:2] == [("brokers.a.half_next", "5"), ("list", "[1, 2]")]
     assert ("open", "3") in rows and len(dict(rows)["s"]) == 161
     assert len(flatten({str(i): i for i in range(1000)})) == MAX_ROWS
+
+
+def test_cluster_page_shows_the_disk_alarm() -> None:
+    from ferry_console.pages.cluster import broker_row
+    from ferry_console.pages.common import environment
+
+    info = {"name": "broker-a", "cluster": "c", "id": 0, "addr": "h:1", "http_addr": "h:2"}
+    stats: dict[str, Any] = {"store": {"healthy": True, "disk_used_ratio": 0.93},
+                             "disk": {"alarm": True, "used_ratio": 0.93, "held_by_floor": True,
+                                      "high_water_ratio": 0.9, "low_water_ratio": 0.85}}
+    row = broker_row(BrokerView(info, stats))
+    assert row["disk_alarm"] and row["disk_high_percent"] == 90.0 and row["ok"]
+    quiet = broker_row(BrokerView(info, {"store": {"healthy": True}}))  # an older broker
+    assert not quiet["disk_alarm"]
+    page = environment().get_template("cluster.html")
+    html = page.render(path="/console/cluster", user=None, title="Cluster", namesrv="n",
+                       brokers=[row, quiet],
+                       topic_count=0, group_count=0)
+    assert html.count("disk full: writes refused") == 1 and "disk-alarm" in html
+    assert "consumers have not read" in html

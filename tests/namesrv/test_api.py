@@ -190,6 +190,15 @@ async def test_request_log_lines(namesrv: Namesrv, http: aiohttp.ClientSession) 
     assert '"level": "WARNING"' in log
 
 
+async def test_a_flood_of_failed_requests_writes_a_bounded_number_of_log_lines(
+        namesrv: Namesrv, http: aiohttp.ClientSession) -> None:
+    """One WARNING per failed request used to let a client fill the disk (issue 23)."""
+    path = "/v1/topics/flood-missing"
+    for _ in range(300):
+        assert (await call(http, "GET", namesrv.url + path))[0] == 404
+    assert 1 <= namesrv.proc.log().count(f'"path": "{path}"') <= 10
+
+
 async def test_internal_topics_are_not_written_through_the_api(
         namesrv: Namesrv, http: aiohttp.ClientSession) -> None:
     """`%` topics belong to the broker and its services: namesrv refuses to create, change

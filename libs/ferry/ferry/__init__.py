@@ -33,6 +33,7 @@ from ferry.errors import (
     AuthenticationError,
     BroadcastNotAllowedError,
     ConnectionLostError,
+    DiskFullError,
     FerryError,
     InvalidDelayError,
     MessageNotFoundError,
@@ -81,6 +82,7 @@ __all__ = [
     "AccessDeniedError",
     "MessageTypeMismatchError",
     "BroadcastNotAllowedError",
+    "DiskFullError",
     "error_for_code",
 ]
 

@@ -234,6 +234,15 @@ class BroadcastNotAllowedError(FerryError):
     code = 29
 
 
+class DiskFullError(FerryError):
+    """The broker's disk is at its high-water mark: it takes no new writes until usage falls
+    below the low-water mark (its consumers read, retention frees what they passed). Send to
+    another broker, or again later."""
+
+    code = 30
+    retriable = True
+
+
 def _all_subclasses(cls: type[FerryError]) -> list[type[FerryError]]:
     out: list[type[FerryError]] = []
     for sub in cls.__subclasses__():

@@ -17,7 +17,8 @@
   commit-log end, and the slaves with their acknowledged offset and lag
   (master) or the follower's link (slave) — see docs/replication.md;
   `limits`: the wire limits, what is in use and how often each refused
-  (limits.py), and `http_limits` the same for this HTTP API.
+  (limits.py), and `http_limits` the same for this HTTP API; `disk`: the disk
+  alarm (disk.py: whether writes are refused, used ratio, water marks).
 """
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
             "replication": ctx.roles.status(), "limits": ctx.limits.as_json(),
             "auth": ctx.auth.stats() if ctx.auth is not None else {"enabled": False},
+            "disk": ctx.disk.as_json(),
             "histories": {**ctx.histories.as_dict(),
                           "boundaries": [[h, s] for h, s in store.history_boundaries()]}}
 

@@ -23,7 +23,7 @@ from ferry.errors import FerryError
 from ferry.service.app import ServiceApp
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import as_step, flush_tracing, stop_step, stop_tracing
-from ferry.store import FlushMode, MessageStore, StoreConfig
+from ferry.store import FlushMode, MessageStore, RetentionFloor, StoreConfig
 from ferry.telemetry import setup_tracing
 
 from ferry_broker.api import build_app
@@ -32,9 +32,15 @@ from ferry_broker.config import ENV_PREFIX, BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.context import BrokerContext
+from ferry_broker.disk import floor_for_run, retention_floor
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.handlers import HANDLERS
-from ferry_broker.housekeeping import FlushWatchdog, flush_watchdog_loop, retention_loop
+from ferry_broker.housekeeping import (
+    FlushWatchdog,
+    disk_loop,
+    flush_watchdog_loop,
+    retention_loop,
+)
 from ferry_broker.long_poll import LongPollManager
 from ferry_broker.registration import Registration
 from ferry_broker.server import BrokerServer
@@ -58,7 +64,8 @@ def open_store(config: BrokerConfig) -> MessageStore:
         checkpoint_interval_ms=config.checkpoint_interval_ms,
         max_message_bytes=config.max_message_bytes,
         retention_hours=config.retention_hours,
-        disk_high_water_ratio=config.disk_high_water_ratio,
+        # Deletions for the disk: from this ratio on, none past the floor (disk.py).
+        disk_high_water_ratio=config.disk_retention_ratio,
     ))
 
 
@@ -124,9 +131,13 @@ class BrokerApp(ServiceApp):
                                   cfg.host)
             log.info("HTTP API listening on %s:%d", cfg.host, self.port)
         loop = asyncio.get_running_loop()
+        ctx, floor = self.ctx, self._retention_floor
+        ctx.disk.check()  # disk pressure (disk.py): the alarm is right from the start
         self._tasks = [loop.create_task(self._save_offsets_loop()),
-                       loop.create_task(retention_loop(self.ctx.store,
-                                                       cfg.retention_check_interval_ms)),
+                       loop.create_task(retention_loop(ctx.disk, ctx.store,
+                                                       cfg.retention_check_interval_ms, floor)),
+                       loop.create_task(disk_loop(ctx.disk, ctx.store,
+                                                  cfg.disk_check_interval_ms, floor)),
                        loop.create_task(self._expire_consumers_loop()),
                        loop.create_task(flush_watchdog_loop(
                            FlushWatchdog(self.ctx.store, self.ctx.health)))]
@@ -142,6 +153,13 @@ class BrokerApp(ServiceApp):
         await self.ctx.roles.start(self.registration)
         self._registered = True
         log.info("broker ready")
+
+    def _retention_floor(self) -> RetentionFloor | None:
+        """What retention must keep this run (disk.py)."""
+        ctx = self.ctx
+        assert ctx is not None
+        return floor_for_run(ctx.disk, self.config.disk_force_delete,
+                             lambda: retention_floor(ctx.offsets, ctx.roles))
 
     def _on_store_failure(self) -> None:
         """The store refuses writes: leave etcd so that routes drop this broker."""

@@ -49,8 +49,21 @@ class BrokerConfig:
     checkpoint_interval_ms: int = 1000
     max_message_bytes: int = 4 << 20
     retention_hours: float = 72.0
-    disk_high_water_ratio: float = 0.75  # above it, the oldest segments go even if not expired
     retention_check_interval_ms: int = 10_000
+    # -- disk pressure (issue 23; disk.py, docs/operations.md#disk-pressure) --
+    # Ratios are used fractions of the data directory's filesystem. From
+    # disk_retention_ratio on, retention deletes the oldest segments that every reader
+    # (group offsets, connected slaves) has passed, even if not expired. At the
+    # high-water mark writes are refused with DiskFullError (the alarm) until usage is
+    # below the low-water mark.
+    disk_retention_ratio: float = 0.75
+    disk_high_water_ratio: float = 0.90
+    disk_low_water_ratio: float = 0.85
+    disk_check_interval_ms: int = 1000
+    # Opt-in, the old rule: from disk_retention_ratio on the oldest segments go whatever
+    # was read.
+    disk_force_delete: bool = False
+    # -- end of disk pressure --
     log_level: str = "INFO"
     consumer_expiry_ms: int = 30_000
     offsets_flush_interval_ms: int = 5000
@@ -120,8 +133,12 @@ class BrokerConfig:
             # Parked pulls are in flight too: at the in-flight limit reading
             # pauses, and the request that would get BusyError is never read.
             raise ValueError("max_held_pulls_per_conn must be below max_inflight_per_conn")
-        if not 0 < self.disk_high_water_ratio <= 1:
-            raise ValueError("disk_high_water_ratio must be within (0, 1]")
+        if self.retention_hours <= 0:
+            raise ValueError("retention_hours must be positive")
+        if not (0 < self.disk_retention_ratio <= self.disk_low_water_ratio
+                < self.disk_high_water_ratio <= 1):
+            raise ValueError("the disk ratios must be 0 < disk_retention_ratio <= "
+                             "disk_low_water_ratio < disk_high_water_ratio <= 1")
         if self.max_message_bytes > 4 << 20:
             raise ValueError("max_message_bytes cannot exceed the protocol's 4 MiB body limit")
         if not self.max_message_bytes < self.max_frame_bytes <= MAX_FRAME_BYTES:

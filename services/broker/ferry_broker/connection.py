@@ -14,6 +14,7 @@ from collections import deque
 from typing import Protocol, cast
 
 from ferry.errors import FerryError, SystemError_, UnknownCodeError
+from ferry.log_limit import LogLimiter
 from ferry.wire import (
     Flag,
     Frame,
@@ -35,6 +36,8 @@ from ferry_broker.limits import (
 )
 
 log = logging.getLogger(__name__)
+#: Every line a client can cause here is rate-limited per kind (ferry.log_limit).
+limited = LogLimiter(log)
 
 # Plain ints: testing an int against an IntFlag member goes through enum machinery.
 _RESPONSE = int(Flag.RESPONSE)
@@ -216,7 +219,7 @@ class BrokerProtocol(asyncio.Protocol):
             try:
                 auth.check(frame)
             except FerryError as exc:
-                log.info("request refused: %s", exc, extra={
+                limited.info(f"refused:{type(exc).__name__}", "request refused: %s", exc, extra={
                     "conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
                     "request_id": frame.request_id, "error": exc.code})
                 self._reply(frame, error_response(frame, exc))
@@ -292,12 +295,13 @@ class BrokerProtocol(asyncio.Protocol):
         try:
             resp = await handler(self.server.ctx, self.info, frame)
         except FerryError as exc:
-            log.info("request failed: %s: %s", type(exc).__name__, exc,
-                     extra={"conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
-                            "request_id": frame.request_id, "error": exc.code})
+            limited.info(f"failed:{type(exc).__name__}", "request failed: %s: %s",
+                         type(exc).__name__, exc,
+                         extra={"conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
+                                "request_id": frame.request_id, "error": exc.code})
             resp = error_response(frame, exc)
         except Exception:
-            log.exception("request crashed", extra={
+            limited.log(logging.ERROR, "crashed", "request crashed", exc_info=True, extra={
                 "conn": self.conn_id, "peer": self.info.peer, "code": frame.code,
                 "request_id": frame.request_id})
             resp = error_response(frame, SystemError_("internal error; see the broker log"))
@@ -307,8 +311,8 @@ class BrokerProtocol(asyncio.Protocol):
     def _reply(self, req: Frame, resp: Frame) -> None:
         if req.flags & _ONEWAY:
             if resp.error:
-                log.info("one-way request %d (code %d) failed: %s", req.request_id,
-                         req.code, resp.message)
+                limited.info("oneway-failed", "one-way request %d (code %d) failed: %s",
+                             req.request_id, req.code, resp.message)
             return
         if self._closed or self.transport is None:
             return

@@ -96,6 +96,16 @@ class ConsumerOffsetManager:
     def items(self) -> Iterator[tuple[OffsetKey, int]]:
         return iter(sorted(self._offsets.items()))
 
+    def queue_floors(self) -> dict[tuple[str, int], int]:
+        """Per (topic, queue_id), the smallest offset any group committed (the retention
+        floor, disk.py): one pass, unsorted."""
+        floors: dict[tuple[str, int], int] = {}
+        for (_group, topic, queue_id), offset in self._offsets.items():
+            key = (topic, queue_id)
+            if offset < floors.get(key, offset + 1):
+                floors[key] = offset
+        return floors
+
     @property
     def dirty(self) -> bool:
         return self._version != self._saved_version

@@ -18,6 +18,7 @@ from ferry.wire import Frame
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
+from ferry_broker.disk import DiskAlarm
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.filters import FilterCache
 from ferry_broker.health import StoreHealth
@@ -82,9 +83,11 @@ class BrokerContext:
     locks: QueueLockTable = field(init=False)
     roles: RoleManager = field(init=False)  # master or slave (issue 9); writes check it
     limits: WireLimits = field(init=False)  # connection admission and refusal counters
+    disk: DiskAlarm = field(init=False)  # the disk high-water alarm (disk.py)
 
     def __post_init__(self) -> None:
         self.limits = WireLimits(self.config)
+        self.disk = DiskAlarm(self.config, self.health)
         self.long_poll.on_refuse = self.limits.count
         ttl_queues = TtlQueues(self.config.data_path / TTL_QUEUES_FILE)
         self.expiry = ExpiryFilter(ttl_queues)

@@ -29,6 +29,9 @@ class StoreHealth:
         # Not sticky: set while the commit log is not being flushed (housekeeping's
         # FlushWatchdog), cleared when flushing moves again.
         self.stalled: str | None = None
+        # Not sticky either: set while the disk alarm is up (disk.py), the DiskFullError
+        # message; readiness stays (the broker still serves reads, which free space).
+        self.full: str | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @property

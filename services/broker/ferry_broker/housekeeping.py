@@ -1,10 +1,11 @@
 """Periodic store housekeeping: retention of old commit-log segments, and a flush watchdog.
 
-The store deletes whole segments older than `retention_hours`, and the oldest
-ones even if not expired while the disk is above `disk_high_water_ratio`;
-consume queues and index files follow (see docs/store-format.md). The broker
-runs it every `retention_check_interval_ms` on its event loop, where all store
-writes happen: a run unlinks files and moves minimum offsets, which is quick.
+The store deletes whole segments older than `retention_hours`, and from
+`disk_retention_ratio` on (disk.py) the oldest ones that every reader has
+passed even if not expired; consume queues and index files follow (see docs/store-format.md).
+The broker runs it every `retention_check_interval_ms` on its event loop, where
+all store writes happen (a run unlinks files and moves minimum offsets, which is
+quick), and after every disk check that finds the alarm up.
 
 The flush watchdog notices a commit log whose flushed offset stays behind its
 write offset without moving for `FLUSH_STALL_MS` (the store's flush thread
@@ -22,8 +23,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ferry.errors import FerryError
-from ferry.store import MessageStore
+from ferry.store import MessageStore, RetentionFloor
 
+from ferry_broker.disk import DiskAlarm
 from ferry_broker.health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -84,13 +86,21 @@ async def flush_watchdog_loop(watchdog: FlushWatchdog,
         watchdog.check()
 
 
-def run_retention_once(store: MessageStore) -> None:
-    """One retention pass; failures are logged, never raised (the broker keeps serving)."""
+FloorFn = Callable[[], RetentionFloor | None]
+
+
+def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None,
+                       alarm: DiskAlarm | None = None) -> None:
+    """One retention pass; failures are logged, never raised (the broker keeps serving).
+
+    `alarm` learns whether the floor kept segments the disk wanted gone (/v1/stats)."""
     try:
-        report = store.run_retention()
+        report = store.run_retention(floor=floor)
     except (FerryError, OSError) as exc:
         log.warning("retention run failed: %s", exc, extra={"error": type(exc).__name__})
         return
+    if alarm is not None:
+        alarm.held_by_floor = report.held_by_floor
     if report.deleted_segments:
         log.info("retention deleted %d commit-log segment(s)", report.deleted_segments,
                  extra={"freed_bytes": report.freed_bytes,
@@ -98,8 +108,18 @@ def run_retention_once(store: MessageStore) -> None:
                         "new_min_phy_offset": report.new_min_phy_offset})
 
 
-async def retention_loop(store: MessageStore, interval_ms: int) -> None:
-    """Run retention every `interval_ms` until cancelled."""
+async def retention_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
+                         floor: FloorFn) -> None:
+    """Run retention every `interval_ms`, with the floor `floor()` gives, until cancelled."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        run_retention_once(store)
+        run_retention_once(store, floor(), alarm)
+
+
+async def disk_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
+                    floor: FloorFn) -> None:
+    """Check the disk every `interval_ms`; while the alarm is up, run retention each time."""
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        if alarm.check():
+            run_retention_once(store, floor(), alarm)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ferry.codec import HOOKED_FLAGS, REAL_QUEUE_ID, REAL_TOPIC
-from ferry.errors import FlushTimeoutError, StoreError
+from ferry.errors import DiskFullError, FlushTimeoutError, StoreError
 from ferry.store import BatchPutResult, MessageIn, PutResult, encode_properties
 
 if TYPE_CHECKING:
@@ -139,7 +139,8 @@ class PutPipeline:
         self._after_untraced = [h for h in self._after if not h.traced_only]
 
     def _check_writable(self) -> None:
-        """Refuse a write before it reaches the store: not the master, or a stalled store.
+        """Refuse a write before it reaches the store: not the master, a stalled store, or
+        a disk at its high-water mark (disk.py).
 
         The role check is one property read per request (never per message)."""
         if not self._roles.writable:
@@ -147,6 +148,8 @@ class PutPipeline:
         health = self._health
         if health.stalled is not None:  # acknowledging now would promise nothing
             raise health.unavailable(StoreError(health.stalled), sticky=False)
+        if health.full is not None:
+            raise DiskFullError(health.full)
 
     async def put_encoded(self, topic: str, queue_id: int, body: bytes | memoryview,
                           born_host: str, max_messages: int,

@@ -29,6 +29,7 @@ from ferry.errors import (
     RequestTimeoutError,
     TopicNotFoundError,
 )
+from ferry.log_limit import LogLimiter
 from ferry.service import errors as http_errors
 from ferry.service.http import service_app
 from ferry.service.limits import HttpGuard
@@ -40,6 +41,7 @@ from ferry_console.pages import cluster, groups, messages, services, topics
 from ferry_console.pages.common import CONSOLE, Console, render
 
 log = logging.getLogger("ferry_console")
+_limited = LogLimiter(log)  # the lines a client causes (ferry.log_limit)
 
 MAX_CONSOLE_HTTP_BODY_BYTES = 256 * 1024   # a resend form of 1000 ids fits
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,10 +65,11 @@ async def html_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except FerryError as exc:
         status = http_errors.status_for(exc, _STATUS)
         message = f"{type(exc).__name__}: {exc}"
-        log.info("page failed", extra={"path": request.path, "status": status,
-                                       "error": message})
+        _limited.info(f"page-failed:{status}", "page failed",
+                      extra={"path": request.path, "status": status, "error": message})
     except Exception:
-        log.exception("page crashed", extra={"path": request.path})
+        _limited.log(logging.ERROR, "crash", "page crashed", exc_info=True,
+                     extra={"path": request.path})
         status, message = 500, "internal error; see the console's log"
     if not request.path.startswith("/console"):
         return http_errors.json_response({"error": {"code": status, "message": message}},

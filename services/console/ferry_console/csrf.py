@@ -22,10 +22,12 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from ferry.log_limit import LogLimiter
 
 from ferry_console.pages.common import render
 
 log = logging.getLogger("ferry_console")
+_limited = LogLimiter(log)  # the lines a client causes (ferry.log_limit)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Sec-Fetch-Site values that show the request came from this console's own pages.
@@ -66,8 +68,8 @@ async def same_origin_only(request: web.Request, handler: Handler) -> web.Stream
     if request.method not in SAFE_METHODS:
         reason = foreign_reason(request)
         if reason is not None:
-            log.info("cross-site request refused", extra={"path": request.path,
-                                                          "reason": reason})
+            _limited.info("cross-site", "cross-site request refused",
+                          extra={"path": request.path, "reason": reason})
             return render(request, "error.html", status=403, title="Error 403",
                           status_code=403,
                           message=f"Refused: {reason}. The console's forms only work from its "

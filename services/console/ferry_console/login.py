@@ -25,10 +25,12 @@ from urllib.parse import quote, urlsplit
 from aiohttp import web
 from ferry.auth.credentials import Credentials
 from ferry.errors import AuthenticationError, MalformedRequestError
+from ferry.log_limit import LogLimiter
 
 from ferry_console.pages.common import SESSION, console, render
 
 log = logging.getLogger("ferry_console")
+_limited = LogLimiter(log)  # the lines a client causes (ferry.log_limit)
 
 COOKIE_NAME = "ferry_console_session"
 COOKIE_PATH = "/console"
@@ -62,7 +64,8 @@ async def login_required(request: web.Request, handler: Handler) -> web.StreamRe
     if session is None:
         if request.method in ("GET", "HEAD") and request.path.startswith("/console"):
             raise web.HTTPSeeOther(f"{LOGIN_PATH}?next={quote(request.path_qs, safe='')}")
-        log.info("request without a login refused", extra={"path": request.path})
+        _limited.info("no-login", "request without a login refused",
+                      extra={"path": request.path})
         return render(request, "error.html", status=401, title="Error 401", status_code=401,
                       message="Log in first: this action needs a login (the session may "
                               "have ended).")
@@ -87,7 +90,8 @@ async def login(request: web.Request) -> web.StreamResponse:
     try:
         session = await sessions.login(Credentials(access_key, str(form.get("secret", ""))))
     except (AuthenticationError, MalformedRequestError) as exc:
-        log.info("login refused", extra={"access_key": access_key[:64], "error": str(exc)})
+        _limited.info("login-refused", "login refused",
+                      extra={"access_key": access_key[:64], "error": str(exc)})
         return render(request, "login.html", status=401, title="Log in",
                       error=f"Login failed: {exc}", next=target, access_key=access_key[:64])
     response = web.HTTPSeeOther(target)

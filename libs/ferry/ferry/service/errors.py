@@ -25,6 +25,7 @@ from ferry.errors import (
     MessageTooLargeError,
     SystemError_,
 )
+from ferry.log_limit import LogLimiter
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # (error class, HTTP status) pairs, the first match wins; no match is 500.
@@ -79,16 +80,19 @@ def from_http(exc: web.HTTPException, request: web.Request) -> FerryError:
 def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
                      extra: ExtraFields | None = None, convert: Convert | None = None
                      ) -> Middleware:
-    """A middleware mapping every failure to a JSON error body; one log line per failure.
+    """A middleware mapping every failure to a JSON error body; one log line per failure,
+    rate-limited per status and path (ferry.log_limit: a client cannot flood the log).
 
     `service` names the log the 500 body points at ("see the scheduler log").
     """
+    limited = LogLimiter(log)
+
     def body(exc: FerryError) -> dict[str, Any]:
         return error_body(exc, extra(exc) if extra is not None else None)
 
     def answer(request: web.Request, status: int, err: FerryError,
                started: float) -> web.Response:
-        _log_error(log, request, status, err, started)
+        _log_error(limited, request, status, err, started)
         return json_response(body(err), status=status)
 
     @web.middleware
@@ -106,7 +110,8 @@ def error_middleware(statuses: StatusTable, log: logging.Logger, service: str,
             err = convert(exc) if convert is not None else None
             if err is not None:
                 return answer(request, status_for(err, statuses), err, started)
-            log.exception("unexpected failure", extra=_fields(request, 500, started))
+            limited.log(logging.ERROR, "crash", "unexpected failure", exc_info=True,
+                        extra=_fields(request, 500, started))
             return json_response(body(SystemError_(f"internal error; see the {service} log")),
                                  status=500)
         log.debug("request", extra=_fields(request, response.status, started))
@@ -121,6 +126,7 @@ def _fields(request: web.Request, status: int, started: float) -> dict[str, obje
             "remote": request.remote}
 
 
-def _log_error(log: logging.Logger, request: web.Request, status: int, err: FerryError,
+def _log_error(limited: LogLimiter, request: web.Request, status: int, err: FerryError,
                started: float) -> None:
-    log.warning("request failed", extra={**_fields(request, status, started), "error": str(err)})
+    limited.warning(f"{status} {request.path}", "request failed",
+                    extra={**_fields(request, status, started), "error": str(err)})

@@ -16,7 +16,7 @@ from .config import FlushMode, StoreConfig
 from .message_store import MessageStore
 from .recovery import RecoveryReport
 from .results import BatchPutResult, GetResult, GetStatus, PutResult, PutStatus
-from .retention import RetentionReport
+from .retention import RetentionFloor, RetentionReport
 
 __all__ = [
     # the store and its configuration
@@ -43,4 +43,5 @@ __all__ = [
     # maintenance reports
     "RecoveryReport",
     "RetentionReport",
+    "RetentionFloor",
 ]

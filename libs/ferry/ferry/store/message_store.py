@@ -39,6 +39,7 @@ from .io_errors import os_errors_as_store_errors
 from .reader import FileSpan, RecordMatch, cold_spans, read_checked, read_entries, read_message
 from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, GetStatus, PutResult
+from .retention import RetentionFloor
 from .retention_runner import RetentionReport, run_retention
 from .warmer import PageWarmer
 
@@ -469,12 +470,14 @@ class MessageStore:
     # -- maintenance ---------------------------------------------------------------------
 
     @os_errors_as_store_errors
-    def run_retention(self, now_ms: int | None = None) -> RetentionReport:
-        """Delete expired commit-log segments (or the oldest, over the disk high-water mark)."""
+    def run_retention(self, now_ms: int | None = None,
+                      floor: RetentionFloor | None = None) -> RetentionReport:
+        """Delete expired commit-log segments (or the oldest, over the disk high-water mark,
+        none holding a record `floor` protects: retention.py)."""
         with self._lock:
             self._check_readable()
             self._dispatch()
-            return run_retention(self.config, self._cl, self._cqs, self._index, now_ms)
+            return run_retention(self.config, self._cl, self._cqs, self._index, now_ms, floor)
 
     def _checkpoint(self) -> None:
         """Checkpoint thread (flush.py): make queues and index durable, then record how far.

@@ -10,13 +10,19 @@ Two reasons delete a segment:
   even if they have not expired. With `disk_total_bytes` given, as many as needed to
   bring the projected ratio below the mark (each frees its own size); without it,
   one segment per call, so repeated runs converge without over-deleting on a guess.
+  With `protected_from` (a phy offset: the retention floor) the disk reason never
+  takes a segment that holds a byte at or past it: records some reader has not
+  passed stay however full the disk is (`held_by_floor` says the floor stopped it).
+  The broker passes the floor unless told to force (docs/operations.md); age-based
+  deletion ignores it, as in Kafka and RocketMQ.
 
 `MessageStore.run_retention()` lists the segments, applies the plan, then moves the
 consume queues and index files past the new minimum phy offset.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ferry.errors import StoreError
 
@@ -42,6 +48,21 @@ class RetentionPlan:
     segments: tuple[SegmentInfo, ...]
     expired: int
     forced_by_disk: int
+    held_by_floor: bool = False  # the disk wanted more, the retention floor kept it
+
+
+@dataclass(frozen=True)
+class RetentionFloor:
+    """What disk pressure must keep: every record at or past the smallest of these.
+
+    `queue_positions`: per (topic, queue_id), the first queue offset some reader
+    has not passed (for the broker: the smallest committed offset of any group);
+    the floor is the phy offset of that queue entry. `phy_offset`: a commit-log
+    position that must stay readable too (a connected slave's acknowledged end).
+    """
+
+    queue_positions: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    phy_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,7 @@ class RetentionReport:
     forced_by_disk: int = 0
     deleted_queue_segments: int = 0
     deleted_index_files: int = 0
+    held_by_floor: bool = False
 
 
 def plan_retention(
@@ -64,6 +86,7 @@ def plan_retention(
     disk_used_ratio: float,
     high_water_ratio: float,
     disk_total_bytes: int | None = None,
+    protected_from: int | None = None,
 ) -> RetentionPlan:
     """Decide which segments to delete (see the module docstring for the rules)."""
     if not 0.0 < high_water_ratio <= 1.0:
@@ -83,11 +106,15 @@ def plan_retention(
     ratio = disk_used_ratio
     if disk_total_bytes is not None:
         ratio -= sum(s.size_bytes for s in chosen) / disk_total_bytes
+    held = False
     for seg in candidates[expired:]:
         if ratio < high_water_ratio:
+            break
+        if protected_from is not None and seg.end_offset > protected_from:
+            held = True  # a reader has not passed this segment: it stays
             break
         chosen.append(seg)
         if disk_total_bytes is None:
             break  # no way to know what one segment frees: one per call
         ratio -= seg.size_bytes / disk_total_bytes
-    return RetentionPlan(tuple(chosen), expired, len(chosen) - expired)
+    return RetentionPlan(tuple(chosen), expired, len(chosen) - expired, held)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from ferry.errors import FerryError, SlaveNotAvailableError
+from ferry.log_limit import LogLimiter
 from ferry.store import MessageStore
 from ferry.store.epochs import EpochLog, divergence_point
 
@@ -111,6 +112,8 @@ class ReplicationServer:
         self._required: frozenset[int] = frozenset()
         #: Fewer required slaves than this: sync writes fail at once (min_insync_replicas - 1).
         self._min_slaves = 0
+        # Anyone reaching the replication port can cause these lines: rate-limited per kind.
+        self._limited = LogLimiter(log)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -229,7 +232,8 @@ class ReplicationServer:
         link: _Link | None = None
         try:
             if len(self._tasks) > MAX_CONNECTIONS:
-                log.warning("replication: refusing %s: %d connections open", peer, MAX_CONNECTIONS)
+                self._limited.warning("too-many", "replication: refusing %s: %d connections open",
+                                 peer, MAX_CONNECTIONS)
                 return
             # One deadline for the whole handshake: a silent or trickling peer holds one
             # of the MAX_CONNECTIONS slots for at most HELLO_TIMEOUT_MS.
@@ -239,13 +243,15 @@ class ReplicationServer:
                 await self._serve(link, reader)
         except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
             what = "slave link" if link is not None else "connection"
-            log.warning("replication %s from %s closed: %s", what, peer, _describe(exc))
+            self._limited.warning("closed", "replication %s from %s closed: %s", what, peer,
+                             _describe(exc))
         except (ConnectionError, OSError) as exc:
-            log.info("replication link from %s lost: %s", peer, exc)
+            self._limited.info("lost", "replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
-            log.error("replication link from %s failed: %s", peer, exc)
+            self._limited.log(logging.ERROR, "failed", "replication link from %s failed: %s", peer, exc)
         except Exception:
-            log.exception("replication link from %s crashed; closing it", peer)
+            self._limited.log(logging.ERROR, "crashed", "replication link from %s crashed; closing it",
+                         peer, exc_info=True)
         except asyncio.CancelledError:
             # stop() cancels the handler; ending it normally keeps asyncio's stream
             # callback from logging the cancelled task as an error.
@@ -275,8 +281,8 @@ class ReplicationServer:
             reason = (f"the logs agree up to {start}, but this master's log now starts at "
                       f"{self.store.commit_log_min_offset} (retention)")
         if reason is not None:
-            log.warning("replication: refusing broker %d from %s: %s", hello.broker_id, peer,
-                        reason)
+            self._limited.warning("refused", "replication: refusing broker %d from %s: %s",
+                             hello.broker_id, peer, reason)
             writer.writelines(p.encode_refuse(epoch, reason))
             await writer.drain()
             return None

@@ -14,6 +14,7 @@ def broker_row(b: BrokerView) -> dict[str, Any]:
     st = b.stats or {}
     store = st.get("store") or {}
     repl = st.get("replication") or {}
+    disk = st.get("disk") or {}
     if b.stats is None:
         health = "unreachable"
     else:
@@ -24,6 +25,10 @@ def broker_row(b: BrokerView) -> dict[str, Any]:
             "health": health, "ok": health == "healthy",
             "disk_percent": round(float(store.get("disk_used_ratio", 0)) * 100, 1)
             if b.stats else None,
+            # The disk alarm (the broker's disk.py): writes refused until below low water.
+            "disk_alarm": bool(disk.get("alarm")),
+            "disk_high_percent": round(float(disk.get("high_water_ratio", 0.9)) * 100, 1),
+            "disk_held": bool(disk.get("held_by_floor")),
             "commit_log_bytes": int(store.get("commit_log_max_offset", 0))
             - int(store.get("commit_log_min_offset", 0)) if b.stats else None,
             "flush_mode": (st.get("broker") or {}).get("flush_mode", ""),
