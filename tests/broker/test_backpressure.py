@@ -58,7 +58,7 @@ async def test_unread_responses_stop_new_requests_then_all_are_answered(
     (conn,) = list(server.connections)
     assert isinstance(conn, BrokerProtocol)
     assert conn.transport is not None
-    held = conn.transport.get_write_buffer_size() + conn._out_bytes
+    held = conn.transport.get_write_buffer_size() + conn._cork.nbytes
     assert held <= BUDGET + 2 * RESPONSE, held
     assert conn._turns or conn._backlog, "requests should wait rather than answer into memory"
 

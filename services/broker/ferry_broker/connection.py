@@ -13,6 +13,7 @@ import time
 from collections import deque
 from typing import Protocol, cast
 
+from ferry.cork import Cork
 from ferry.errors import FerryError, SystemError_, UnknownCodeError
 from ferry.log_limit import LogLimiter
 from ferry.wire import (
@@ -70,13 +71,12 @@ class BrokerProtocol(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._stopped = False
-        self._out: list[bytes | memoryview] = []
-        self._out_bytes = 0
+        # Responses finished in one loop turn go out in one write (ferry.cork).
+        self._cork = Cork(self._write_out)
         self._max_unwritten = server.ctx.config.max_unwritten_bytes_per_conn
         # Requests waiting for unwritten bytes to drain, in arrival order.
         self._turns: deque[asyncio.Future[None]] = deque()
         self._backlog: deque[tuple[Handler, Frame]] = deque()
-        self._flush_scheduled = False
         self._max_inflight = server.ctx.config.max_inflight_per_conn
         # The pending-frame budget (limits.py): what this connection's incomplete large
         # frame has reserved, since when, or what it waits for.
@@ -108,8 +108,7 @@ class BrokerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._out.clear()
-        self._out_bytes = 0
+        self._cork.clear()
         self._backlog.clear()
         self._turns.clear()  # their tasks are cancelled just below
         self.server.connections.discard(self)
@@ -257,7 +256,7 @@ class BrokerProtocol(asyncio.Protocol):
         """Whether the responses not yet written leave room for another one."""
         if self._writing_paused:
             return False
-        buffered = self._out_bytes
+        buffered = self._cork.nbytes
         if self.transport is not None:
             buffered += self.transport.get_write_buffer_size()
         return buffered < self._max_unwritten
@@ -321,18 +320,9 @@ class BrokerProtocol(asyncio.Protocol):
         except FerryError as exc:
             log.error("cannot encode response to request %d: %s", req.request_id, exc)
             parts = encode_frame_parts(error_response(req, exc))
-        # Cork: responses finished in the same loop turn go out in one write
-        # (one syscall instead of one per response, the largest per-request cost).
-        self._out.extend(parts)
-        self._out_bytes += sum(len(p) for p in parts)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_out)
+        self._cork.add(parts)
 
-    def _flush_out(self) -> None:
-        self._flush_scheduled = False
-        out, self._out = self._out, []
-        self._out_bytes = 0
+    def _write_out(self, out: list[bytes | memoryview]) -> None:
         if out and not self._closed and self.transport is not None:
             self.transport.writelines(out)
         self._release_turn()
@@ -356,11 +346,7 @@ class BrokerProtocol(asyncio.Protocol):
         except FerryError as exc:
             log.error("cannot encode a request to connection %d: %s", self.conn_id, exc)
             return False
-        self._out.extend(parts)
-        self._out_bytes += sum(len(p) for p in parts)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_out)
+        self._cork.add(parts)
         return True
 
     # -- flow control and closing ----------------------------------------------------------
@@ -388,7 +374,7 @@ class BrokerProtocol(asyncio.Protocol):
     def close(self) -> None:
         """Close after writing the responses already made (corked ones included)."""
         if not self._closed and self.transport is not None:
-            self._flush_out()
+            self._cork.flush()
             self._closed = True
             self.transport.close()
 

@@ -40,6 +40,7 @@ from typing import Any
 from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_wire
 from ferry.auth.tls import client_context_from_env
+from ferry.cork import Cork
 from ferry.errors import (
     ConnectionLostError,
     FerryError,
@@ -141,8 +142,7 @@ class BrokerConnection:
         self._closed = True
         self._close_reason = "not connected"
         self._lost: asyncio.Future[None] | None = None
-        self._out: list[bytes | memoryview] = []   # frames corked until the end of the loop turn
-        self._flush_scheduled = False
+        self._cork = Cork(self._write_out)   # frames corked until the end of the loop turn
         #: When frames were last written (once per corked write, not per request).
         self.last_sent_at = time.monotonic()
 
@@ -189,14 +189,9 @@ class BrokerConnection:
         if self._closed or self._transport is None:
             raise ConnectionLostError(f"connection to {self.addr} is closed ({self._close_reason})")
         # Encoding errors (an oversized frame) raise here, before anything is written.
-        self._out += encode_frame_parts(frame, self._max_frame_bytes)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._cork.add(encode_frame_parts(frame, self._max_frame_bytes))
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out, self._out = self._out, []
+    def _write_out(self, out: list[bytes | memoryview]) -> None:
         if not out or self._closed or self._transport is None:
             return
         self.last_sent_at = time.monotonic()
@@ -310,7 +305,7 @@ class BrokerConnection:
             return
         self._closed = True
         self._close_reason = reason
-        self._out = []
+        self._cork.clear()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
@@ -320,7 +315,7 @@ class BrokerConnection:
 
     def idle_past(self, now: float, limit_s: float) -> bool:
         """Whether nothing was sent (or corked) for `limit_s` and no answer is awaited."""
-        return now - self.last_sent_at > limit_s and not self._pending and not self._out
+        return now - self.last_sent_at > limit_s and not self._pending and not self._cork.parts
 
     def close_idle(self) -> None:
         """Close an idle connection now (nothing is pending, nothing corked)."""
@@ -328,8 +323,8 @@ class BrokerConnection:
 
     async def close(self) -> None:
         """Close the connection; pending requests fail with ConnectionLostError."""
-        if self._flush_scheduled:
-            self._flush()  # what was sent this loop turn (one-way requests) still goes out
+        if self._cork.parts:
+            self._cork.flush()  # what was sent this loop turn (one-way requests) still goes out
         self._shutdown("closed by the client")
         if self.tls is not None and self._protocol is not None:
             # A TLS transport closes after a close_notify exchange: wait for it, or its
