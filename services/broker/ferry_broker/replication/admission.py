@@ -1,4 +1,5 @@
-"""Which slave a master links with: the checks on a replication HELLO (and AUTH).
+"""Which slave a master links with: the checks on a replication HELLO (and AUTH), and how
+a failed connection on the port is named in the log (`describe_failure`, `peer_of`).
 
 A slave is refused (REFUSE, then the master closes) when it speaks another
 protocol version, belongs to another broker group, claims the master's own
@@ -68,3 +69,19 @@ class SlaveAdmission:
         if hello.epoch > epoch:
             return f"this master's epoch {epoch} is older than the slave's {hello.epoch}"
         return None
+
+
+def describe_failure(exc: BaseException) -> str:
+    """Why a connection on the replication port ended, for its log line."""
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return (f"the peer closed mid-frame ({len(exc.partial)} of {exc.expected} bytes)"
+                if exc.partial else "the peer closed the connection")
+    if isinstance(exc, TimeoutError):
+        return "timed out waiting for the peer"
+    return str(exc)
+
+
+def peer_of(writer: asyncio.StreamWriter) -> str:
+    """The peer's "host:port" ("?" when unknown)."""
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"

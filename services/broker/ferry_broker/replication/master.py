@@ -9,14 +9,14 @@ chunk (after its fsync in SYNC flush mode); `wait_replicated` resolves once
 every slave of the in-sync set (`set_required`, kept by ferry_broker.insync)
 acknowledged the offset. The server reports what changes that set to its
 `listener`: a slave that caught up with the log end, a slave unlinked, slaves
-that let a waiter time out. Without a listener (no set kept) a wait needs any
-one linked slave's ACK, and fails at once when none is linked. An idle link gets a HEARTBEAT with the master's end (so a slave knows its
-lag, and answers with an ACK, so the master knows the slave lives) and, when it
-changed, the consumer-offset snapshot about once a second.
+that let a waiter time out. Without a listener (no set kept) a wait needs any one
+linked slave's ACK, and fails at once when none is linked. An idle link gets a
+HEARTBEAT with the master's end (a slave learns its lag and ACKs: the master learns
+it lives) and, when it changed, the consumer-offset snapshot about once a second.
 
-Garbage on the port (no HELLO first, bad magic, oversized or truncated frame,
-unknown type) closes that connection with a warning; a HELLO from the wrong group
-or an unknown peer gets a REFUSE and a close. The server goes on either way.
+Garbage on the port (no HELLO first, bad magic, oversized or truncated frame, unknown
+type) closes that connection with a warning; a HELLO from the wrong group or an
+unknown peer gets a REFUSE and a close. The server goes on either way.
 """
 from __future__ import annotations
 
@@ -32,7 +32,13 @@ from ferry.store import MessageStore
 from ferry.store.epochs import EpochLog, divergence_point
 
 from . import protocol as p
-from .admission import HELLO_TIMEOUT_MS, Authenticate, SlaveAdmission
+from .admission import (
+    HELLO_TIMEOUT_MS,
+    Authenticate,
+    SlaveAdmission,
+    describe_failure,
+    peer_of,
+)
 from .waiters import AckWaiters
 from .watch import until_first_ends, watch_idle
 
@@ -227,7 +233,7 @@ class ReplicationServer:
                              writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer = _peer(writer)
+        peer = peer_of(writer)
         self._tasks.add(task)
         link: _Link | None = None
         try:
@@ -244,7 +250,7 @@ class ReplicationServer:
         except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
             what = "slave link" if link is not None else "connection"
             self._limited.warning("closed", "replication %s from %s closed: %s", what, peer,
-                             _describe(exc))
+                             describe_failure(exc))
         except (ConnectionError, OSError) as exc:
             self._limited.info("lost", "replication link from %s lost: %s", peer, exc)
         except FerryError as exc:
@@ -386,16 +392,3 @@ class ReplicationServer:
                 except Exception:
                     log.exception("replication: the in-sync listener failed")
 
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.IncompleteReadError):
-        return (f"the peer closed mid-frame ({len(exc.partial)} of {exc.expected} bytes)"
-                if exc.partial else "the peer closed the connection")
-    if isinstance(exc, TimeoutError):
-        return "timed out waiting for the peer"
-    return str(exc)
-
-
-def _peer(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if peer else "?"
