@@ -24,7 +24,8 @@ def compose(*args: str) -> str:
 def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     services = set(compose("config", "--services").split())
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
-                        "broker-b-1", "delay-scheduler", "txn-checker", "postgres", "dedup",
+                        "broker-b-1", "delay-scheduler", "delay-scheduler-1", "txn-checker",
+                        "txn-checker-1", "postgres", "dedup",
                         "jaeger", "console", "auth-init", "spark"}
 
 
@@ -58,27 +59,27 @@ def test_the_brokers_form_two_replicated_groups_of_two() -> None:
 
 
 def test_every_ferry_service_exports_spans_to_jaeger() -> None:
-    """OTLP/HTTP to the jaeger service from each of the 8 Ferry processes; the brokers also
+    """OTLP/HTTP to the jaeger service from each of the 10 Ferry processes (two schedulers, two checkers); the brokers also
     know namesrv, through which they write the %TRACE% topic."""
     resolved = compose("config")
-    assert resolved.count("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318") == 8
+    assert resolved.count("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318") == 10
     assert resolved.count("FERRY_BROKER_NAMESRV: namesrv:9876") == 4
     assert "jaegertracing/all-in-one" in resolved
     assert "COLLECTOR_OTLP_ENABLED" in resolved
 
 
 def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> None:
-    """FERRY_AUTH=on in the 9 Ferry processes (namesrv, 4 brokers, scheduler, checker, dedup,
-    console); all but namesrv start through with-identity.sh with their own access key,
+    """FERRY_AUTH=on in the 11 Ferry processes (namesrv, 4 brokers, 2 schedulers, 2 checkers,
+    dedup, console); all but namesrv start through with-identity.sh with their own access key,
     whose secret auth-init wrote to the auth-secrets volume, and so does the Spark report
     (a client: svc-spark); etcd is not published."""
     resolved = compose("config")
-    assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 9
+    assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 11
     assert resolved.count("- svc-broker") == 4
-    for key in ("svc-delay-scheduler", "svc-txn-checker", "svc-dedup", "svc-console",
-                "svc-spark"):
-        assert resolved.count(f"- {key}\n") == 1, key
-    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 9
+    for key, instances in (("svc-delay-scheduler", 2), ("svc-txn-checker", 2), ("svc-dedup", 1),
+                           ("svc-console", 1), ("svc-spark", 1)):
+        assert resolved.count(f"- {key}\n") == instances, key
+    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 11
     assert "/opt/ferry/deploy/auth_init.py" in resolved
     assert "2379:2379" not in resolved
 
@@ -101,7 +102,8 @@ def _resolved_services() -> dict[str, Any]:
 
 
 FERRY_HTTP_PORTS = {"namesrv": 9876, "broker-a": 10920, "broker-a-1": 10920, "broker-b": 10920,
-                    "broker-b-1": 10920, "delay-scheduler": 10922, "txn-checker": 10923,
+                    "broker-b-1": 10920, "delay-scheduler": 10922, "delay-scheduler-1": 10922,
+                    "txn-checker": 10923, "txn-checker-1": 10923,
                     "dedup": 10926, "console": 10927}
 
 
@@ -140,7 +142,8 @@ def test_services_start_in_order_once_what_they_need_is_healthy() -> None:
     for broker in brokers:
         assert _after(services, broker) == {"etcd": healthy, "namesrv": healthy,
                                             "auth-init": "service_completed_successfully"}
-    for name in ("delay-scheduler", "txn-checker", "dedup", "console", "spark"):
+    for name in ("delay-scheduler", "delay-scheduler-1", "txn-checker", "txn-checker-1",
+                 "dedup", "console", "spark"):
         after = _after(services, name)
         assert {b: after.get(b) for b in (*brokers, "namesrv", "etcd")} == \
             dict.fromkeys((*brokers, "namesrv", "etcd"), healthy), name
