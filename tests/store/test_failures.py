@@ -13,7 +13,8 @@ import pytest
 from ferry.errors import FlushTimeoutError, StoreError
 from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig, decode_record
 from ferry.store import message_store as message_store_mod
-from ferry.store.consume_queue import ConsumeQueue, ConsumeQueues
+from ferry.store.consume_queue import ConsumeQueue
+from ferry.store.consume_queues import ConsumeQueues
 from ferry.store.flush import FlushService
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,

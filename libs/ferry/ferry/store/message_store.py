@@ -27,7 +27,7 @@ from .appender import Appender
 from .checkpoint import Checkpoint, sync_files, write_checkpoint
 from .commit_log import CommitLog
 from .config import FlushMode, StoreConfig
-from .consume_queue import ConsumeQueues
+from .consume_queues import ConsumeQueues
 from .dispatch import LiveDispatch
 from .encode_context import Staged
 from .flush import FlushService
