@@ -4,7 +4,7 @@ from __future__ import annotations
 from ferry.codec.record import HEADER_SIZE, MessageIn
 from ferry.store.appender import Appender
 from ferry.store.commit_log import CommitLog
-from ferry.store.consume_queue import ConsumeQueues
+from ferry.store.consume_queues import ConsumeQueues
 from ferry.store.dispatch import LiveDispatch
 from ferry.store.index_file import IndexService
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from ferry.errors import InvalidNameError, StoreError
-from ferry.store.consume_queue import CQ_ENTRY, ConsumeQueue, ConsumeQueues, segment_name
+from ferry.store.consume_queue import CQ_ENTRY, ConsumeQueue, segment_name
+from ferry.store.consume_queues import ConsumeQueues
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

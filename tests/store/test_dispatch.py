@@ -7,7 +7,7 @@ from pathlib import Path
 from ferry.codec.record import MessageIn
 from ferry.store.appender import Appender
 from ferry.store.commit_log import CommitLog
-from ferry.store.consume_queue import ConsumeQueues
+from ferry.store.consume_queues import ConsumeQueues
 from ferry.store.dispatch import DISPATCH_BACKLOG, LiveDispatch
 from ferry.store.index_file import IndexService
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from ferry.errors import FlushTimeoutError, StoreError
 from ferry.store import GetStatus, MessageIn, MessageStore, StoreConfig, decode_record
-from ferry.store import message_store as message_store_mod
-from ferry.store.consume_queue import ConsumeQueue, ConsumeQueues
+from ferry.store import checkpointer as checkpointer_mod
+from ferry.store.consume_queue import ConsumeQueue
+from ferry.store.consume_queues import ConsumeQueues
 from ferry.store.flush import FlushService
 
 SMALL = dict(commitlog_segment_bytes=256 * 1024, max_message_bytes=16 * 1024,
@@ -48,8 +49,8 @@ def test_checkpoint_syncs_queue_and_index_files_outside_the_store_lock(
             synced.append((list(paths), store._lock.locked()))
         else:
             synced_dirs.extend(paths)
-    monkeypatch.setattr(message_store_mod, "sync_files", sync_files)
-    store._checkpoint()
+    monkeypatch.setattr(checkpointer_mod, "sync_files", sync_files)
+    store._checkpointer.checkpoint()
     (paths, locked), = synced
     assert not locked
     assert sum("consumequeue" in p for p in paths) == 4 and any("index" in p for p in paths)
@@ -57,7 +58,7 @@ def test_checkpoint_syncs_queue_and_index_files_outside_the_store_lock(
     assert {os.path.join(root, "consumequeue"), os.path.join(root, "consumequeue", "t"),
             os.path.join(root, "index")} | {
                 os.path.join(root, "consumequeue", "t", str(q)) for q in range(4)} == set(synced_dirs)
-    store._checkpoint()  # nothing written since: nothing to sync
+    store._checkpointer.checkpoint()  # nothing written since: nothing to sync
     assert synced[1] == ([], False) and len(synced_dirs) == 7
 
 
@@ -190,10 +191,10 @@ def test_a_checkpoint_out_of_descriptors_is_retried_not_fatal(
 
     def no_fds(paths: list[str], *, data_only: bool = True) -> None:
         raise OSError(errno.EMFILE, "Too many open files")
-    monkeypatch.setattr(message_store_mod, "sync_files", no_fds)
-    store._checkpoint()
+    monkeypatch.setattr(checkpointer_mod, "sync_files", no_fds)
+    store._checkpointer.checkpoint()
     assert store.failure is None
-    monkeypatch.setattr(message_store_mod, "sync_files",
+    monkeypatch.setattr(checkpointer_mod, "sync_files",
                         lambda paths, data_only=True: synced.extend(paths))
-    store._checkpoint()  # the files the skipped checkpoint took are synced now
+    store._checkpointer.checkpoint()  # the files the skipped checkpoint took are synced now
     assert any("consumequeue" in p for p in synced) and any("index" in p for p in synced)

@@ -23,7 +23,8 @@ from ferry.errors import FerryError, MalformedRequestError, MessageTooLargeError
 
 from .batch_input import NO_LIMIT, stage_batch_input
 from .commit_log import CommitLog
-from .consume_queue import CQ_ENTRY, ConsumeQueues
+from .consume_queue import CQ_ENTRY
+from .consume_queues import ConsumeQueues
 from .dispatch import LiveDispatch
 from .encode_context import KEEP_STAGING_BYTES, EncodeContext, Staged, StageState
 from .results import BatchPutResult, PutResult, PutStatus

@@ -29,7 +29,8 @@ from ferry.codec.record import (
 from ferry.errors import CorruptRecordError
 
 from .commit_log import CommitLog
-from .consume_queue import CQ_ENTRY, ConsumeQueues
+from .consume_queue import CQ_ENTRY
+from .consume_queues import ConsumeQueues
 from .encode_context import QueueEntries
 from .index_file import IndexService
 from .index_keys import IdRuns, IndexItem, key_prefix_crc

@@ -1,50 +1,44 @@
 """MessageStore: the store's facade, the one object the broker and tools use.
 
-It owns the commit log, the consume queues, the index, the flush thread and the
-checkpoint, and holds them consistent: every call that touches them runs under
-one lock (writes come from one thread anyway; the lock keeps the checkpoint
-thread and readers on other threads safe). See docs/internals.md
-for the API and docs/store-format.md for the files.
+It opens the store directory (lock, files, recovery), holds the commit log, the
+consume queues, the index and the flush thread, and keeps them consistent: every
+call that touches them runs under one lock (writes come from one thread anyway;
+the lock keeps the checkpoint thread and readers on other threads safe). The
+work itself lives in modules of its own, called once per call (a batch, a pull,
+a chunk), never per message: writer.py (appends, truncation, failure),
+reader.py and lookups.py (reads), checkpointer.py, retention_runner.py.
+See docs/internals.md for the API and docs/store-format.md for the files.
 """
 from __future__ import annotations
 
-import errno
-import fcntl
-import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
 from ferry.codec.limits import MSG_ID_BYTES
-from ferry.codec.record import AT_STORE_TS_MS, HEADER_SIZE, I64, MessageIn, StoredMessage
+from ferry.codec.record import MessageIn, StoredMessage
 from ferry.errors import StoreError
 from ferry.names import validate_topic
 
 from . import replica
-from .appender import Appender
-from .checkpoint import Checkpoint, sync_files, write_checkpoint
+from .checkpointer import Checkpointer
 from .commit_log import CommitLog
 from .config import FlushMode, StoreConfig
-from .consume_queue import ConsumeQueues
-from .dispatch import LiveDispatch
-from .encode_context import Staged
+from .consume_queues import ConsumeQueues
+from .dir_lock import lock_directory
 from .flush import FlushService
 from .histories import QueueHistory, StoreHistories
 from .id_index import find_by_id
 from .index_file import IndexService
-from .index_keys import message_key
 from .io_errors import os_errors_as_store_errors
-from .reader import FileSpan, RecordMatch, cold_spans, read_checked, read_entries, read_message
+from .lookups import find_by_key, offset_for_timestamp
+from .reader import FileSpan, RecordMatch, cold_spans, read_checked, read_message, read_queue
 from .recovery import RecoveryReport, recover
-from .results import BatchPutResult, GetResult, GetStatus, PutResult
+from .results import BatchPutResult, GetResult, PutResult
 from .retention import RetentionFloor
 from .retention_runner import RetentionReport, run_retention
-from .warmer import PageWarmer
-
-log = logging.getLogger(__name__)
-
+from .writer import StoreWriter
 
 
 class MessageStore:
@@ -54,11 +48,8 @@ class MessageStore:
         self.config = config
         root = config.root_dir
         os.makedirs(root, exist_ok=True)
-        self._lock_fd = _lock_directory(root)
+        self._lock_fd = lock_directory(root)
         self._lock = threading.Lock()
-        # Held by each checkpoint and by truncate_to, taken before `_lock`: a checkpoint
-        # computed before a truncation must not be written after it.
-        self._checkpoint_lock = threading.Lock()
         self._closed = False
         try:
             self._cl = CommitLog(root, config.commitlog_segment_bytes)
@@ -71,27 +62,19 @@ class MessageStore:
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._warmer: PageWarmer | None = None
-        if config.warm_ahead_bytes:
-            self._warmer = PageWarmer(self._cl.dir, config.commitlog_segment_bytes,
-                                      config.warm_ahead_bytes, self._cl.write_offset,
-                                      zero=config.flush_mode is FlushMode.SYNC)
-        self._dispatcher = LiveDispatch(self._cl, self._cqs, self._index, self._dispatch_failed)
-        self._appender = Appender(self._cl, self._cqs, self._dispatcher, config.max_message_bytes,
-                                  config.store_host, self._warmer)
-        self._last_store_ts = self.recovery.last_store_ts_ms
-        self._failed: BaseException | None = None
-        # Files (and directories) a checkpoint could not sync yet; the next one does.
-        self._unsynced: list[str] = []
-        self._unsynced_dirs: set[str] = set()
-        write_checkpoint(root, Checkpoint(self._cl.flushed_offset, self._cl.write_offset, False))
+        writer = self._writer = StoreWriter(config, self._cl, self._cqs, self._index,
+                                            self.recovery.last_store_ts_ms)
+        self._checkpointer = Checkpointer(root, self._cl, self._cqs, self._index,
+                                          writer.dispatcher, self._lock, writer.dispatch,
+                                          lambda: self._closed)
+        self._checkpointer.mark_open()
         self._flush = FlushService(
             self._cl, interval_ms=config.flush_interval_ms, timeout_ms=config.sync_flush_timeout_ms,
-            checkpoint_interval_ms=config.checkpoint_interval_ms, on_checkpoint=self._checkpoint,
-            on_failure=self._flush_failed)
+            checkpoint_interval_ms=config.checkpoint_interval_ms,
+            on_checkpoint=self._checkpointer.checkpoint, on_failure=writer.flush_failed)
         self._flush.start()
-        if self._warmer is not None:  # started last: nothing after it can fail the open
-            self._warmer.start()
+        if writer.warmer is not None:  # started last: nothing after it can fail the open
+            writer.warmer.start()
 
     # -- append ------------------------------------------------------------------------
 
@@ -110,13 +93,9 @@ class MessageStore:
         is assigned by the store.
         """
         with self._lock:
-            if self._closed or self._failed is not None:
+            if self._closed or self._writer.failed is not None:
                 self._check_open()
-            now = int(time.time() * 1000)
-            # Store timestamps never go backwards, so offset_for_timestamp can bisect.
-            ts = now if now > self._last_store_ts else self._last_store_ts
-            results = self._commit(self._appender.stage(msgs, ts), ts)
-            return results  # type: ignore[return-value]
+            return self._writer.put_batch(msgs)
 
     def put_encoded_batch(self, topic: str, queue_id: int, encoded: bytes | bytearray | memoryview,
                           *, born_host: str = "", max_messages: int | None = None,
@@ -133,15 +112,13 @@ class MessageStore:
         """
         with self._lock:
             self._check_open()
-            ts = self._store_ts()
-            staged = self._appender.stage_encoded(topic, queue_id, encoded, born_host, ts,
-                                                  max_messages, refuse_flags)  # type: ignore[arg-type]
-            return self._commit(staged, ts)  # type: ignore[return-value]
+            return self._writer.put_encoded_batch(topic, queue_id, encoded, born_host,
+                                                  max_messages, refuse_flags)
 
     def _check_open(self) -> None:
-        if self._closed or self._failed is not None:
+        if self._closed or self._writer.failed is not None:
             raise StoreError("the store is closed" if self._closed else
-                             f"the store failed ({self._failed}); reopen it to recover")
+                             f"the store failed ({self._writer.failed}); reopen it to recover")
 
     def _check_readable(self) -> None:
         if self._closed:
@@ -151,47 +128,12 @@ class MessageStore:
     def failure(self) -> BaseException | None:
         """Why the store refuses appends (an append or dispatch I/O error, a dead flush
         thread), or None while it takes them. Sticky until reopened; reads keep working."""
-        return self._failed
+        return self._writer.failed
 
     @property
     def flush_thread_alive(self) -> bool:
         """True while the flush thread runs: without it nothing becomes durable."""
         return self._flush.alive
-
-    def _fail(self, exc: BaseException, what: str) -> None:
-        if self._failed is None:
-            self._failed = exc
-            log.error("%s failed (%s: %s); the store refuses appends until reopened",
-                      what, type(exc).__name__, exc)
-
-    def _flush_failed(self, exc: BaseException) -> None:
-        self._fail(exc, "the flush thread")
-
-    def _dispatch_failed(self, exc: BaseException) -> None:
-        self._fail(exc, "dispatching to the consume queues and index")
-
-    def _dispatch(self) -> None:
-        """Apply the deferred dispatch; on failure keep it pending (retried on the next
-        call) and fail the store for appends, but let the read go on."""
-        try:
-            self._dispatcher.dispatch()
-        except Exception as exc:
-            self._dispatch_failed(exc)
-
-    def _store_ts(self) -> int:
-        # Store timestamps never go backwards, so offset_for_timestamp can bisect.
-        now = int(time.time() * 1000)
-        return now if now > self._last_store_ts else self._last_store_ts
-
-    def _commit(self, staged: Staged, ts: int) -> list[PutResult] | BatchPutResult:
-        try:
-            results = self._appender.commit(staged)
-        except BaseException as exc:
-            self._failed = exc
-            log.exception("append failed; the store refuses appends until reopened")
-            raise StoreError(f"append failed: {exc}") from exc
-        self._last_store_ts = ts
-        return results
 
     def wait_durable(self, end_offset: int, start: bool = True) -> Future[None]:
         """A Future resolved once the commit log is fdatasync'd up to `end_offset`.
@@ -228,22 +170,9 @@ class MessageStore:
         """
         with self._lock:
             self._check_readable()
-            self._dispatch()
-            cq = self._cqs.find(topic, queue_id)
-            if cq is None or cq.max_offset == 0:
-                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
-            lo, hi = cq.min_offset, cq.max_offset
-            if queue_offset < lo:
-                return GetResult(GetStatus.OFFSET_TOO_SMALL, [], lo, lo, hi)
-            if queue_offset == hi:
-                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
-            if queue_offset > hi:
-                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
-            stop = hi if stop_offset is None or stop_offset <= queue_offset else min(hi, stop_offset)
-            records, nxt = read_entries(self._cl, cq, queue_offset, stop, max_count, max_bytes,
-                                        tag_hashes, match, max_scan_ms)
-            status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
-            return GetResult(status, records, nxt, lo, hi)
+            self._writer.dispatch()
+            return read_queue(self._cl, self._cqs.find(topic, queue_id), queue_offset, max_count,
+                              max_bytes, tag_hashes, match, max_scan_ms, stop_offset)
 
     @os_errors_as_store_errors
     def cold_spans(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
@@ -264,7 +193,7 @@ class MessageStore:
         not stored yet, every history starts at 0."""
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None:
                 bounds = self.histories.boundaries()
@@ -300,7 +229,7 @@ class MessageStore:
     def min_offset(self, topic: str, queue_id: int) -> int:
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.min_offset if cq is not None else 0
 
@@ -309,7 +238,7 @@ class MessageStore:
         """The next queue offset to be written (0 for an unknown queue)."""
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             cq = self._cqs.find(topic, queue_id)
             return cq.max_offset if cq is not None else 0
 
@@ -318,42 +247,23 @@ class MessageStore:
         """The first queue offset stored at or after ts_ms (max_offset when none is)."""
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             cq = self._cqs.find(topic, queue_id)
             if cq is None:
                 return 0
-            lo, hi = cq.min_offset, cq.max_offset
-            while lo < hi:  # store timestamps never decrease along a queue
-                mid = (lo + hi) // 2
-                entry = cq.get(mid, 1)
-                head = self._cl.read(entry[0][0], HEADER_SIZE) if entry else None
-                if head is None or I64.unpack_from(head, AT_STORE_TS_MS)[0] < ts_ms:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
+            return offset_for_timestamp(self._cl, cq, ts_ms)
 
     @os_errors_as_store_errors
     def query_by_key(self, topic: str, key: str, begin_ms: int, end_ms: int,
                      max_count: int = 64) -> list[StoredMessage]:
         """Messages of `topic` carrying `key`, stored in [begin_ms, end_ms], newest first."""
-        topic_b = validate_topic(topic, allow_internal=True).encode()
+        validate_topic(topic, allow_internal=True)
         if not key or " " in key:
             return []
         with self._lock:
             self._check_readable()
-            self._dispatch()
-            phys = self._index.query(message_key(topic_b, key.encode()), begin_ms, end_ms,
-                                     max_count + 16)  # spare room for hash collisions
-            out: list[StoredMessage] = []
-            for phy in phys:
-                msg = read_message(self._cl, phy)
-                if (msg is not None and msg.topic == topic and key in msg.keys.split(" ")
-                        and begin_ms <= msg.store_ts_ms <= end_ms):
-                    out.append(msg)
-                    if len(out) >= max_count:
-                        break
-            return out
+            self._writer.dispatch()
+            return find_by_key(self._cl, self._index, topic, key, begin_ms, end_ms, max_count)
 
     @os_errors_as_store_errors
     def query_by_id(self, msg_id: bytes) -> StoredMessage | None:
@@ -362,7 +272,7 @@ class MessageStore:
             return None
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             return find_by_id(self._cl, self._index, bytes(msg_id))
 
     @os_errors_as_store_errors
@@ -370,7 +280,7 @@ class MessageStore:
         """Every topic the store holds, with its queue ids."""
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             out: dict[str, list[int]] = {}
             for cq in self._cqs:
                 out.setdefault(cq.topic, []).append(cq.queue_id)
@@ -414,29 +324,10 @@ class MessageStore:
         """
         with self._lock:
             self._check_open()
-            chunk = replica.check_chunk(self._cl, self._appender.next_queue_offset,
-                                        phy_offset, data)
-            if chunk.end == phy_offset:
-                return phy_offset
-            try:
-                if self._warmer is not None:
-                    self._warmer.before_write(chunk.end)
-                replica.write_chunk(self._cl, data, chunk)
-            except BaseException as exc:
-                self._failed = exc
-                log.exception("replicated append failed; the store refuses appends until reopened")
-                raise StoreError(f"replicated append failed: {exc}") from exc
-            if self._warmer is not None and chunk.end >= self._warmer.next_kick_offset:
-                self._warmer.wrote_to(chunk.end)
-            if chunk.dispatch.index_items:
-                self._dispatcher.add(phy_offset, chunk.dispatch.queues, chunk.dispatch.index_items)
-            self._appender.next_queue_offset.update(chunk.next_queue_offset)
-            if touched is not None:
-                touched.update(chunk.next_queue_offset)
-            self._last_store_ts = max(self._last_store_ts, chunk.last_store_ts_ms)
-        if self.config.flush_mode is FlushMode.SYNC:
-            self.wait_durable(chunk.end).result()
-        return chunk.end
+            end = self._writer.append_replicated(phy_offset, data, touched)
+        if end != phy_offset and self.config.flush_mode is FlushMode.SYNC:
+            self.wait_durable(end).result()
+        return end
 
     def truncate_to(self, phy_offset: int) -> None:
         """Drop every record from `phy_offset` on (a record start, or the log end).
@@ -449,20 +340,11 @@ class MessageStore:
         checkpoint is written first, so a crash at any point recovers to the log
         before or after the truncation, never to a log with a hole.
         """
-        with self._checkpoint_lock, self._lock:
+        with self._checkpointer.lock, self._lock:
             self._check_open()
             if phy_offset == self._cl.write_offset:
                 return
-            replica.check_boundary(self._cl, phy_offset)
-            try:
-                self._dispatcher.dispatch()
-                replica.cut_store(self.config.root_dir, self._cl, self._cqs, self._index,
-                                  phy_offset)
-            except BaseException as exc:
-                self._fail(exc, "truncation")
-                raise StoreError(f"truncate_to({phy_offset}) failed: {exc}") from exc
-            self._appender.next_queue_offset = {(cq.topic, cq.queue_id): cq.max_offset
-                                                for cq in self._cqs}
+            self._writer.truncate_to(phy_offset)
             # What is written from the cut on continues nothing a reader saw past it: a new
             # local run (epochs, which a follower truncates itself, take precedence).
             self.histories.start_run(phy_offset)
@@ -476,41 +358,8 @@ class MessageStore:
         none holding a record `floor` protects: retention.py)."""
         with self._lock:
             self._check_readable()
-            self._dispatch()
+            self._writer.dispatch()
             return run_retention(self.config, self._cl, self._cqs, self._index, now_ms, floor)
-
-    def _checkpoint(self) -> None:
-        """Checkpoint thread (flush.py): make queues and index durable, then record how far.
-
-        Only the dispatch and the collection of dirty files run under the store
-        lock; their fdatasyncs run outside it (an msync of a mapping holds the GIL
-        for its whole call and would freeze the broker's event loop).
-        """
-        with self._checkpoint_lock:
-            self._checkpoint_locked()
-
-    def _checkpoint_locked(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._dispatch()
-            dispatched = self._dispatcher.dispatched_offset
-            paths = self._unsynced + self._cqs.take_dirty() + self._index.take_dirty()
-            dirs = self._unsynced_dirs | self._cqs.take_new_dirs() | self._index.take_new_dirs()
-            self._unsynced, self._unsynced_dirs = [], set()
-        try:
-            sync_files(paths)
-            sync_files(sorted(dirs), data_only=False)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            # Out of descriptors for a moment: not a dead disk. Keep the files for the
-            # next checkpoint and skip this one (the last checkpoint stays valid).
-            self._unsynced, self._unsynced_dirs = paths, dirs
-            log.warning("checkpoint skipped: no file descriptor to sync with (%s)", exc)
-            return
-        flushed = self._cl.flush(dispatched)
-        write_checkpoint(self.config.root_dir, Checkpoint(flushed, dispatched, False))
 
     def close(self) -> None:
         """Flush everything, resolve pending waiters, mark a clean shutdown.
@@ -524,22 +373,12 @@ class MessageStore:
             self._closed = True
         try:
             self._flush.stop()
-            if self._warmer is not None:
-                self._warmer.stop()
+            if self._writer.warmer is not None:
+                self._writer.warmer.stop()
             with self._lock:
+                self._writer.dispatch()  # those records are fully written: apply them
                 try:
-                    self._dispatcher.dispatch()  # those records are fully written: apply them
-                except Exception as exc:
-                    self._dispatch_failed(exc)
-                try:
-                    self._cqs.flush()
-                    self._index.flush()
-                    sync_files(sorted(self._cqs.take_new_dirs() | self._index.take_new_dirs()),
-                               data_only=False)
-                    self._cl.flush()
-                    write_checkpoint(self.config.root_dir, Checkpoint(
-                        self._cl.flushed_offset, self._dispatcher.dispatched_offset,
-                        self._failed is None))
+                    self._checkpointer.final(clean=self._writer.failed is None)
                 except OSError as exc:  # the last checkpoint stays (unclean): reopen recovers
                     raise StoreError(f"close could not flush the store: {exc}") from exc
         finally:
@@ -555,13 +394,3 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _lock_directory(root: str) -> int:
-    """Hold an exclusive lock on the store directory for the life of the process."""
-    fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise StoreError(f"store directory {root} is in use by another process") from None
-    return fd

@@ -48,6 +48,7 @@ from ferry.errors import CorruptRecordError
 from .commit_log import CommitLog
 from .consume_queue import ConsumeQueue
 from .mapped_file import load_span
+from .results import GetResult, GetStatus
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,27 @@ _size_of = itemgetter(H_TOTAL_SIZE)
 RecordMatch = Callable[[memoryview], bool]
 #: A part of a commit-log segment file: (path, offset in the file, length in bytes).
 FileSpan = tuple[str, int, int]
+
+
+def read_queue(cl: CommitLog, cq: ConsumeQueue | None, queue_offset: int, max_count: int,
+               max_bytes: int, tag_hashes: set[int] | frozenset[int] | None,
+               match: RecordMatch | None, max_scan_ms: float | None,
+               stop_offset: int | None) -> GetResult:
+    """MessageStore.get_messages's answer for queue `cq` (None: not stored yet)."""
+    if cq is None or cq.max_offset == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+    lo, hi = cq.min_offset, cq.max_offset
+    if queue_offset < lo:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, [], lo, lo, hi)
+    if queue_offset == hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, [], hi, lo, hi)
+    if queue_offset > hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
+    stop = hi if stop_offset is None or stop_offset <= queue_offset else min(hi, stop_offset)
+    records, nxt = read_entries(cl, cq, queue_offset, stop, max_count, max_bytes,
+                                tag_hashes, match, max_scan_ms)
+    status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, records, nxt, lo, hi)
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,

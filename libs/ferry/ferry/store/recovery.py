@@ -28,7 +28,7 @@ from ferry.errors import CorruptRecordError
 
 from .checkpoint import Checkpoint, read_checkpoint
 from .commit_log import CommitLog
-from .consume_queue import ConsumeQueues
+from .consume_queues import ConsumeQueues
 from .dispatch import redispatch
 from .index_file import IndexService
 

@@ -46,7 +46,8 @@ from ferry.errors import CorruptRecordError, StoreError
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .commit_log import CommitLog
-from .consume_queue import CQ_ENTRY, ConsumeQueues
+from .consume_queue import CQ_ENTRY
+from .consume_queues import ConsumeQueues
 from .dispatch import PendingDispatch, check_unit
 from .encode_context import QueueEntries
 from .index_file import IndexService

@@ -8,7 +8,7 @@ import time
 
 from .commit_log import CommitLog
 from .config import StoreConfig
-from .consume_queue import ConsumeQueues
+from .consume_queues import ConsumeQueues
 from .index_file import IndexService
 from .retention import RetentionFloor, RetentionReport, SegmentInfo, plan_retention
 
