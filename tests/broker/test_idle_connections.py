@@ -175,7 +175,9 @@ async def test_ten_thousand_idle_connections_are_closed_and_a_real_client_is_ser
         # 10,000 cap and are refused at once; every other one lived the whole timeout.
         refused = [t for t in lived if t < IDLE_S / 2]
         assert len(refused) <= 10
-        assert all(IDLE_S - 0.05 <= t <= IDLE_S + LATE_S + 30 for t in lived if t >= IDLE_S / 2)
+        outside = sorted(t for t in lived if t >= IDLE_S / 2
+                         and not IDLE_S - 0.05 <= t <= IDLE_S + LATE_S + 30)
+        assert not outside, f"{len(outside)} lived outside the timeout: {outside[:5]}..."
         stop.set()
         await sender  # re-raises a failed send
         assert len(sent) > 20
