@@ -26,7 +26,6 @@ fetchers, the consumer takes records from them, `Positions` reads them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -43,6 +42,7 @@ from ferry.client.core.namesrv import RouteCache, TopicRoute
 from ferry.errors import FerryError
 from ferry.filter import Subscription
 from ferry.names import retry_topic
+from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.client.consuming.consumer")
 
@@ -110,12 +110,11 @@ class Assignment:
 
     async def halt(self) -> None:
         """Stop the rebalance loop, the lock keeper and every fetcher (positions are kept)."""
-        for task in self.tasks:
+        tasks, self.tasks = self.tasks, []
+        for task in tasks:   # all at once: none runs another step while one is awaited
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self.tasks.clear()
+        for task in tasks:
+            await cancel_and_wait(task)
         for fetcher in self.fetchers.values():
             await fetcher.stop()
 

@@ -13,7 +13,6 @@ committed per queue. A commit never passes a pending offset.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -24,6 +23,7 @@ from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import RouteCache
 from ferry.client.core.offsets import OffsetStore, queue_bounds, read_addr
 from ferry.errors import FerryError
+from ferry.tasks import cancel_and_wait
 from ferry.wire import RequestCode
 
 log = logging.getLogger("ferry.client.consuming.consumer")
@@ -118,11 +118,8 @@ class Positions:
 
     async def close(self, *, processed: bool) -> None:
         """The last commit (of what was handed out too when `processed`), the store closed."""
-        if self._auto_commit is not None:
-            self._auto_commit.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._auto_commit
-            self._auto_commit = None
+        await cancel_and_wait(self._auto_commit)
+        self._auto_commit = None
         if processed:
             self.promote()
         await self.commit_quietly()
