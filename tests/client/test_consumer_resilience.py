@@ -16,7 +16,7 @@ async def test_rebalance_loop_outlives_an_unexpected_error(mesh: Mesh) -> None:
     topic = unique("resilient")
     async with Consumer(topic, group=unique("g"), namesrv=mesh.namesrv,
                         auto_offset_reset="earliest", **FAST) as consumer:
-        real = consumer._heartbeat_and_rebalance
+        real = consumer._assignment.heartbeat_and_rebalance
         calls = {"failed": 0, "after": 0}
 
         async def flaky(**kwargs: bool) -> None:
@@ -26,7 +26,7 @@ async def test_rebalance_loop_outlives_an_unexpected_error(mesh: Mesh) -> None:
             calls["after"] += 1
             await real(**kwargs)
 
-        consumer._heartbeat_and_rebalance = flaky  # type: ignore[method-assign]
+        consumer._assignment.heartbeat_and_rebalance = flaky  # type: ignore[method-assign]
         for _ in range(100):
             if calls["after"] >= 2:
                 break

@@ -143,7 +143,7 @@ async def test_consumer_rewind_keeps_the_history() -> None:
     f.fetch_offset = 10
     f.take(10)
     consumer._fetchers[TQ] = f
-    consumer._started = True
+    consumer._assignment.started = True
     await consumer.rewind(TQ, 4)
     await f.stop()
     assert f.delivered == 4 and f.hist == "E3"

@@ -76,7 +76,7 @@ def test_take_serves_the_highest_buffered_level_of_each_broker_first() -> None:
                              wakeup=asyncio.Event(), fetch_offset=0)
             fetchers[tq] = f
     consumer._fetchers = fetchers
-    consumer._levels = {tq: tq.queue_id // 2 for tq in fetchers if tq.queue_id >= 2}
+    consumer._assignment.levels = {tq: tq.queue_id // 2 for tq in fetchers if tq.queue_id >= 2}
     a0, a3 = TopicQueue("t", "broker-a", 0), TopicQueue("t", "broker-a", 3)
     b1 = TopicQueue("t", "broker-b", 1)
     fetchers[a0]._push([_Rec(i) for i in range(20)], 20)  # type: ignore[misc]

@@ -269,13 +269,13 @@ async def test_consumer_commit_stops_below_pending_nacks() -> None:
         async def commit(self, offsets: dict[TopicQueue, int]) -> None:
             committed.append(dict(offsets))
 
-    consumer._offsets = Store()  # type: ignore[assignment]
-    consumer._consumed[TQ] = 20
+    consumer._positions.offsets = Store()  # type: ignore[assignment]
+    consumer._positions.consumed[TQ] = 20
     consumer._pending.add(TQ, 12)
-    await consumer._commit_consumed()
+    await consumer._positions.commit_consumed()
     consumer._pending.discard(TQ, 12)
-    await consumer._commit_consumed()
+    await consumer._positions.commit_consumed()
     assert committed == [{TQ: 12}, {TQ: 20}]
-    assert consumer._subscribed == ["orders", "%RETRY%g"]
-    assert Consumer("orders", group="g", mode="broadcasting")._subscribed == ["orders"]
+    assert consumer._assignment.topics == ["orders", "%RETRY%g"]
+    assert Consumer("orders", group="g", mode="broadcasting")._assignment.topics == ["orders"]
     await consumer._namesrv.close()

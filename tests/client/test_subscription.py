@@ -141,7 +141,7 @@ async def test_heartbeat_carries_subscriptions_but_not_the_retry_topic() -> None
     consumer = Consumer("a", "b", group="g", namesrv=f"127.0.0.1:{free_port()}",
                         subscription={"a": "x || y"})
     consumer._subscribe()
-    members: GroupMembership = consumer._members
+    members: GroupMembership = consumer._assignment.members
     pool = _Pool([{}])
     members.pool = pool  # type: ignore[assignment]
 
@@ -163,10 +163,10 @@ async def test_heartbeat_of_a_consumer_taking_everything_says_so() -> None:
     consumer = Consumer("a", group="g", namesrv=f"127.0.0.1:{free_port()}", subscription="*")
     consumer._subscribe()
     pool = _Pool([{}])
-    consumer._members.pool = pool  # type: ignore[assignment]
+    consumer._assignment.members.pool = pool  # type: ignore[assignment]
 
     class _R:
         brokers = [type("B", (), {"master": "127.0.0.1:1"})()]
 
-    await consumer._members.heartbeat([_R()])  # type: ignore[list-item]
+    await consumer._assignment.members.heartbeat([_R()])  # type: ignore[list-item]
     assert pool.asked[0]["subscriptions"] == {}

@@ -11,13 +11,14 @@ the same): retries stored before a member first read them are not skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from ferry.client.consuming.retry import Nacker
 from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import NamesrvClient
-from ferry.errors import GroupNotFoundError
+from ferry.errors import FerryError, GroupNotFoundError
 from ferry.names import is_retry_topic
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,13 @@ class GroupSettings:
         self.auto_offset_reset = start if start in _STARTS else "latest"
         self.reset_ts_ms = int((config or {}).get("consume_timestamp_ms") or 0)
         log.info("group %s starts new queues from %s", self.group, self.auto_offset_reset)
+
+    async def load_retry_policy(self) -> None:
+        """Read the group's config if its retry policy was not read yet (namesrv was away
+        at start); namesrv still away: the options alone, asked again next time."""
+        if not self.nacker.configured:
+            with contextlib.suppress(FerryError):
+                await self.load()
 
     async def start_offset(self, tq: TopicQueue,
                            bounds: Callable[[TopicQueue], Awaitable[tuple[int, int]]],

@@ -55,37 +55,38 @@ Forget = Callable[[TopicQueue, bool], Awaitable[None]]
 
 
 class OrderedHost(Protocol):
-    """What OrderedQueues uses of its `ferry.client.consuming.consumer.Consumer`: its identity, its
-    fetchers and offsets, and its rebalance step (a Protocol: the consumer imports this module)."""
+    """What OrderedQueues uses of its host, the consumer's `assignment.Assignment`: the
+    consumer's identity, its fetchers and pending offsets, and the rebalance step (a
+    Protocol: the assignment imports this module)."""
 
     group: str
     client_id: str
     mode: str
     lock_renew_interval_ms: int
-    _pool: ConnectionPool
-    _routes: RouteCache
-    _fetchers: dict[TopicQueue, QueueFetcher]
-    _pending: PendingOffsets
-    _tasks: list[asyncio.Task[None]]
-    _rebalance_lock: asyncio.Lock
+    pool: ConnectionPool
+    routes: RouteCache
+    fetchers: dict[TopicQueue, QueueFetcher]
+    pending: PendingOffsets
+    tasks: list[asyncio.Task[None]]
+    rebalance_lock: asyncio.Lock
 
     @property
     def started(self) -> bool: ...
 
-    async def _forget(self, tq: TopicQueue, commit: bool = True) -> None: ...
+    async def forget(self, tq: TopicQueue, commit: bool = True) -> None: ...
 
-    async def _apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None: ...
+    async def apply(self, wanted: dict[str, set[TopicQueue] | None]) -> None: ...
 
 
 class OrderedQueues:
-    """The locks of an ordered consumer and the rules above; the Consumer calls it from `_apply`."""
+    """The locks of an ordered consumer and the rules above; its `Assignment` calls it from `apply`."""
 
-    def __init__(self, consumer: OrderedHost) -> None:
-        self.consumer = consumer
-        self.locks = (QueueLocks(consumer._pool, consumer._routes, group=consumer.group,
-                                 client_id=consumer.client_id)
-                      if consumer.mode == "clustering" else None)
-        self.renew_interval_ms = consumer.lock_renew_interval_ms
+    def __init__(self, host: OrderedHost) -> None:
+        self.host = host
+        self.locks = (QueueLocks(host.pool, host.routes, group=host.group,
+                                 client_id=host.client_id)
+                      if host.mode == "clustering" else None)
+        self.renew_interval_ms = host.lock_renew_interval_ms
         self.wanted: dict[str, set[TopicQueue] | None] = {}   # the last rebalance's answer
         self.target: set[TopicQueue] = set()                  # the queues this member should serve
         self.releasing: dict[TopicQueue, asyncio.Task[None]] = {}
@@ -96,21 +97,21 @@ class OrderedQueues:
     # -- what may be handed out -------------------------------------------------------------
     def serving(self, tq: TopicQueue, fetcher: QueueFetcher) -> bool:
         """True while records of `fetcher` (serving `tq`) may be handed to the application."""
-        c = self.consumer
-        return (c.started and c._fetchers.get(tq) is fetcher
+        c = self.host
+        return (c.started and c.fetchers.get(tq) is fetcher
                 and (self.locks is None or self.locks.valid(tq)))
 
     def lapsed(self) -> set[TopicQueue]:
         """Served queues whose lock is no longer valid: to be dropped now."""
         if self.locks is None:
             return set()
-        return {tq for tq in self.consumer._fetchers if not self.locks.valid(tq)}
+        return {tq for tq in self.host.fetchers if not self.locks.valid(tq)}
 
     # -- rebalance ---------------------------------------------------------------------------
     async def adopt(self) -> None:
         """Ordered mode turned on for a running consumer: lock what it serves already."""
         if self.locks is not None:
-            await self.locks.lock(self.consumer._fetchers)
+            await self.locks.lock(self.host.fetchers)
         self._ensure_keeper()
 
     async def admit(self, target: set[TopicQueue], gained: list[TopicQueue]) -> list[TopicQueue]:
@@ -121,7 +122,7 @@ class OrderedQueues:
         if self.locks is None:
             return ready
         # Locked once but never served (it could not start) and no longer wanted: let it go.
-        stale = self.locks.held() - self.target - set(self.consumer._fetchers) - set(self.releasing)
+        stale = self.locks.held() - self.target - set(self.host.fetchers) - set(self.releasing)
         if stale:
             await self.locks.unlock(stale)
         if not ready:
@@ -130,7 +131,7 @@ class OrderedQueues:
         waiting = set(ready) - granted
         if waiting - self._waiting:
             log.info("%s waits for the locks of %s (another member still holds them)",
-                     self.consumer.client_id, [str(tq) for tq in sorted(waiting - self._waiting)])
+                     self.host.client_id, [str(tq) for tq in sorted(waiting - self._waiting)])
         self._waiting = waiting
         return [tq for tq in ready if tq in granted]
 
@@ -141,10 +142,10 @@ class OrderedQueues:
         on time even while a rebalance waits for a broker that does not answer.
         """
         for tq in sorted(self.lapsed()):
-            fetcher = self.consumer._fetchers.pop(tq)
+            fetcher = self.host.fetchers.pop(tq)
             log.warning("%s: the lock of %s is no longer valid (not renewed in time); "
-                        "dropping the queue", self.consumer.client_id, tq)
-            self.release(tq, fetcher, self.consumer._forget)
+                        "dropping the queue", self.host.client_id, tq)
+            self.release(tq, fetcher, self.host.forget)
 
     def release(self, tq: TopicQueue, fetcher: QueueFetcher, forget: Forget) -> None:
         """Release `tq` (no longer handed out) once its record in flight finished."""
@@ -162,13 +163,13 @@ class OrderedQueues:
 
     async def _release(self, tq: TopicQueue, fetcher: QueueFetcher, forget: Forget) -> None:
         await fetcher.stop()
-        pending = self.consumer._pending
+        pending = self.host.pending
         while pending.floor(tq) is not None:   # a handler, a send-back still running
             await asyncio.sleep(RELEASE_POLL_MS / 1000)
         owned = self.locks is None or self.locks.owned(tq)
         if not owned:
             log.warning("%s: the lock of %s lapsed; its position is left to the next owner",
-                        self.consumer.client_id, tq)
+                        self.host.client_id, tq)
         await forget(tq, owned)
         if self.locks is not None and tq not in self.target:
             await self.locks.unlock([tq])
@@ -179,12 +180,12 @@ class OrderedQueues:
         self._changed.set()
 
     def _ensure_keeper(self) -> None:
-        if self.locks is None or not self.consumer.started:
+        if self.locks is None or not self.host.started:
             return
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.get_running_loop().create_task(self._keep(),
                                                                   name="ferry-lock-keeper")
-            self.consumer._tasks.append(self._keeper)   # stop() cancels it
+            self.host.tasks.append(self._keeper)   # stop() cancels it
 
     def _renew_s(self) -> float:
         interval_ms: float = self.renew_interval_ms
@@ -193,13 +194,13 @@ class OrderedQueues:
         return interval_ms / 1000
 
     def _waiting_queues(self) -> set[TopicQueue]:
-        return self.target - set(self.consumer._fetchers) - set(self.releasing)
+        return self.target - set(self.host.fetchers) - set(self.releasing)
 
     def _next_wake(self, next_renew: float) -> float:
         """When the keeper must look again: a renewal, a lock lapsing, a queue waiting."""
         assert self.locks is not None
         wake = next_renew
-        for tq in self.consumer._fetchers:
+        for tq in self.host.fetchers:
             until = self.locks.valid_until(tq)
             wake = min(wake, until if until is not None else 0.0)
         if self._waiting_queues():
@@ -246,7 +247,7 @@ class OrderedQueues:
         assert self.locks is not None
         # A queue whose lock lapsed already is not renewed: it was dropped and is
         # served again only from its committed position, once locked anew.
-        held = {tq for tq in self.consumer._fetchers if self.locks.valid(tq)}
+        held = {tq for tq in self.host.fetchers if self.locks.valid(tq)}
         out: dict[str, list[TopicQueue]] = {}
         for tq in sorted(held | set(self.releasing)):
             out.setdefault(tq.broker, []).append(tq)
@@ -263,8 +264,8 @@ class OrderedQueues:
     async def _admit_waiting(self) -> None:
         """A rebalance step without asking for members: LOCK and start the waiting queues."""
         try:
-            async with self.consumer._rebalance_lock:
-                await self.consumer._apply(self.wanted)
+            async with self.host.rebalance_lock:
+                await self.host.apply(self.wanted)
         except Exception:
             log.exception("starting queues waiting for their locks failed")
 
