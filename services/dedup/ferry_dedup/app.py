@@ -15,14 +15,13 @@ import logging
 from collections import Counter
 from typing import Any
 
-from ferry.auth.credentials import service_credentials
-from ferry.client.core.connection import ConnectionPool
-from ferry.client.core.namesrv import NamesrvClient, RouteCache
+from ferry.client.core.namesrv import RouteCache
 from ferry.errors import FerryError
 from ferry.service.app import ServiceApp
-from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.auth import auth_stats, start_service_auth
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import cancel_tasks, package_version, stop_step, stop_tracing
+from ferry.service.mesh import MeshClients
 from ferry.telemetry import setup_tracing
 
 from ferry_dedup.api import build_app
@@ -54,15 +53,10 @@ class DedupApp(ServiceApp):
         self.claims = Claims(config.redis, lease_ms=config.claim_lease_ms,
                              done_ttl_ms=config.claim_done_ttl_ms)
         self.ledger = LedgerStore(config.ledger, config.ledger_table, config.db_timeout_ms)
-        # Its own identity on the wire and HTTP (FERRY_DEDUP_ACCESS_KEY /
-        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
-        self.credentials = service_credentials("dedup")
-        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
-        self.pool = ConnectionPool(request_timeout_ms=config.request_timeout_ms,
-                                   credentials=self.credentials)
-        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
-        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
-                     else None)
+        # FERRY_AUTH=on: the identities in etcd check every route (permissions.py).
+        mesh = MeshClients.build("dedup", config, ROUTES, config.request_timeout_ms)
+        self.credentials, self.pool, self.namesrv, self.auth = (
+            mesh.credentials, mesh.pool, mesh.namesrv, mesh.auth)
         self.reader = StoredReader(self.pool, RouteCache(self.namesrv, refresh_interval_ms=0),
                                    pull_max_count=config.pull_max_count,
                                    max_messages=config.max_scan_messages)

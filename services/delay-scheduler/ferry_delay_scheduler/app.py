@@ -12,11 +12,8 @@ import asyncio
 import logging
 from typing import Any
 
-from ferry.auth.credentials import service_credentials
-from ferry.client.core.connection import ConnectionPool
-from ferry.client.core.namesrv import NamesrvClient
 from ferry.service.app import ServiceApp
-from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.auth import auth_stats, start_service_auth
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import (
     cancel_task,
@@ -25,6 +22,7 @@ from ferry.service.lifecycle import (
     stop_step,
     stop_tracing,
 )
+from ferry.service.mesh import MeshClients
 from ferry.telemetry import setup_tracing
 
 from ferry_delay_scheduler.api import build_app
@@ -55,15 +53,10 @@ class SchedulerApp(ServiceApp):
         self.config = config
         self.node_id = config.node_id
         self.stats = Stats()
-        # Its own identity on the wire and HTTP (FERRY_DELAY_SCHEDULER_ACCESS_KEY /
-        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
-        self.credentials = service_credentials("delay-scheduler")
-        self.pool = ConnectionPool(request_timeout_ms=config.deliver_timeout_ms,
-                                   credentials=self.credentials)
-        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
-        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
-        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
-                     else None)
+        # FERRY_AUTH=on: the identities in etcd check every route (permissions.py).
+        mesh = MeshClients.build("delay-scheduler", config, ROUTES, config.deliver_timeout_ms)
+        self.credentials, self.pool, self.namesrv, self.auth = (
+            mesh.credentials, mesh.pool, mesh.namesrv, mesh.auth)
         self.election: LeaderElection | None = None  # made once the HTTP port is bound
         self.cancels: CancelBook | None = None
         self.terms: Terms | None = None

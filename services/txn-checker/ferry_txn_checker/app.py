@@ -15,11 +15,8 @@ import logging
 import time
 from typing import Any
 
-from ferry.auth.credentials import service_credentials
-from ferry.client.core.connection import ConnectionPool
-from ferry.client.core.namesrv import NamesrvClient
 from ferry.service.app import ServiceApp
-from ferry.service.auth import ServiceAuth, auth_stats, start_service_auth
+from ferry.service.auth import auth_stats, start_service_auth
 from ferry.service.http import HttpServer
 from ferry.service.lifecycle import (
     cancel_tasks,
@@ -27,6 +24,7 @@ from ferry.service.lifecycle import (
     stop_step,
     stop_tracing,
 )
+from ferry.service.mesh import MeshClients
 from ferry.telemetry import setup_tracing
 
 from ferry_txn_checker import checkpoint
@@ -52,16 +50,11 @@ class CheckerApp(ServiceApp):
     def __init__(self, config: CheckerConfig) -> None:
         super().__init__(HttpServer("txn-checker", ENV_PREFIX), config.http_port)
         self.config = config
+        # FERRY_AUTH=on: the identities in etcd check every route (permissions.py).
+        mesh = MeshClients.build("txn-checker", config, ROUTES, config.check_timeout_ms)
+        self.credentials, self.pool, self.namesrv, self.auth = (
+            mesh.credentials, mesh.pool, mesh.namesrv, mesh.auth)
         self.node_id = config.node_id
-        # Its own identity on the wire and HTTP (FERRY_TXN_CHECKER_ACCESS_KEY /
-        # _SECRET_KEY, else FERRY_ACCESS_KEY / FERRY_SECRET_KEY; None: unsigned).
-        self.credentials = service_credentials("txn-checker")
-        self.pool = ConnectionPool(request_timeout_ms=config.check_timeout_ms,
-                                   credentials=self.credentials)
-        self.namesrv = NamesrvClient(config.namesrv, credentials=self.credentials)
-        # FERRY_AUTH=on: identities from etcd, checked on every route (permissions.py).
-        self.auth = (ServiceAuth(config.etcd, config.etcd_prefix, ROUTES) if config.auth
-                     else None)
         self.book = Book(default_immunity_ms=config.check_immunity_ms,
                          max_open=config.max_open, max_discarded=config.max_discarded,
                          max_recent=config.max_recent,
