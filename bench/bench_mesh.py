@@ -38,30 +38,43 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import gc
-import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
 
 import redis
-import redis.asyncio as aredis
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 
 from ferry import Consumer, Message, Producer  # noqa: E402
 from ferry.auth.acl import admin_rules  # noqa: E402
 from ferry.auth.credentials import Credentials  # noqa: E402
 from ferry.routing import EtcdRegistry  # noqa: E402
 from ferry.service.auth_registry import AuthRegistry  # noqa: E402
+from mesh_redis import redis_consume, redis_latency, redis_produce  # noqa: E402
+from mesh_workload import (  # noqa: E402
+    BATCH,
+    BODY,
+    CLIENT_LOOP,
+    LATENCY_RATE,
+    LATENCY_SECONDS,
+    REDIS_SEND_PIPELINE,
+    SEND_WINDOW,
+    SYNC_SECONDS,
+    SYNC_SENDERS,
+    TOTAL,
+    WARMUP_SENDS,
+    emit,
+    paced,
+    percentiles,
+    run_client,
+    steady_gc,
+)
 
 from tests.support.procs import (  # noqa: E402
     Proc,
@@ -71,35 +84,6 @@ from tests.support.procs import (  # noqa: E402
     start_redis,
     wait_for_port,
 )
-
-BODY = os.urandom(1024)
-BATCH = 256
-# a whole number of batches, so both sides produce exactly TOTAL
-# (600,064: at 200,192 a consume pass lasted ~0.4 s, and fixed costs such as the
-# clients' start and the span exporter's first connection weighed ~10 % in it.)
-TOTAL = int(os.environ.get("FERRY_BENCH_MESH_MESSAGES", "600064")) // BATCH * BATCH
-LATENCY_RATE = 2000
-LATENCY_SECONDS = float(os.environ.get("FERRY_BENCH_MESH_LATENCY_S", "10"))
-WARMUP_SENDS = 16  # two rounds over the topic's 8 queues
-SYNC_SENDERS = 64
-SEND_WINDOW = 20_000        # produce_send: result futures in flight at most
-REDIS_SEND_PIPELINE = 1000  # produce_send's Redis side: XADDs per pipeline
-SYNC_SECONDS = 5.0
-
-
-# The produce passes' client loop (see the module docstring).
-CLIENT_LOOP = os.environ.get("FERRY_BENCH_CLIENT_LOOP", "asyncio")
-if CLIENT_LOOP not in ("asyncio", "uvloop"):
-    raise SystemExit(f"FERRY_BENCH_CLIENT_LOOP must be asyncio or uvloop, not {CLIENT_LOOP!r}")
-run_client: Callable[[Coroutine[Any, Any, float]], float] = asyncio.run
-if CLIENT_LOOP == "uvloop":
-    import uvloop
-    run_client = uvloop.run
-
-
-def emit(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
-
 
 TRACING_MODES = ("off", "default")
 TRACING_COST_TARGET = 0.9
@@ -249,68 +233,6 @@ def ferry_send_pass(work: Path, etcd_endpoint: str) -> float:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def redis_produce(client: redis.Redis, stream: str, n: int, batch: int = BATCH) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n // batch):
-        pipe = client.pipeline(transaction=False)
-        for _ in range(batch):
-            pipe.xadd(stream, {"b": BODY})
-        pipe.execute()
-    return n / (time.perf_counter() - t0)
-
-
-def redis_consume(client: redis.Redis, stream: str, n: int) -> float:
-    client.xgroup_create(stream, "bench", id="0")
-    got = 0
-    t0 = time.perf_counter()
-    while got < n:
-        resp = client.xreadgroup("bench", "c1", {stream: ">"}, count=BATCH * 4, block=1000)
-        if not resp:
-            continue
-        ids = [mid for mid, _ in resp[0][1]]
-        pipe = client.pipeline(transaction=False)
-        pipe.xack(stream, "bench", *ids)
-        pipe.execute()
-        got += len(ids)
-    return got / (time.perf_counter() - t0)
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    s = sorted(samples)
-
-    def at(q: float) -> float:
-        return round(s[min(len(s) - 1, int(q * len(s)))], 3) if s else float("nan")
-
-    return {"p50_ms": at(0.50), "p99_ms": at(0.99), "p999_ms": at(0.999)}
-
-
-async def paced(rate: int, seconds: float, send: Callable[[int, float], Awaitable[None]]) -> int:
-    """Call send(i, intended_time) at a fixed rate; latency counts from the intended time,
-    so a stalled sender is charged for the messages it delayed (no coordinated omission)."""
-    n = int(rate * seconds)
-    start = time.time() + 0.2
-    for i in range(n):
-        intended = start + i / rate
-        delay = intended - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await send(i, intended)
-    return n
-
-
-@contextlib.contextmanager
-def steady_gc() -> Iterator[None]:
-    """What a latency-sensitive service does once it has started: collect, then freeze what
-    exists (modules, clients, connections), so that a full collection during the paced run
-    scans only what the run itself allocated. Used alike for Ferry and Redis."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 async def ferry_latency(namesrv: str, topic: str) -> dict[str, float]:
     latencies: list[float] = []
     n_expected = int(LATENCY_RATE * LATENCY_SECONDS)
@@ -338,37 +260,6 @@ async def ferry_latency(namesrv: str, topic: str) -> dict[str, float]:
                 task = asyncio.create_task(consume())
                 await paced(LATENCY_RATE, LATENCY_SECONDS, send)
                 await asyncio.wait_for(task, timeout=30)
-    return percentiles(latencies)
-
-
-async def redis_latency(url: str, stream: str) -> dict[str, float]:
-    client = aredis.from_url(url)
-    reader = aredis.from_url(url)
-    await client.xgroup_create(stream, "lat", id="$", mkstream=True)
-    latencies: list[float] = []
-    n_expected = int(LATENCY_RATE * LATENCY_SECONDS)
-
-    async def consume() -> None:
-        while len(latencies) < n_expected:
-            resp = await reader.xreadgroup("lat", "c1", {stream: ">"}, count=1000, block=1000)
-            now = time.time()
-            if not resp:
-                continue
-            ids = []
-            for mid, fields in resp[0][1]:
-                latencies.append((now - float(fields[b"t"])) * 1000)
-                ids.append(mid)
-            await reader.xack(stream, "lat", *ids)
-
-    async def send(i: int, intended: float) -> None:
-        await client.xadd(stream, {"b": BODY, "t": repr(intended)})
-
-    with steady_gc():
-        task = asyncio.create_task(consume())
-        await paced(LATENCY_RATE, LATENCY_SECONDS, send)
-        await asyncio.wait_for(task, timeout=30)
-    await client.aclose()
-    await reader.aclose()
     return percentiles(latencies)
 
 
