@@ -63,3 +63,16 @@ def test_many_settled_batches_are_dropped_and_the_rest_still_settle() -> None:
     assert low.pinned == 1 and len(low._batches) < 100  # the settled batches went
     low.settle([0])
     assert low.pinned == 0 and mark.low_water() == (3000, "E299")
+
+
+def test_a_rewind_past_a_settled_record_after_the_last_open_one() -> None:
+    """Delivered out of order: the batch's last open record is not its last record. The
+    rewind settles it, the batch frees its arrays, and the settled one after it is done."""
+    low = LowWater()
+    mark = low.open("b", 3, 0, None)
+    low.add(mark, [(0, 10), (1, 11), (2, 12)], 3, "L1")
+    low.settle([12])  # the last record delivered first
+    assert low.rewind(mark, 1, None) == 1  # offset 1 detached; 2 was settled already
+    assert mark.taken == 1 and low.pinned == 1
+    low.settle([10])
+    assert mark.low_water() == (1, "L1") and low.pinned == 0

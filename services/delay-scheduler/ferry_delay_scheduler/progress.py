@@ -125,7 +125,9 @@ class LowWater:
             for i in range(bisect.bisect_left(batch.offsets, offset), len(batch.offsets)):
                 if batch.settle_at(i):
                     detached += 1
-                    self._dead += not batch.open
+                    if not batch.open:  # its arrays are freed: nothing further is open
+                        self._dead += 1
+                        break
             if batch.start >= offset:
                 mark.batches.pop()
             else:
