@@ -71,8 +71,7 @@ def test_a_rewind_past_a_settled_record_after_the_last_open_one() -> None:
     low = LowWater()
     mark = low.open("b", 3, 0, None)
     low.add(mark, [(0, 10), (1, 11), (2, 12)], 3, "L1")
-    low.settle([12])  # the last record delivered first
+    low.settle([10, 12])  # only offset 1 is still open
     assert low.rewind(mark, 1, None) == 1  # offset 1 detached; 2 was settled already
-    assert mark.taken == 1 and low.pinned == 1
-    low.settle([10])
-    assert mark.low_water() == (1, "L1") and low.pinned == 0
+    assert mark.taken == 1 and low.pinned == 0
+    assert mark.low_water() == (1, "L1")
