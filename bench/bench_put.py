@@ -55,6 +55,7 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]  # bench_mesh beside this file; tests.support from the root
 
 import bench_mesh  # noqa: E402
+from mesh_workload import emit  # noqa: E402
 
 from tests.support.procs import Proc, start_etcd  # noqa: E402
 
@@ -65,12 +66,7 @@ BODY = os.urandom(1024)
 MESSAGES = int(os.environ.get("FERRY_BENCH_PUT_MESSAGES", "400128")) // BATCH * BATCH
 BLAST_CONNECTIONS = 2
 BLAST_WINDOW = 8  # SEND frames in flight per connection
-SYNC_SECONDS = 5.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def emit(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
 
 
 def send_body(born_ts_ms: int) -> bytes:
@@ -178,7 +174,6 @@ def bench_broker(work: Path, etcd_endpoint: str, flush_mode: str) -> None:
         asyncio.run(bench_mesh.ferry_wait_route(namesrv, TOPIC))
         broker = procs[0]
         if flush_mode == "sync":
-            bench_mesh.SYNC_SECONDS = SYNC_SECONDS
             measure_broker("sync_flush", broker, bench_mesh.ferry_sync_flush(namesrv, TOPIC), None)
             return
         blasted = MESSAGES // BATCH // BLAST_CONNECTIONS * BLAST_CONNECTIONS * BATCH

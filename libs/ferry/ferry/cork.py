@@ -8,7 +8,7 @@ flight. A leaf: asyncio only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 Part = bytes | memoryview
 
@@ -25,11 +25,10 @@ class Cork:
         self._write_out = write_out
         self._scheduled = False
 
-    def add(self, parts: Iterable[Part]) -> None:
+    def add(self, parts: list[Part]) -> None:
         """Queue `parts`; the first add of a loop turn schedules the write at its end."""
-        before = len(self.parts)
         self.parts += parts
-        self.nbytes += sum(map(len, self.parts[before:]))
+        self.nbytes += sum(map(len, parts))
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)

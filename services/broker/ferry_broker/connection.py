@@ -188,7 +188,7 @@ class BrokerProtocol(asyncio.Protocol):
         return bool(self._reserved) and now - self._frame_started > timeout_s
 
     def idle_overdue(self, now: float, timeout_s: float) -> bool:
-        """Whether no frame completed for `timeout_s` while nothing of this connection runs
+        """Whether no frame completed (and no request ended) for `timeout_s` while nothing of this connection runs
         or waits (a large frame arriving, or waiting for the budget, is `frame_overdue`'s)."""
         return (now - self.last_frame_at > timeout_s and not self.tasks and not self._backlog
                 and not self._reserved and not self._budget_wait)
@@ -245,6 +245,9 @@ class BrokerProtocol(asyncio.Protocol):
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        # Idle counts from the last frame or the last request's end, whichever is later:
+        # an answer to a pull that waited past the timeout does not close its connection.
+        self.last_frame_at = time.monotonic()
         if self._closed:
             return
         self._release_turn()

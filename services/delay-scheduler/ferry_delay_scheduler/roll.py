@@ -42,9 +42,9 @@ class Roller:
 
     def __init__(self, cfg: SchedulerConfig, pool: ConnectionPool, local: LocalLog,
                  wheel: TimingWheel, low: LowWater, stats: Stats,
-                 brokers: Callable[[], dict[str, str]]) -> None:
+                 brokers: Callable[[], dict[str, str]], leads: Callable[[], bool]) -> None:
         self.cfg, self.pool, self.local, self.wheel = cfg, pool, local, wheel
-        self.low, self.stats, self.brokers = low, stats, brokers
+        self.low, self.stats, self.brokers, self.leads = low, stats, brokers, leads
 
     async def roll(self) -> None:
         now = now_ms()
@@ -64,6 +64,8 @@ class Roller:
                     qid = -1
                 groups[(rec.properties.get(REAL_TOPIC, ""), qid)].append((phy, rec))
             for (topic, qid), recs in groups.items():
+                if not self.leads():  # the fence, before each frame as the deliverer does
+                    return
                 await self._roll(addr, topic, qid, recs)
 
     def _read(self, phy: int) -> StoredMessage | None:

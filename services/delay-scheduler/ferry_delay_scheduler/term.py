@@ -78,7 +78,8 @@ class Term:
                                    settle=self.low.settle)
         self.ingestor = Ingestor(cfg, pool, namesrv, self.local, self.wheel, self.low, cancels,
                                  stats, leads, self.deliverer.wake.set, self.started_ms)
-        self.roller = Roller(cfg, pool, self.local, self.wheel, self.low, stats, self._brokers)
+        self.roller = Roller(cfg, pool, self.local, self.wheel, self.low, stats, self._brokers,
+                             leads)
         self._tasks: dict[str, asyncio.Task[None]] = {}  # ingest, deliver, upkeep
 
     def _brokers(self) -> dict[str, str]:

@@ -10,6 +10,7 @@ every service shares: log level, no negative numbers, the port, etcd for auth).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import uuid
@@ -132,9 +133,10 @@ class InstanceConfig(MeshServiceConfig):
     def data_path(self) -> Path:
         return Path(self.data_dir)
 
-    @property
+    @functools.cached_property
     def node_id(self) -> str:
-        """`instance_id`, or the host name and a random suffix when it is empty."""
+        """`instance_id`, or the host name and a random suffix when it is empty (chosen once:
+        the election, the logs and the spans name the same instance)."""
         return self.instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
