@@ -90,6 +90,7 @@ def build_app(context: NamesrvContext, version: str,
     app.router.add_get("/v1/groups/{group}", groups.get_group)
     app.router.add_put("/v1/groups/{group}", groups.put_group)
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
-    users.add_routes(app)   # /v1/users, /v1/acl (identities and permissions)
+    # /v1/users, /v1/acl (identities and permissions): refused with auth off
+    users.add_routes(app, auth_on=auth is not None)
     app.router.add_get("/console", console)
     return app

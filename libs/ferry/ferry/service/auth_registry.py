@@ -17,13 +17,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferry.auth.acl import Acl, Rule, parse_rules
+from ferry.auth.acl import MAX_RULES_PER_IDENTITY, Acl, Rule, parse_rules
 from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
-from ferry.errors import AlreadyExistsError, MalformedRequestError
+from ferry.errors import AlreadyExistsError, BusyError, MalformedRequestError
 from ferry.routing.follow import PrefixFollower
 from ferry.routing.registry import EtcdRegistry
 from ferry.tasks import cancel_and_wait
@@ -32,6 +34,14 @@ log = logging.getLogger(__name__)
 
 #: The longest description kept with an identity.
 MAX_DESCRIPTION_CHARS = 256
+#: Tries of one rule change while other writers keep changing the same identity's rules
+#: (each round lets at least one writer through, so this many concurrent writers all land).
+MAX_RULE_WRITE_ATTEMPTS = 100
+#: The pause between tries grows up to 8 times this (random below it).
+RULE_WRITE_BACKOFF_S = 0.005
+
+#: A change of an identity's rules: the rules it holds -> the rules it is to hold.
+RulesChange = Callable[[tuple[Rule, ...]], tuple[Rule, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +175,7 @@ class AuthRegistry(PrefixFollower):
         elif kind == "acl":
             self.acl.remove(access_key)
 
-    # -- writes (namesrv's /v1/users and /v1/acl, and the bootstrap) ---------------------
+    # -- writes (namesrv's /v1/users and /v1/acl, `ferry user|acl --etcd`, the bootstrap) --
 
     async def add_user(self, access_key: str, signing_key: bytes, description: str = "",
                        rules: tuple[Rule, ...] = ()) -> User:
@@ -202,10 +212,14 @@ class AuthRegistry(PrefixFollower):
         return user
 
     async def remove_user(self, access_key: str) -> bool:
-        """Delete an identity and its rules; False when it did not exist."""
-        got = await self.etcd.client.delete(self.user_key(access_key))
-        await self.etcd.client.delete(self.acl_key(access_key))
-        return bool(got is not None and got.deleted)
+        """Delete an identity and its rules, in one transaction; False when it did not exist."""
+        tx = self.etcd.client.transactions
+        user_key = self.user_key(access_key)
+        ok, _ = await self.etcd.client.transaction(
+            compare=[tx.version(user_key) > 0],
+            success=[tx.delete(user_key), tx.delete(self.acl_key(access_key))],
+            failure=[tx.delete(self.acl_key(access_key))])
+        return bool(ok)
 
     async def list_users(self) -> list[User]:
         out = []
@@ -222,9 +236,55 @@ class AuthRegistry(PrefixFollower):
 
     async def set_rules(self, access_key: str, rules: tuple[Rule, ...]) -> None:
         """Replace an identity's rules (the identity must exist)."""
-        if await self.etcd.client.get(self.user_key(access_key)) is None:
-            raise MalformedRequestError(f"no identity {access_key!r}")
-        await self.etcd.client.put(self.acl_key(access_key), _rules_json(rules))
+        await self.update_rules(access_key, lambda _old: rules)
+
+    async def grant_rules(self, access_key: str, added: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        """Add rules to an identity's (a rule it holds already is kept once); the new rules."""
+        def merge(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+            merged = tuple(dict.fromkeys((*rules, *added)))
+            if len(merged) > MAX_RULES_PER_IDENTITY:
+                raise MalformedRequestError(f"at most {MAX_RULES_PER_IDENTITY} rules per "
+                                            "identity")
+            return merged
+        return (await self.update_rules(access_key, merge))[1]
+
+    async def revoke_rules(self, access_key: str, resource: str | None,
+                           effect: str | None = None) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
+        """Drop an identity's rules on `resource` (only those of `effect` when given; every
+        rule when `resource` is None): (the rules before, the rules kept)."""
+        return await self.update_rules(access_key, lambda rules: tuple(
+            r for r in rules if resource is not None and (
+                r.resource != resource or (effect is not None and r.effect != effect))))
+
+    async def update_rules(self, access_key: str, change: RulesChange
+                           ) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
+        """Apply `change` to an identity's rules as an etcd transaction: (before, after).
+
+        The write compares the rules' mod revision with the one read, so a rule
+        another writer (another namesrv, the CLI on etcd) stored in between is
+        never lost: the change is applied again to what is there now. An
+        identity that does not exist (or was removed meanwhile) gets no rules.
+        """
+        client = self.etcd.client
+        tx = client.transactions
+        user_key, acl_key = self.user_key(access_key), self.acl_key(access_key)
+        for attempt in range(MAX_RULE_WRITE_ATTEMPTS):
+            if await client.get(user_key) is None:
+                raise MalformedRequestError(f"no identity {access_key!r}")
+            got = await client.get(acl_key)
+            before = () if got is None else parse_rules(json.loads(got.value))
+            after = change(before)
+            ok, _ = await client.transaction(
+                compare=[tx.version(user_key) > 0,
+                         tx.mod(acl_key) == (0 if got is None else got.mod_revision)],
+                success=[tx.put(acl_key, _rules_json(after))], failure=[])
+            if ok:
+                return before, after
+            # Someone wrote in between: read again, after a short random pause so that
+            # many writers of one identity do not keep colliding in step.
+            await asyncio.sleep(random.uniform(0, RULE_WRITE_BACKOFF_S * min(attempt + 1, 8)))
+        raise BusyError(f"the rules of {access_key!r} kept changing during "
+                        f"{MAX_RULE_WRITE_ATTEMPTS} attempts to write them; try again")
 
     @staticmethod
     def _new_user(access_key: str, signing_key: bytes, description: str) -> User:

@@ -3,8 +3,10 @@
 Only derived signing keys reach namesrv (the CLI derives the key from the
 secret on the caller's machine), so no secret travels or is stored. Every
 route here needs admin `users` when auth is on (the auth middleware's route
-table, ferry.auth.http). The first admin is made by `ferry user add --bootstrap`
-straight in etcd, not here.
+table, ferry.auth.http), and with auth off every route here answers 403: the
+identities a mesh will switch auth on with are made straight in etcd (`ferry
+user add --bootstrap` for the first admin, `ferry user|acl ... --etcd` for the
+rest), never by whoever reaches namesrv before the switch.
 
     GET    /v1/users                 the identities (never their keys)
     POST   /v1/users                 {access_key, signing_key (64 hex), description?, admin?}
@@ -18,18 +20,20 @@ straight in etcd, not here.
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from ferry.auth.acl import EFFECTS, MAX_RULES_PER_IDENTITY, Rule, admin_rules, parse_rules
+from ferry.auth.acl import EFFECTS, Rule, admin_rules, parse_rules
 from ferry.auth.credentials import SIGNING_KEY_BYTES, validate_access_key
-from ferry.errors import MalformedRequestError
+from ferry.errors import AccessDeniedError, MalformedRequestError
 from ferry.service.auth_registry import AuthRegistry
 from ferry.service.errors import json_response
 
 from ferry_namesrv.context import ctx
 from ferry_namesrv.handlers.common import read_json
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 _ACCESS_KEY = {"type": "string", "pattern": "^[A-Za-z0-9_-]{3,64}$"}
 
 
@@ -116,11 +120,7 @@ async def put_acl(request: web.Request) -> web.Response:
 async def grant_acl(request: web.Request) -> web.Response:
     access_key = validate_access_key(request.match_info["access_key"])
     added = _rules_of(_object(await read_json(request)))
-    reg = _registry(request)
-    rules = tuple(dict.fromkeys((*await reg.get_rules(access_key), *added)))
-    if len(rules) > MAX_RULES_PER_IDENTITY:
-        raise MalformedRequestError(f"at most {MAX_RULES_PER_IDENTITY} rules per identity")
-    await reg.set_rules(access_key, rules)
+    rules = await _registry(request).grant_rules(access_key, added)
     return json_response({"access_key": access_key, "rules": [r.to_json() for r in rules]})
 
 
@@ -130,25 +130,38 @@ async def revoke_acl(request: web.Request) -> web.Response:
     effect = request.query.get("effect")
     if effect is not None and effect not in EFFECTS:
         raise MalformedRequestError(f"effect must be one of {', '.join(EFFECTS)}")
-    reg = _registry(request)
-    rules = await reg.get_rules(access_key)
-    kept = tuple(r for r in rules if resource is not None and (
-        r.resource != resource or (effect is not None and r.effect != effect)))
-    await reg.set_rules(access_key, kept)
+    rules, kept = await _registry(request).revoke_rules(access_key, resource, effect)
     return json_response({"access_key": access_key, "removed": len(rules) - len(kept),
                           "rules": [r.to_json() for r in kept]})
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/users", list_users)
-    app.router.add_post("/v1/users", add_user)
-    app.router.add_get("/v1/users/{access_key}", get_user)
-    app.router.add_delete("/v1/users/{access_key}", remove_user)
-    app.router.add_get("/v1/acl", list_acl)
-    app.router.add_get("/v1/acl/{access_key}", get_acl)
-    app.router.add_put("/v1/acl/{access_key}", put_acl)
-    app.router.add_post("/v1/acl/{access_key}", grant_acl)
-    app.router.add_delete("/v1/acl/{access_key}", revoke_acl)
+#: Why these routes refuse with auth off: whoever reached namesrv before the switch to
+#: FERRY_AUTH=on could otherwise make an identity (an admin) that outlives the switch.
+AUTH_OFF_REFUSAL = (
+    "identities and rules are managed through namesrv only with FERRY_AUTH=on: with auth off "
+    "anyone who reaches namesrv could create an admin that outlives the switch. Before "
+    "turning auth on, create them straight in etcd: `ferry user add ... --etcd HOST:PORT`, "
+    "`ferry acl grant ... --etcd HOST:PORT` (docs/security.md, \"Turning auth on\")")
+
+
+async def refuse_with_auth_off(request: web.Request) -> web.Response:
+    raise AccessDeniedError(AUTH_OFF_REFUSAL)
+
+
+def add_routes(app: web.Application, auth_on: bool) -> None:
+    """The identity and rule routes; with auth off every one of them answers 403."""
+    def h(handler: Handler) -> Handler:
+        return handler if auth_on else refuse_with_auth_off
+
+    app.router.add_get("/v1/users", h(list_users))
+    app.router.add_post("/v1/users", h(add_user))
+    app.router.add_get("/v1/users/{access_key}", h(get_user))
+    app.router.add_delete("/v1/users/{access_key}", h(remove_user))
+    app.router.add_get("/v1/acl", h(list_acl))
+    app.router.add_get("/v1/acl/{access_key}", h(get_acl))
+    app.router.add_put("/v1/acl/{access_key}", h(put_acl))
+    app.router.add_post("/v1/acl/{access_key}", h(grant_acl))
+    app.router.add_delete("/v1/acl/{access_key}", h(revoke_acl))
 
 
 def _resp(description: str) -> dict[str, Any]:
@@ -165,7 +178,8 @@ _RULES_BODY = {"required": True, "content": {"application/json": {"schema": {
     "properties": {"rules": {"type": "array", "items": _RULE}}}}}}
 _AK_PARAM = [{"name": "access_key", "in": "path", "required": True, "schema": _ACCESS_KEY}]
 _ERR = {"400": _resp("invalid input"), "401": _resp("not authenticated"),
-        "403": _resp("not permitted (admin users)"), "503": _resp("etcd unavailable")}
+        "403": _resp("not permitted (admin users); with auth off, always"),
+        "503": _resp("etcd unavailable, or the rules kept changing while written")}
 
 
 def openapi_paths() -> dict[str, Any]:
