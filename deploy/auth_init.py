@@ -1,4 +1,5 @@
-"""First start of the compose mesh with auth on: the admin and one identity per service.
+"""First start of the compose mesh with auth on: the admin, one identity per service, and
+the passwords of Redis and PostgreSQL.
 
 Run once by the `auth-init` service of deploy/docker-compose.yml, before the
 Ferry services (each waits for its secret file, see with-identity.sh). While
@@ -10,17 +11,24 @@ etcd holds no identity it creates, directly in etcd (as `ferry user add
 - one identity per service with exactly the rights it needs (SERVICES below),
   with generated secrets;
 
-and writes each secret to `<secrets dir>/<access key>` (mode 0600, a volume
-only the Ferry containers mount). On a later start it checks that the
-secret files are there and creates only the service identities added since
-(an upgraded mesh). Secrets are never printed; read the admin's with
-`docker compose exec namesrv cat /run/ferry-auth/admin`.
+and writes each secret to `<secrets dir>/<access key>/<access key>` (mode
+0600): each such directory is a volume of its own, mounted by that identity's
+containers only (the admin's by none but auth-init). It also generates, once,
+Redis's password (`redis/redis.conf`, `redis/password`) and PostgreSQL's
+(`postgres/password`), readable by those containers' own users (mode 0644 in
+volumes no other container mounts), and hands both to dedup in
+`svc-dedup/env` (its Redis and ledger URLs; with-identity.sh exports them).
+On a later start it checks that the secret files are there and creates only
+the service identities added since (an upgraded mesh). Secrets are never
+printed; read the admin's with
+`docker compose -f deploy/docker-compose.yml run --rm --no-deps auth-init cat /run/ferry-auth/admin/admin`.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -60,7 +68,15 @@ SERVICES: dict[str, tuple[Rule, ...]] = {
 }
 
 
+#: The backing stores' passwords: the directory (volume) each lives in.
+REDIS, POSTGRES = "redis", "postgres"
+#: Where dedup reaches them (the compose services' names; user and database `ferry`).
+REDIS_URL = "redis://:{password}@redis:6379/0"
+POSTGRES_URL = "postgresql://ferry:{password}@postgres:5432/ferry"
+
+
 async def init(etcd: str, prefix: str, secrets_dir: Path) -> int:
+    _backing_passwords(secrets_dir)
     registry = EtcdRegistry(etcd, prefix=prefix)
     await registry.start()
     try:
@@ -68,7 +84,6 @@ async def init(etcd: str, prefix: str, secrets_dir: Path) -> int:
         existing = {u.access_key for u in await auth.list_users()}
         if existing:
             return await _check_existing(auth, existing, secrets_dir)
-        secrets_dir.mkdir(parents=True, exist_ok=True)
         admin = Credentials(ADMIN, os.environ.get("FERRY_ADMIN_SECRET") or generate_secret())
         _write(secrets_dir, admin)
         await auth.bootstrap_admin(ADMIN, admin.signing_key, admin_rules())
@@ -84,7 +99,7 @@ async def _check_existing(auth: AuthRegistry, existing: set[str], secrets_dir: P
     """A later start: every identity's secret must be there; a service identity added
     since the first start (svc-spark) is created now, so an upgraded mesh gets it."""
     missing = [k for k in (ADMIN, *SERVICES) if (k == ADMIN or k in existing)
-               and not (secrets_dir / k).is_file()]
+               and not _secret_file(secrets_dir, k).is_file()]
     if missing:
         print(f"auth-init: identities exist in etcd but the secrets of {missing} are "
               f"not in {secrets_dir}; remove those users (`ferry user remove`) or "
@@ -105,11 +120,41 @@ async def _add_service(auth: AuthRegistry, secrets_dir: Path, access_key: str) -
                         SERVICES[access_key])
 
 
+def _secret_file(secrets_dir: Path, access_key: str) -> Path:
+    """Where an identity's secret lives: a directory (a volume) of its own."""
+    return secrets_dir / access_key / access_key
+
+
 def _write(secrets_dir: Path, creds: Credentials) -> None:
-    path = secrets_dir / creds.access_key
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    _write_file(_secret_file(secrets_dir, creds.access_key), creds.secret_key, 0o600)
+
+
+def _write_file(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as f:
-        f.write(creds.secret_key)
+        f.write(text)
+    os.chmod(path, mode)   # an existing file keeps its old mode through os.open
+
+
+def _backing_passwords(secrets_dir: Path) -> None:
+    """Redis's and PostgreSQL's passwords, generated on the first start and kept after
+    (PostgreSQL takes its password only when its data volume is new), and dedup's URLs.
+
+    Their files are 0644: the redis and postgres images read them as their own users,
+    and no other container mounts these volumes."""
+    passwords = {}
+    for name in (REDIS, POSTGRES):
+        path = secrets_dir / name / "password"
+        if not path.is_file():
+            _write_file(path, secrets.token_hex(24), 0o644)
+        passwords[name] = path.read_text().strip()
+    _write_file(secrets_dir / REDIS / "redis.conf",
+                f"appendonly yes\nrequirepass {passwords[REDIS]}\n", 0o644)
+    _write_file(secrets_dir / "svc-dedup" / "env",
+                f"FERRY_DEDUP_REDIS={REDIS_URL.format(password=passwords[REDIS])}\n"
+                f"FERRY_DEDUP_LEDGER_URL={POSTGRES_URL.format(password=passwords[POSTGRES])}\n",
+                0o600)
 
 
 def main(argv: list[str] | None = None) -> int:

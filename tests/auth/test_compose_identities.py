@@ -1,9 +1,13 @@
-"""The compose mesh's first start with auth on: deploy/auth_init.py against a real etcd, and
-deploy/with-identity.sh handing a service its own secret."""
+"""The compose mesh's first start with auth on: deploy/auth_init.py against a real etcd,
+deploy/with-identity.sh handing a service its own secret, and the compose file and images
+holding what that relies on: each container mounts only its own identity's secret, no
+image runs as root, Redis and PostgreSQL have generated passwords and, like Jaeger (no
+authentication at all), no published port."""
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -11,6 +15,7 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+import yaml
 from ferry.auth.credentials import derive_signing_key
 from ferry.routing.registry import EtcdRegistry
 from ferry.service.auth_registry import AuthRegistry
@@ -48,13 +53,17 @@ def test_auth_init_creates_every_identity_once(etcd: Etcd, tmp_path: Path) -> No
     users = asyncio.run(_users(etcd, prefix))
     assert set(users) == set(KEYS)
     for key in KEYS:
-        path = secrets / key
+        path = secrets / key / key   # a directory (a volume) of its own per identity
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert users[key] == derive_signing_key(key, path.read_text()), key
-    assert (secrets / "admin").read_text() == "the-admins-chosen-secret"
+    assert (secrets / "admin" / "admin").read_text() == "the-admins-chosen-secret"
+    assert sorted(p.name for p in secrets.iterdir()) == sorted((*KEYS, "redis", "postgres"))
+    assert sorted(p.name for p in (secrets / "admin").iterdir()) == ["admin"]
+    passwords = _backing_passwords(secrets)
     again = _init(etcd, prefix, secrets)
     assert again.returncode == 0 and "nothing to do" in again.stdout
-    (secrets / "svc-dedup").unlink()
+    assert _backing_passwords(secrets) == passwords, "kept: postgres takes it only once"
+    (secrets / "svc-dedup" / "svc-dedup").unlink()
     lost = _init(etcd, prefix, secrets)
     assert lost.returncode == 1 and "svc-dedup" in lost.stderr
 
@@ -74,16 +83,33 @@ def test_auth_init_adds_a_service_identity_new_since_the_first_start(
     prefix, secrets = f"/init-{uuid4().hex[:8]}/", tmp_path / "secrets"
     assert _init(etcd, prefix, secrets).returncode == 0
     asyncio.run(_remove_user(etcd, prefix, "svc-spark"))
-    (secrets / "svc-spark").unlink()
-    before = {k: (secrets / k).read_text() for k in KEYS if k != "svc-spark"}
+    (secrets / "svc-spark" / "svc-spark").unlink()
+    before = {k: (secrets / k / k).read_text() for k in KEYS if k != "svc-spark"}
     upgraded = _init(etcd, prefix, secrets)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "created svc-spark" in upgraded.stdout
     users = asyncio.run(_users(etcd, prefix))
     assert set(users) == set(KEYS)
-    assert users["svc-spark"] == derive_signing_key("svc-spark",
-                                                    (secrets / "svc-spark").read_text())
-    assert all((secrets / k).read_text() == v for k, v in before.items()), "others untouched"
+    assert users["svc-spark"] == derive_signing_key(
+        "svc-spark", (secrets / "svc-spark" / "svc-spark").read_text())
+    assert all((secrets / k / k).read_text() == v for k, v in before.items()), "others untouched"
+
+
+def _backing_passwords(secrets: Path) -> dict[str, str]:
+    """Redis's and PostgreSQL's passwords as auth-init left them, checked: generated (no
+    default), readable by those images' own users, in Redis's config and dedup's URLs."""
+    out = {name: (secrets / name / "password").read_text() for name in ("redis", "postgres")}
+    for name, password in out.items():
+        assert re.fullmatch(r"[0-9a-f]{48}", password), name
+        assert stat.S_IMODE((secrets / name / "password").stat().st_mode) == 0o644
+    conf = (secrets / "redis" / "redis.conf").read_text()
+    assert f"requirepass {out['redis']}\n" in conf and "appendonly yes" in conf
+    env = secrets / "svc-dedup" / "env"
+    assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    assert env.read_text() == (
+        f"FERRY_DEDUP_REDIS=redis://:{out['redis']}@redis:6379/0\n"
+        f"FERRY_DEDUP_LEDGER_URL=postgresql://ferry:{out['postgres']}@postgres:5432/ferry\n")
+    return out
 
 
 def test_with_identity_runs_the_service_with_its_secret(tmp_path: Path) -> None:
@@ -94,3 +120,95 @@ def test_with_identity_runs_the_service_with_its_secret(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "FERRY_ACCESS_KEY=svc-console\n" in done.stdout
     assert "FERRY_SECRET_KEY=console-secret-0123456789\n" in done.stdout
+
+
+def test_with_identity_exports_the_settings_auth_init_wrote(tmp_path: Path) -> None:
+    """dedup's Redis and ledger URLs (with their passwords) come from the env file of its own
+    secret volume; a line that sets no FERRY_ variable is not exported."""
+    (tmp_path / "svc-dedup").write_text("dedup-secret-0123456789")
+    (tmp_path / "env").write_text("FERRY_DEDUP_REDIS=redis://:pw@redis:6379/0\n"
+                                  "PATH=/nowhere\nFERRY_DEDUP_LEDGER_URL=postgresql://f:pw@pg/f")
+    done = subprocess.run(["sh", str(DEPLOY / "with-identity.sh"), "svc-dedup", "env"],
+                          capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "FERRY_AUTH_SECRETS_DIR": str(tmp_path),
+                               "FERRY_DEDUP_REDIS": "redis://redis:6379/0"})
+    assert done.returncode == 0, done.stderr
+    assert "FERRY_DEDUP_REDIS=redis://:pw@redis:6379/0\n" in done.stdout
+    assert "FERRY_DEDUP_LEDGER_URL=postgresql://f:pw@pg/f\n" in done.stdout
+    assert "PATH=/nowhere" not in done.stdout and "sets no FERRY_ variable" in done.stderr
+
+
+COMPOSE = DEPLOY / "docker-compose.yml"
+#: The identity each container runs as (with-identity.sh's first argument).
+IDENTITY_OF = {"broker-a": "svc-broker", "broker-a-1": "svc-broker", "broker-b": "svc-broker",
+               "broker-b-1": "svc-broker", "delay-scheduler": "svc-delay-scheduler",
+               "delay-scheduler-1": "svc-delay-scheduler", "txn-checker": "svc-txn-checker",
+               "txn-checker-1": "svc-txn-checker", "dedup": "svc-dedup",
+               "console": "svc-console", "spark": "svc-spark"}
+
+
+def _services() -> dict[str, dict[str, object]]:
+    """The services as Compose runs them (`docker-compose config`: anchors and merges applied)."""
+    done = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return dict(yaml.safe_load(done.stdout)["services"])
+
+
+def _secret_volumes(svc: dict[str, object]) -> set[str]:
+    volumes = svc.get("volumes") or []
+    assert isinstance(volumes, list)
+    names = {(v if isinstance(v, str) else v["source"]).split(":")[0] for v in volumes}
+    return {n for n in names if n.startswith("secret-")}
+
+
+def test_each_container_mounts_only_its_own_identitys_secret() -> None:
+    """The admin's secret is mounted by auth-init alone; a service sees its own identity's
+    volume and no other (namesrv, etcd and Jaeger none), Redis and PostgreSQL their password's."""
+    services = _services()
+    everything = {f"secret-{k}" for k in KEYS} | {"secret-redis", "secret-postgres"}
+    assert _secret_volumes(services["auth-init"]) == everything
+    for name, svc in services.items():
+        mounted = _secret_volumes(svc)
+        if name == "auth-init":
+            continue
+        assert "secret-admin" not in mounted, name
+        if name in IDENTITY_OF:
+            assert mounted == {f"secret-{IDENTITY_OF[name]}"}, (name, mounted)
+            command = svc["command"]
+            assert isinstance(command, list) and command[1] == IDENTITY_OF[name], name
+        elif name in ("redis", "postgres"):
+            assert mounted == {f"secret-{name}"}, (name, mounted)
+        else:
+            assert mounted == set(), (name, mounted)
+    assert set(IDENTITY_OF) | {"auth-init", "redis", "postgres", "namesrv", "etcd",
+                               "jaeger"} == set(services)
+
+
+def test_no_unauthenticated_store_or_tracing_port_is_published() -> None:
+    """etcd, Redis, PostgreSQL and Jaeger (UI and OTLP) are reached on the compose network
+    only; Redis and PostgreSQL also need the generated passwords, never ferry/ferry."""
+    services = _services()
+    for name in ("etcd", "redis", "postgres", "jaeger"):
+        assert not services[name].get("ports"), name
+    assert services["redis"]["command"] == ["redis-server", "/run/ferry-auth/redis.conf"]
+    pg_env = services["postgres"]["environment"]
+    assert isinstance(pg_env, dict)
+    assert pg_env["POSTGRES_PASSWORD_FILE"] == "/run/ferry-auth/password"
+    assert "POSTGRES_PASSWORD" not in pg_env
+    assert "ferry:ferry" not in COMPOSE.read_text()
+    healthcheck = services["redis"]["healthcheck"]
+    assert isinstance(healthcheck, dict) and "REDISCLI_AUTH" in " ".join(healthcheck["test"])
+
+
+def test_no_ferry_image_runs_as_root() -> None:
+    """Both images end as the `ferry` user (uid 10001), and no service puts root back."""
+    for dockerfile in ("Dockerfile", "Dockerfile.spark"):
+        lines = [line.split() for line in (DEPLOY / dockerfile).read_text().splitlines()
+                 if line and not line.startswith("#")]
+        users = [i for i, words in enumerate(lines) if words[0] == "USER"]
+        assert users and lines[users[-1]][1] == "ferry", dockerfile
+        assert all(words[0] != "RUN" for words in lines[users[-1]:]), dockerfile
+        assert "--uid 10001" in (DEPLOY / dockerfile).read_text(), dockerfile
+    for name, svc in _services().items():
+        assert str(svc.get("user", "")) not in ("root", "0", "0:0"), name

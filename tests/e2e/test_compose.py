@@ -40,9 +40,14 @@ def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
 
 
 def test_dedup_keeps_its_ledger_on_the_postgres_service() -> None:
+    """Its Redis and ledger URLs carry generated passwords: auth-init writes them to dedup's
+    own secret volume (tests/auth/test_compose_identities.py), never to this file."""
     resolved = compose("config")
-    assert "FERRY_DEDUP_LEDGER_URL: postgresql://ferry:ferry@postgres:5432/ferry" in resolved
-    assert "FERRY_DEDUP_REDIS: redis://redis:6379/0" in resolved
+    assert "FERRY_DEDUP_LEDGER_URL" not in resolved and "FERRY_DEDUP_REDIS" not in resolved
+    assert "secret-svc-dedup:/run/ferry-auth:ro" in resolved
+    auth_init = (COMPOSE.parent / "auth_init.py").read_text()
+    assert '"postgresql://ferry:{password}@postgres:5432/ferry"' in auth_init
+    assert '"redis://:{password}@redis:6379/0"' in auth_init
     assert "FERRY_DEDUP_HTTP_PORT: '10926'" in resolved or \
         'FERRY_DEDUP_HTTP_PORT: "10926"' in resolved
 
@@ -53,6 +58,9 @@ def test_the_brokers_form_two_replicated_groups_of_two() -> None:
     assert resolved.count("FERRY_BROKER_ID: '0'") + resolved.count('FERRY_BROKER_ID: "0"') == 2
     assert resolved.count("FERRY_BROKER_ID: '1'") + resolved.count('FERRY_BROKER_ID: "1"') == 2
     assert resolved.count("FERRY_BROKER_REPLICATION: sync") == 4
+    # acknowledged once both brokers of the group have it (issue 24)
+    assert resolved.count("FERRY_BROKER_MIN_INSYNC_REPLICAS: '2'") + \
+        resolved.count('FERRY_BROKER_MIN_INSYNC_REPLICAS: "2"') == 4
     for host in ("broker-a", "broker-a-1", "broker-b", "broker-b-1"):
         assert f"FERRY_BROKER_ADVERTISE_HOST: {host}\n" in resolved
         assert f"source: {host}-data" in resolved or f"{host}-data:/data" in resolved
@@ -71,7 +79,7 @@ def test_every_ferry_service_exports_spans_to_jaeger() -> None:
 def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> None:
     """FERRY_AUTH=on in the 11 Ferry processes (namesrv, 4 brokers, 2 schedulers, 2 checkers,
     dedup, console); all but namesrv start through with-identity.sh with their own access key,
-    whose secret auth-init wrote to the auth-secrets volume, and so does the Spark report
+    whose secret auth-init wrote to that identity's own volume, and so does the Spark report
     (a client: svc-spark); etcd is not published."""
     resolved = compose("config")
     assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 11
