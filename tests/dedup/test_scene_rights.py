@@ -140,6 +140,9 @@ async def test_a_scene_grant_does_not_reach_another_scene(
     for bad in ({"biz_key": key}, {"scene": "bad scene!", "biz_key": key}):
         status, doc = await _post(SHIPPING, dedup, "/v1/claims", bad)
         assert status == 400 and doc["error"]["type"] == "MalformedRequestError", doc
+    async with client_session(SHIPPING) as session:   # the rule reads it before the handler
+        async with session.post(f"http://{dedup.addr}/v1/claims", data=b"[" * 50_000) as resp:
+            assert resp.status == 400, await resp.text()
 
 
 async def test_the_granted_consumer_claims_over_http_end_to_end(

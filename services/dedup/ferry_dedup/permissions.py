@@ -26,7 +26,7 @@ def scene_rule(request: web.Request) -> Bound:
     no resource to ask the rules about."""
     try:
         doc = json.loads(request.get(SIGNED_BODY, b""))
-    except ValueError:   # UnicodeDecodeError too
+    except (ValueError, RecursionError):   # UnicodeDecodeError too; [[[... nested deep
         raise MalformedRequestError("the body must be JSON") from None
     scene = doc.get("scene") if isinstance(doc, dict) else None
     if not isinstance(scene, str):
