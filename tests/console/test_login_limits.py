@@ -14,6 +14,7 @@ import http.client
 import json
 import urllib.parse
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -143,6 +144,12 @@ def test_failed_logins_are_throttled_per_address_and_per_identity(console_of: ob
     assert stats.status == 200, stats.body[:300]
     counted = json.loads(stats.body)["login"]
     assert counted["refused_throttled"] == 3 and counted["failed_logins"] == 8, counted
+    # guesses sent all at once are counted as they arrive, not once namesrv has answered
+    ghost = Credentials("ghost-user", "not-the-right-secret-0000")
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        statuses = list(pool.map(lambda _: _login(base, ghost, source="127.0.0.8").status,
+                                 range(20)))
+    assert sorted(statuses) == [401] * 3 + [429] * 17, statuses
 
 
 def test_1000_logins_of_one_identity_log_no_one_else_out(console_of: object) -> None:

@@ -112,16 +112,17 @@ def test_failure_budget_refuses_past_the_budget_until_the_window_ends() -> None:
     assert len(budget) == 4 and budget.retry_after_ms("z") == 60_000   # 3 keys + the overflow
 
 
-def test_login_throttle_says_whose_budget_ran_out() -> None:
+def test_login_throttle_counts_an_attempt_until_it_is_forgiven() -> None:
     throttle = LoginThrottle(per_address=1, per_identity=2)
-    assert throttle.refusal("10.0.0.1", "app") is None
-    throttle.failed("10.0.0.1", "app")
-    refused = throttle.refusal("10.0.0.1", "other")
+    assert throttle.attempt("10.0.0.1", "app") is None   # counted from here on
+    refused = throttle.attempt("10.0.0.1", "other")
     assert refused is not None and "from your address" in refused[0] and refused[1] == 60
-    throttle.failed("10.0.0.2", "app")
-    refused = throttle.refusal("10.0.0.3", "app")
+    throttle.forgive("10.0.0.1", "app")   # it logged in
+    assert throttle.attempt("10.0.0.1", "app") is None
+    assert throttle.attempt("10.0.0.2", "app") is None
+    refused = throttle.attempt("10.0.0.3", "app")
     assert refused is not None and "for this access key" in refused[0]
-    assert throttle.refusal("10.0.0.3", "") is None and throttle.refused == 2
+    assert throttle.attempt("10.0.0.3", "") is None and throttle.refused == 2
 
 
 def test_proxy_settings_are_checked() -> None:

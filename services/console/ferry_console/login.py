@@ -96,14 +96,19 @@ def _login_refused(request: web.Request, status: int, message: str, target: str,
 
 async def login(request: web.Request) -> web.StreamResponse:
     c = console(request)
-    sessions = c.sessions
-    if sessions is None:
+    sessions, throttle = c.sessions, c.throttle
+    if sessions is None or throttle is None:
         raise web.HTTPSeeOther("/console")
     form = await request.post()
     access_key = str(form.get("access_key", "")).strip()[:MAX_ACCESS_KEY_CHARS]
     target = safe_next(str(form.get("next", "")))
     address = c.proxies.client_address(request)
-    refusal = c.throttle.refusal(address, access_key) if c.throttle is not None else None
+    try:
+        credentials: Credentials | None = Credentials(access_key, str(form.get("secret", "")))
+    except MalformedRequestError as exc:
+        credentials, malformed = None, str(exc)
+    # counted as failed from here on (a malformed key names no identity: the address pays)
+    refusal = throttle.attempt(address, access_key if credentials is not None else "")
     if refusal is not None:
         why, retry_after_s = refusal
         _limited.info("login-throttled", "login refused: throttled",
@@ -112,17 +117,20 @@ async def login(request: web.Request) -> web.StreamResponse:
         page.headers["Retry-After"] = str(retry_after_s)
         return page
     try:
-        session = await sessions.login(Credentials(access_key, str(form.get("secret", ""))))
+        if credentials is None:
+            raise MalformedRequestError(malformed)
+        session = await sessions.login(credentials)
     except (AuthenticationError, MalformedRequestError) as exc:
-        if c.throttle is not None:   # a malformed key is no identity: the address pays
-            c.throttle.failed(address, access_key if isinstance(exc, AuthenticationError)
-                              else "")
         _limited.info("login-refused", "login refused",
                       extra={"access_key": access_key, "address": address, "error": str(exc)})
         return _login_refused(request, 401, str(exc), target, access_key)
-    except BusyError as exc:
+    except BaseException as exc:   # not a wrong secret: the attempt does not count
+        throttle.forgive(address, access_key)
+        if not isinstance(exc, BusyError):
+            raise
         _limited.info("login-full", "login refused: sessions full", extra={"error": str(exc)})
         return _login_refused(request, 503, str(exc), target, access_key)
+    throttle.forgive(address, access_key)
     response = web.HTTPSeeOther(target)
     response.set_cookie(COOKIE_NAME, sessions.cookie_value(session), path=COOKIE_PATH,
                         max_age=sessions.ttl_ms // 1000, httponly=True, samesite="Strict",

@@ -4,8 +4,10 @@ Each login the console checks costs a signed request to namesrv, and a
 guesser should get few tries. A key (an address, or an access key) may fail
 `budget` times within `window_ms` of its first failure; past that, every login
 from that address, or for that access key, is refused with 429 before anything
-is asked of namesrv, until the window ends. A successful login does not
-reset the counts (a valid account must not buy an address more guesses).
+is asked of namesrv, until the window ends. An attempt counts from the
+moment it is let through (parallel guesses cannot all pass the check) and is
+taken back only if it was not a wrong secret; a successful login resets
+nothing else (a valid account must not buy an address more guesses).
 
 The per-address budget stops one source; the per-identity one stops many
 sources guessing one secret together. The latter lets anyone who fails on
@@ -67,17 +69,25 @@ class FailureBudget:
             return 0
         return max(1, count.since_ms + self.window_ms - self._clock())
 
+    def _key(self, key: str) -> str:
+        return key if key in self._counts or len(self._counts) < self.max_keys else OVERFLOW
+
     def failed(self, key: str) -> None:
         """Count one failure of `key`."""
         now = self._clock()
         self._drop_ended(now)
-        if key not in self._counts and len(self._counts) >= self.max_keys:
-            key = OVERFLOW
+        key = self._key(key)
         count = self._counts.get(key)
         if count is None or now - count.since_ms >= self.window_ms:
             self._counts.pop(key, None)
             count = self._counts[key] = _Count(now)
         count.failures += 1
+
+    def forgive(self, key: str) -> None:
+        """Take back one failure counted for `key` (an attempt that did not fail after all)."""
+        count = self._counts.get(self._key(key))
+        if count is not None and count.failures > 0:
+            count.failures -= 1
 
     def _drop_ended(self, now: int) -> None:
         """Forget windows that have ended (the oldest first; stops at the first live one)."""
@@ -99,21 +109,28 @@ class LoginThrottle:
         self.by_identity = FailureBudget(per_identity, window_ms)
         self.refused = 0
 
-    def refusal(self, address: str, access_key: str) -> tuple[str, int] | None:
-        """Why a login from `address` for `access_key` is refused now and in how many
-        seconds to retry, or None."""
+    def attempt(self, address: str, access_key: str) -> tuple[str, int] | None:
+        """Start a login from `address` for `access_key`: why it is refused now and in how
+        many seconds to retry; or None, and then it counts as failed until `forgive` takes
+        that back. Counting before namesrv answers means parallel guesses cannot all pass
+        the check while the first ones are still being checked."""
         wait_ms = self.by_address.retry_after_ms(address)
         whose = "from your address"
         if not wait_ms and access_key:
             wait_ms = self.by_identity.retry_after_ms(access_key)
             whose = "for this access key"
-        if not wait_ms:
-            return None
-        self.refused += 1
-        wait_s = -(-wait_ms // 1000)
-        return f"too many failed logins {whose}: try again in {wait_s} s", wait_s
-
-    def failed(self, address: str, access_key: str) -> None:
+        if wait_ms:
+            self.refused += 1
+            wait_s = -(-wait_ms // 1000)
+            return f"too many failed logins {whose}: try again in {wait_s} s", wait_s
         self.by_address.failed(address)
         if access_key:
             self.by_identity.failed(access_key)
+        return None
+
+    def forgive(self, address: str, access_key: str) -> None:
+        """The attempt did not fail on a wrong secret (a login, a full console, namesrv
+        away): take back what `attempt` counted."""
+        self.by_address.forgive(address)
+        if access_key:
+            self.by_identity.forgive(access_key)
