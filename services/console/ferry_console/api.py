@@ -88,7 +88,11 @@ def openapi_document(version: str) -> dict[str, Any]:
         "get": {"summary": "Login page (auth on)", "responses": {"200": {"description": "text/html"}}},
         "post": {"summary": "Log in (form: access_key, secret, next)",
                  "responses": {"303": {"description": "logged in: to `next`"},
-                               "401": {"description": "wrong access key or secret"}}}}
+                               "401": {"description": "wrong access key or secret"},
+                               "429": {"description": "too many failed logins from this "
+                                                      "address or for this access key"},
+                               "503": {"description": "the console holds its maximum of "
+                                                      "sessions"}}}}
     paths["/console/logout"] = {"post": {"summary": "Log out",
                                          "responses": {"303": {"description": "to the login"}}}}
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
