@@ -111,6 +111,18 @@ def test_bootstrap_grant_deny_revoke_remove(mesh: AuthMesh, tmp_path: Path) -> N
     mesh.ferry("acl", "revoke", "app", "--topic", "orders-secret", "--deny", as_=mesh.root)
     assert _retry(lambda: mesh.ferry("send", "orders-secret", "x", as_=app).returncode == 0)
 
+    # Scenes (dedup claims) are granted and revoked the same way; an action of another
+    # kind is refused with what would do.
+    res = mesh.ferry("acl", "grant", "app", "--scene", "billing.eu", "--perm", "claim",
+                     as_=mesh.root)
+    assert res.returncode == 0, res.stderr
+    assert "scene:billing.eu" in mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
+    res = mesh.ferry("acl", "grant", "app", "--scene", "billing", "--perm", "pub",
+                     as_=mesh.root)
+    assert res.returncode == 1 and "does not apply to scene: use claim" in res.stderr
+    mesh.ferry("acl", "revoke", "app", "--scene", "billing.eu", as_=mesh.root)
+    assert "scene:" not in mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
+
     # A wrong secret, then a removed identity, are refused at once.
     res = mesh.ferry("send", "orders", "x", as_=("app", "not-the-secret-at-all"))
     assert res.returncode == 1 and "AuthenticationError" in res.stderr

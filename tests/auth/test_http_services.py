@@ -139,9 +139,12 @@ async def test_permissions_per_route(services: Services) -> None:
     # the txn-checker's lists: admin read or txn
     status, doc = await _status(READER, "GET", services.checker + "/v1/transactions")
     assert status == 200 and doc["state"] == "open"
-    # dedup claims are for any known identity; its ledger is admin read
+    # dedup claims need claim on their scene (tests/dedup/test_scene_rights.py); its
+    # ledger is admin read
     claim = {"scene": "billing", "biz_key": "order-1"}
     status, doc = await _status(NOBODY, "POST", services.dedup + "/v1/claims", claim)
+    assert status == 403 and "claim on scene:billing" in doc["error"]["message"], doc
+    status, doc = await _status(ADMIN, "POST", services.dedup + "/v1/claims", claim)
     assert status == 200 and "state" in doc, doc
     status, doc = await _status(NOBODY, "GET", services.dedup + "/v1/reports")
     assert status == 403

@@ -6,8 +6,10 @@ from typing import Any
 import pytest
 from ferry_console.config import ConsoleConfig
 from ferry_console.pages.services import MAX_ROWS, flatten
+from ferry_console.proxies import parse_networks
 from ferry_console.rates import RateSampler, topic_totals
 from ferry_console.sources import BrokerView
+from ferry_console.throttle import FailureBudget, LoginThrottle
 from ferry_console.trace import timeline
 
 
@@ -89,3 +91,45 @@ def test_cluster_page_shows_the_disk_alarm() -> None:
                        topic_count=0, group_count=0)
     assert html.count("disk full: writes refused") == 1 and "disk-alarm" in html
     assert "consumers have not read" in html
+
+
+def test_failure_budget_refuses_past_the_budget_until_the_window_ends() -> None:
+    now = [0]
+    budget = FailureBudget(2, 60_000, max_keys=3, clock=lambda: now[0])
+    budget.failed("a")
+    assert budget.retry_after_ms("a") == 0
+    budget.failed("a")
+    assert budget.retry_after_ms("a") == 60_000 and budget.retry_after_ms("b") == 0
+    now[0] = 59_999
+    assert budget.retry_after_ms("a") == 1
+    now[0] = 60_000   # the window from the first failure has ended
+    assert budget.retry_after_ms("a") == 0
+    budget.failed("a")
+    assert budget.retry_after_ms("a") == 0 and len(budget) == 1
+    # full: keys not followed share one overflow count with the same budget
+    for key in ("b", "c", "d", "e"):
+        budget.failed(key)
+    assert len(budget) == 4 and budget.retry_after_ms("z") == 60_000   # 3 keys + the overflow
+
+
+def test_login_throttle_counts_an_attempt_until_it_is_forgiven() -> None:
+    throttle = LoginThrottle(per_address=1, per_identity=2)
+    assert throttle.attempt("10.0.0.1", "app") is None   # counted from here on
+    refused = throttle.attempt("10.0.0.1", "other")
+    assert refused is not None and "from your address" in refused[0] and refused[1] == 60
+    throttle.forgive("10.0.0.1", "app")   # it logged in
+    assert throttle.attempt("10.0.0.1", "app") is None
+    assert throttle.attempt("10.0.0.2", "app") is None
+    refused = throttle.attempt("10.0.0.3", "app")
+    assert refused is not None and "for this access key" in refused[0]
+    assert throttle.attempt("10.0.0.3", "") is None and throttle.refused == 2
+
+
+def test_proxy_settings_are_checked() -> None:
+    assert [str(n) for n in parse_networks(" 10.0.0.1, 192.168.0.0/16,::1 ")] == \
+        ["10.0.0.1/32", "192.168.0.0/16", "::1/128"]
+    for bad in ({"FERRY_CONSOLE_COOKIE_SECURE": "yes"},
+                {"FERRY_CONSOLE_TRUSTED_PROXIES": "10.0.0.1,proxy.example"},
+                {"FERRY_CONSOLE_MAX_SESSIONS_PER_IDENTITY": "0"}):
+        with pytest.raises(ValueError):
+            ConsoleConfig.from_env(bad)

@@ -122,6 +122,7 @@ def test_ledger_lookups_by_business_key_and_message_id(service: Service) -> None
 
 @pytest.mark.parametrize(("method", "path", "body", "raw"), [
     ("POST", "/v1/claims", None, b"{not json"),
+    ("POST", "/v1/claims", None, b"[" * 50_000),   # nested past the JSON decoder's recursion
     ("POST", "/v1/claims", ["a list"], None),
     ("POST", "/v1/claims", {"scene": "billing"}, None),
     ("POST", "/v1/claims", {"scene": "bad scene!", "biz_key": "k"}, None),

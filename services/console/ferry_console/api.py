@@ -88,13 +88,18 @@ def openapi_document(version: str) -> dict[str, Any]:
         "get": {"summary": "Login page (auth on)", "responses": {"200": {"description": "text/html"}}},
         "post": {"summary": "Log in (form: access_key, secret, next)",
                  "responses": {"303": {"description": "logged in: to `next`"},
-                               "401": {"description": "wrong access key or secret"}}}}
+                               "401": {"description": "wrong access key or secret"},
+                               "429": {"description": "too many failed logins from this "
+                                                      "address or for this access key"},
+                               "503": {"description": "the console holds its maximum of "
+                                                      "sessions"}}}}
     paths["/console/logout"] = {"post": {"summary": "Log out",
                                          "responses": {"303": {"description": "to the login"}}}}
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
         "summary": "Resend dead letters (form: id=... repeated, or all=1)",
         "responses": {"303": {"description": "back to the DLQ page"}}}}
-    paths.update(stats_path("The HTTP limits and how often each refused"))
+    paths.update(stats_path("The HTTP limits and how often each refused; logins and "
+                            "sessions"))
     return document("ferry-console", version, "Server-rendered pages for operators; "
                     "the console keeps no state.", paths, ready="Its clients are started")
 
@@ -105,7 +110,8 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str,
     # check before the login: a cross-site login form is refused too.
     app = service_app(guard, html_errors, openapi_document(version), ready=is_ready,
                       max_body_bytes=MAX_CONSOLE_HTTP_BODY_BYTES,
-                      not_ready="not ready: starting or stopping", stats=dict,
+                      not_ready="not ready: starting or stopping",
+                      stats=lambda: {"login": login.login_stats(console)},
                       middlewares=[same_origin_only, login.login_required])
     app[CONSOLE] = console
     for family in (login, cluster, topics, groups, messages, services):

@@ -17,9 +17,11 @@ from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 from ferry_console.api import MAX_CONSOLE_HTTP_BODY_BYTES, build_app
 from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
+from ferry_console.proxies import ProxyView, parse_networks
 from ferry_console.rates import RateSampler
 from ferry_console.sessions import SessionStore
 from ferry_console.sources import Sources
+from ferry_console.throttle import LoginThrottle
 
 log = logging.getLogger("ferry_console")
 
@@ -37,8 +39,14 @@ class ConsoleApp(ServiceApp):
         self.rates = RateSampler(self.sources, config.rate_interval_ms)
         # FERRY_AUTH=on: a login per user; pages act through that user's own clients.
         sessions = (SessionStore(lambda creds: Sources(config, creds), config.session_ttl_ms,
-                                 config.max_sessions) if config.auth else None)
-        self.console = Console(config, self.sources, self.rates, environment(), sessions)
+                                 config.max_sessions, config.max_sessions_per_identity)
+                    if config.auth else None)
+        throttle = (LoginThrottle(config.login_failures_per_address,
+                                  config.login_failures_per_identity, config.login_window_ms)
+                    if config.auth else None)
+        proxies = ProxyView(parse_networks(config.trusted_proxies), config.cookie_secure)
+        self.console = Console(config, self.sources, self.rates, environment(), sessions,
+                               throttle, proxies)
         self._sampler: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from ferry.service.config import ServiceConfig, check_service
 
+from ferry_console.proxies import COOKIE_SECURE_MODES, parse_networks
+
 ENV_PREFIX = "FERRY_CONSOLE_"
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
 MAX_PREVIEW_BYTES = 64 * 1024
@@ -38,7 +40,17 @@ class ConsoleConfig(ServiceConfig):
     # With auth on (FERRY_AUTH=on) every page and action needs a login, and acts with the
     # logged-in user's own rights (sessions.py).
     session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
-    max_sessions: int = 1000              # the oldest session ends past this many
+    max_sessions: int = 1000              # past this many a new login is refused
+    max_sessions_per_identity: int = 10   # past this many an identity's own oldest ends
+    # Failed logins allowed per client address / per access key within login_window_ms
+    # (from the first failure); past it logins from there / for it get 429 (throttle.py).
+    login_failures_per_address: int = 10
+    login_failures_per_identity: int = 20
+    login_window_ms: int = 60_000
+    # Behind a reverse proxy (proxies.py): `Secure` on the session cookie auto|on|off, and
+    # the proxies (IPs or CIDRs) whose X-Forwarded-Proto / X-Forwarded-For are believed.
+    cookie_secure: str = "auto"
+    trusted_proxies: str = ""
 
     def __post_init__(self) -> None:
         check_service(self, ENV_PREFIX)
@@ -46,5 +58,13 @@ class ConsoleConfig(ServiceConfig):
             raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
         if self.max_sessions > MAX_SESSIONS:
             raise ValueError(f"max_sessions cannot exceed {MAX_SESSIONS}")
+        for name in ("max_sessions", "max_sessions_per_identity", "login_failures_per_address",
+                     "login_failures_per_identity", "login_window_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.cookie_secure not in COOKIE_SECURE_MODES:
+            raise ValueError(f"cookie_secure must be one of {', '.join(COOKIE_SECURE_MODES)}, "
+                             f"not {self.cookie_secure!r}")
+        parse_networks(self.trusted_proxies)
         if self.list_rows > MAX_LIST_ROWS:
             raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")

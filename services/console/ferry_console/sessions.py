@@ -11,6 +11,12 @@ id, its expiry, and an HMAC-SHA256 over both under a key this process drew at
 start. A cookie that is forged, tampered with or past its expiry is refused
 without a lookup; a restart of the console ends every session (the key and
 the sessions live in memory only: nothing secret is ever written to disk).
+
+Sessions are bounded per identity and in all: a new login ends the oldest
+session of *its own* identity once that identity holds `max_per_identity`;
+when the console holds `max_sessions`, a login of an identity with no session
+to give up is refused (`BusyError`), never paid for with another identity's
+session. So no identity, however often it logs in, logs anyone else out.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ferry.auth.credentials import Credentials
-from ferry.errors import AuthenticationError
+from ferry.errors import AuthenticationError, BusyError
 
 from ferry_console.sources import Sources
 
@@ -49,18 +55,23 @@ class Session:
 
 
 class SessionStore:
-    """The console's sessions, at most `max_sessions` (the oldest is ended past that)."""
+    """The console's sessions: at most `max_per_identity` per identity (its own oldest ends
+    past that) and `max_sessions` in all (a login is refused past that)."""
 
     def __init__(self, make_sources: Callable[[Credentials], Sources], ttl_ms: int,
-                 max_sessions: int, clock: Callable[[], int] = _wall_ms) -> None:
+                 max_sessions: int, max_per_identity: int,
+                 clock: Callable[[], int] = _wall_ms) -> None:
         self._make_sources = make_sources
         self.ttl_ms = ttl_ms
         self.max_sessions = max_sessions
+        self.max_per_identity = max_per_identity
         self._clock = clock
         self._key = secrets.token_bytes(COOKIE_KEY_BYTES)
         self._sessions: dict[str, Session] = {}   # insertion order = age
+        self._by_identity: dict[str, dict[str, None]] = {}   # access key -> its sids, oldest first
         self.logins = 0
         self.failed_logins = 0
+        self.refused_full = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -82,13 +93,15 @@ class SessionStore:
             await sources.stop()
             raise AuthenticationError("namesrv does not check signatures (is FERRY_AUTH on "
                                       "there?): the console cannot log anyone in")
-        await self._drop_expired()
-        while len(self._sessions) >= self.max_sessions:
-            oldest = next(iter(self._sessions))
-            await self.logout(oldest)
+        try:
+            await self._make_room(credentials.access_key)
+        except BusyError:
+            await sources.stop()
+            raise
         session = Session(secrets.token_urlsafe(SESSION_ID_BYTES), credentials.access_key,
                           self._clock() + self.ttl_ms, sources)
         self._sessions[session.sid] = session
+        self._by_identity.setdefault(session.access_key, {})[session.sid] = None
         self.logins += 1
         log.info("login", extra={"access_key": credentials.access_key})
         return session
@@ -113,9 +126,29 @@ class SessionStore:
             return None   # ended; its clients close on the next login or logout
         return session
 
+    async def _make_room(self, access_key: str) -> None:
+        """Room for one more session of `access_key`: end expired sessions, then its own
+        oldest while it is at its cap or the console is full; BusyError when the console is
+        full and `access_key` holds nothing to give up."""
+        await self._drop_expired()
+        own = self._by_identity.get(access_key, {})
+        while own and (len(own) >= self.max_per_identity
+                       or len(self._sessions) >= self.max_sessions):
+            await self.logout(next(iter(own)))
+        if len(self._sessions) >= self.max_sessions:
+            self.refused_full += 1
+            raise BusyError(f"the console holds its maximum of {self.max_sessions} sessions: "
+                            "try again once some have ended (or an operator raises "
+                            "FERRY_CONSOLE_MAX_SESSIONS)")
+
     async def logout(self, sid: str) -> None:
         session = self._sessions.pop(sid, None)
         if session is not None:
+            own = self._by_identity.get(session.access_key)
+            if own is not None:
+                own.pop(sid, None)
+                if not own:
+                    del self._by_identity[session.access_key]
             await session.sources.stop()
             log.info("logout", extra={"access_key": session.access_key})
 

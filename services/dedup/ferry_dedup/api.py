@@ -81,7 +81,7 @@ class Backend(Protocol):
 async def _body(request: web.Request) -> Any:
     try:
         return await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):   # [[[[... nested too deep
         raise MalformedRequestError("the body must be JSON") from None
 
 

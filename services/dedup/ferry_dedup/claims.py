@@ -6,9 +6,15 @@ release it on failure), `done` (a duplicate: skip and acknowledge) or
 `processing` (another holder has it: retry later, do not skip). Confirm and
 release act only while the claim still holds that token. Redis unreachable
 is a 503 (`ClaimsUnavailableError`): the client must retry, never skip.
+
+The token is the claim's capability: many callers share this service, so it
+is drawn at random per claim (128 bits), never a serial another caller could
+count on from its own tokens. Who may claim in a scene at all is the ACL's
+`claim` on `scene:<scene>` (permissions.py).
 """
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from typing import Any
 
@@ -32,6 +38,14 @@ from ferry.idempotence.claim import (
 from ferry.idempotence.keys import bounded_biz_key
 
 TOKEN_MAX_CHARS = 64
+TOKEN_BYTES = 16   # 32 hex characters, the shape `check_token` wants
+
+
+class ServedClaim(RedisClaim):
+    """A RedisClaim whose tokens are handed to callers over HTTP: random, not serial."""
+
+    def new_token(self) -> str:
+        return secrets.token_hex(TOKEN_BYTES)
 
 
 class ClaimsUnavailableError(StoreUnavailableError):
@@ -60,7 +74,7 @@ class Claims:
         self.releases: Counter[str] = Counter()
 
     def _claim(self, lease_ms: int) -> RedisClaim:
-        return RedisClaim(self.redis, lease_ms=lease_ms, done_ttl_ms=self.done_ttl_ms,
+        return ServedClaim(self.redis, lease_ms=lease_ms, done_ttl_ms=self.done_ttl_ms,
                           on_unavailable=RedisUnavailablePolicy.FAIL)
 
     def _for_lease(self, lease_ms: int | None) -> RedisClaim:

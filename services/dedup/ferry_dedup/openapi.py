@@ -79,6 +79,8 @@ def _param(name: str, where: str = "query", required: bool = True) -> dict[str, 
 BAD = ("400", "MalformedRequestError (4): bad input")
 DOWN = ("503", "StoreUnavailableError (19): Redis or the ledger database is unreachable")
 GONE = ("404", "MessageNotFoundError (12): nothing found")
+#: With auth on: the caller lacks `claim` on the body's scene (permissions.py).
+NO_SCENE = ("403", "AccessDeniedError (27): needs claim on scene:<the body's scene>")
 
 
 def openapi_document(version: str) -> dict[str, Any]:
@@ -87,13 +89,15 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/v1/health": _get("Redis and the ledger database reachable", "health", obj,
                            ("503", "one of them is not (the body says which)")),
         "/v1/claims": _post("Claim (scene, biz_key) on Redis", "claim", _CLAIM_REQ, _CLAIM,
-                            BAD, DOWN, traced=True),
+                            BAD, NO_SCENE, DOWN, traced=True),
         "/v1/claims/confirm": _post("Mark our claim done (kept for the done TTL)", "confirm",
                                     _FINISH_REQ, {"type": "object", "properties": {
-                                        "ok": {"type": "boolean"}}}, BAD, DOWN, traced=True),
+                                        "ok": {"type": "boolean"}}}, BAD, NO_SCENE, DOWN,
+                                    traced=True),
         "/v1/claims/release": _post("Delete our claim after a failure", "release",
                                     _FINISH_REQ, {"type": "object", "properties": {
-                                        "ok": {"type": "boolean"}}}, BAD, DOWN, traced=True),
+                                        "ok": {"type": "boolean"}}}, BAD, NO_SCENE, DOWN,
+                                    traced=True),
         "/v1/ledger": _get("The ledger row of (scene, biz_key)", "ledger_by_biz_key", _ROW,
                            BAD, GONE, DOWN,
                            parameters=[_param("scene"), _param("biz_key")]),

@@ -5,6 +5,8 @@ A rule is {effect: allow|deny, resource, actions}. Resources:
 - `topic:<glob>` — actions `pub` (send), `sub` (read its messages);
 - `group:<glob>` — actions `consume` (pull, commit, heartbeat, locks, nack as
   that group), `reset` (move the group's offsets);
+- `scene:<glob>` — action `claim` (the dedup service's claim, confirm and
+  release in that idempotence scene);
 - `admin` — actions are areas: `topics`, `groups`, `users`, `dlq`, `delay`,
   `txn`, `replicate`, `read` (stats and queries).
 
@@ -31,11 +33,14 @@ EFFECTS = (ALLOW, DENY)
 ACTIONS: dict[str, tuple[str, ...]] = {
     "topic": ("pub", "sub"),
     "group": ("consume", "reset"),
+    "scene": ("claim",),
     "admin": ("topics", "groups", "users", "dlq", "delay", "txn", "replicate", "read"),
 }
 ANY_ACTION = "*"
 #: A glob is a name pattern: name characters, the glob characters, and % for internal names.
 _GLOB = re.compile(r"[A-Za-z0-9_%*?\[\]!-]{1,200}")
+#: Scenes (ferry.idempotence.keys) may hold dots too; none is internal, so no %.
+_SCENE_GLOB = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,200}")
 #: Decisions cached per (access key, action, resource); the cache is cleared past this.
 MAX_CACHED_DECISIONS = 65_536
 #: Rules per identity at most (a limit like every other).
@@ -68,8 +73,9 @@ class Rule:
         kind, name = _kind_of(resource)
         if kind not in ACTIONS or (kind == "admin") != (resource == "admin"):
             raise MalformedRequestError(
-                f"bad resource {resource!r}: use topic:<glob>, group:<glob> or admin")
-        if kind != "admin" and not _GLOB.fullmatch(name):
+                f"bad resource {resource!r}: use topic:<glob>, group:<glob>, scene:<glob> "
+                "or admin")
+        if kind != "admin" and not (_SCENE_GLOB if kind == "scene" else _GLOB).fullmatch(name):
             raise MalformedRequestError(f"bad name pattern {name!r} in resource {resource!r}")
         if isinstance(actions, str):
             actions = [a.strip() for a in actions.split(",") if a.strip()]
@@ -112,7 +118,8 @@ def parse_rules(raw: object) -> tuple[Rule, ...]:
 def admin_rules() -> tuple[Rule, ...]:
     """What `ferry user add --admin` grants: every action on everything, internal names too."""
     return (Rule(ALLOW, "admin", (ANY_ACTION,)), Rule(ALLOW, "topic:*", (ANY_ACTION,)),
-            Rule(ALLOW, "topic:%*", (ANY_ACTION,)), Rule(ALLOW, "group:*", (ANY_ACTION,)))
+            Rule(ALLOW, "topic:%*", (ANY_ACTION,)), Rule(ALLOW, "group:*", (ANY_ACTION,)),
+            Rule(ALLOW, "scene:*", (ANY_ACTION,)))
 
 
 def topic_resource(topic: str) -> str:
@@ -121,6 +128,10 @@ def topic_resource(topic: str) -> str:
 
 def group_resource(group: str) -> str:
     return "group:" + group
+
+
+def scene_resource(scene: str) -> str:
+    return "scene:" + scene
 
 
 ADMIN = "admin"

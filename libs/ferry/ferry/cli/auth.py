@@ -4,8 +4,9 @@
     ferry user add AK --admin --bootstrap --etcd HOST:PORT [--etcd-prefix /ferry/]
     ferry user list | remove AK
     ferry acl grant AK --topic GLOB --perm pub,sub | --group GLOB --perm consume,reset
-                       | --admin AREAS  [--deny]
-    ferry acl list [AK] | revoke AK (--topic GLOB | --group GLOB | --admin | --all) [--deny|--allow]
+                       | --scene GLOB --perm claim | --admin AREAS  [--deny]
+    ferry acl list [AK] | revoke AK (--topic GLOB | --group GLOB | --scene GLOB | --admin
+                                     | --all) [--deny|--allow]
 
 They go through namesrv's /v1/users and /v1/acl, signed with the caller's
 FERRY_ACCESS_KEY / FERRY_SECRET_KEY (an admin with the `users` area); with
@@ -67,7 +68,8 @@ def add_auth(sub: SubParsers) -> None:
     grant.add_argument("access_key")
     _resource_args(grant, required=True)
     grant.add_argument("--perm", help="actions, comma-separated: pub,sub for a topic, "
-                                      "consume,reset for a group (* = all)")
+                                      "consume,reset for a group, claim for a scene "
+                                      "(* = all)")
     grant.add_argument("--deny", action="store_true", help="a deny rule (wins over allows)")
     grant.set_defaults(func=acl_grant)
     listing = _etcd_args(asub.add_parser("list", help="rules of one identity, or of all"))
@@ -96,6 +98,8 @@ def _resource_args(parser: argparse.ArgumentParser, *, required: bool,
     which = parser.add_mutually_exclusive_group(required=required)
     which.add_argument("--topic", metavar="GLOB", help="topics matching GLOB")
     which.add_argument("--group", metavar="GLOB", help="groups matching GLOB")
+    which.add_argument("--scene", metavar="GLOB",
+                       help="idempotence scenes matching GLOB (dedup claims)")
     if all_option:
         which.add_argument("--admin", action="store_true", help="the admin rules")
         which.add_argument("--all", action="store_true", help="every rule")
@@ -154,9 +158,15 @@ def rule_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.admin:
         return {"effect": effect, "resource": ADMIN, "actions": args.admin}
     if not args.perm:
-        raise MalformedRequestError("--perm is needed with --topic or --group")
-    kind, glob = ("topic", args.topic) if args.topic else ("group", args.group)
-    return {"effect": effect, "resource": f"{kind}:{glob}", "actions": args.perm}
+        raise MalformedRequestError("--perm is needed with --topic, --group or --scene")
+    return {"effect": effect, "resource": _named_resource(args), "actions": args.perm}
+
+
+def _named_resource(args: argparse.Namespace) -> str:
+    """`kind:glob` from whichever of --topic, --group, --scene was given."""
+    if args.topic:
+        return f"topic:{args.topic}"
+    return f"group:{args.group}" if args.group else f"scene:{args.scene}"
 
 
 async def acl_grant(args: argparse.Namespace) -> int:
@@ -177,8 +187,7 @@ async def acl_revoke(args: argparse.Namespace) -> int:
     access_key = validate_access_key(args.access_key)
     params: dict[str, str] = {}
     if not args.all:
-        params["resource"] = (ADMIN if args.admin else
-                              f"topic:{args.topic}" if args.topic else f"group:{args.group}")
+        params["resource"] = ADMIN if args.admin else _named_resource(args)
     if args.deny or args.allow:
         params["effect"] = DENY if args.deny else ALLOW
     async with identity_store(args) as store:

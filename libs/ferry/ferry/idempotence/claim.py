@@ -171,8 +171,12 @@ class RedisClaim:
             if len(self._scenes) < MAX_CACHED_SCENES:
                 self._scenes.add(scene)
         key = f"{self.key_prefix}:{scene}:{biz_key}"   # as keys.claim_key builds it
-        token = f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
-        return scene, biz_key, key, token
+        return scene, biz_key, key, self.new_token()
+
+    def new_token(self) -> str:
+        """A fresh claim token (32 lowercase hex). Unique, not secret: the holder is this
+        process. A claim served to others (the dedup service) draws unguessable ones."""
+        return f"{self._token_prefix}{next(self._token_serial) & TOKEN_SERIAL_MASK:016x}"
 
     def _found(self, attempt: tuple[str, str, str, str], found: str) -> Claim:
         if found == "C":

@@ -51,6 +51,9 @@ _HEX_SIGNATURE = re.compile(f"[0-9a-f]{{{2 * SIGNATURE_BYTES}}}")
 
 #: The authenticated access key of a request that passed the middleware.
 ACCESS_KEY = web.RequestKey("ferry_access_key", str)
+#: The body the signature covered, kept for a rule that finds its resource in the body
+#: (dedup's scene): rules are synchronous, and the body is read once, before them.
+SIGNED_BODY = web.RequestKey("ferry_signed_body", bytes)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Whether an access key may do an action on a resource (`Acl.allows`).
@@ -149,6 +152,7 @@ async def verify_request(request: web.Request, keys: KeyLookup, guard: ReplayGua
         raise AuthenticationError(f"unknown or disabled access key {signed.access_key!r}")
     guard.check_time(signed.ts_ms)
     body = await request.read()
+    request[SIGNED_BODY] = body
     data = string_to_sign_http(signed.access_key, signed.ts_ms, signed.nonce_hex,
                                request.method, request.rel_url.raw_path,
                                request.rel_url.query.items(), body)

@@ -2,30 +2,35 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 from aiohttp import web
 
 from ferry_console.config import ConsoleConfig
+from ferry_console.proxies import ProxyView
 from ferry_console.rates import RateSampler
 from ferry_console.sources import Sources
 
 if TYPE_CHECKING:
     from ferry_console.sessions import Session, SessionStore
+    from ferry_console.throttle import LoginThrottle
 
 
 @dataclass
 class Console:
     """The parts a page needs: config, the shared sources, rates, the template environment,
-    and the sessions (None with auth off: no login)."""
+    the sessions and the login throttle (None with auth off: no login), and what a trusted
+    proxy says about a request."""
 
     config: ConsoleConfig
     sources: Sources
     rates: RateSampler
     templates: jinja2.Environment
     sessions: SessionStore | None = None
+    throttle: LoginThrottle | None = None
+    proxies: ProxyView = field(default_factory=ProxyView)
 
 
 CONSOLE = web.AppKey("console", Console)

@@ -171,7 +171,8 @@ def _resp(description: str) -> dict[str, Any]:
 
 _RULE = {"type": "object", "required": ["effect", "resource", "actions"], "properties": {
     "effect": {"type": "string", "enum": list(EFFECTS)},
-    "resource": {"type": "string", "description": "topic:<glob>, group:<glob> or admin"},
+    "resource": {"type": "string",
+                 "description": "topic:<glob>, group:<glob>, scene:<glob> or admin"},
     "actions": {"type": "array", "items": {"type": "string"}}}}
 _RULES_BODY = {"required": True, "content": {"application/json": {"schema": {
     "type": "object", "required": ["rules"],
