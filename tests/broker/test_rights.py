@@ -17,7 +17,7 @@ from ferry.errors import AccessDeniedError, BusyError, FerryError, MessageNotFou
 from ferry.names import retry_topic
 from ferry.wire import Frame, RequestCode, encode_messages
 
-from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed
+from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed, seeded_mesh
 from tests.broker.conftest import Broker, start_broker, unique_prefix
 from tests.broker.txn_client import TXN_HALF, half_message
 from tests.broker.wire_client import message
@@ -41,16 +41,9 @@ IDENTITIES = {
 
 @pytest.fixture(scope="module")
 def mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    mesh = Mesh(etcd, tmp_path_factory.mktemp("rights"), broker_env={"FERRY_AUTH": "on"})
-    seed(etcd.endpoint, mesh.prefix, IDENTITIES)
-    try:
-        mesh.start_namesrv()
-        mesh.start_broker("broker-a")
-    except BaseException:
-        mesh.stop()
-        raise
-    yield mesh
-    mesh.stop()
+    with seeded_mesh(Mesh(etcd, tmp_path_factory.mktemp("rights"),
+                          broker_env={"FERRY_AUTH": "on"}), IDENTITIES) as mesh:
+        yield mesh
 
 
 async def connect(mesh: Mesh, access_key: str,
@@ -107,19 +100,17 @@ async def test_send_back_is_for_stored_messages_of_topics_the_group_reads(
     assert await retry_copies(conns["root"], group) == []   # the group receives nothing
 
     # The genuine nack of a real consumer with these rights still brings the task back.
-    seen: list[ConsumerRecord] = []
-    again = asyncio.Event()
+    deliveries: asyncio.Queue[ConsumerRecord] = asyncio.Queue()
 
-    async def handler(record: ConsumerRecord) -> None:
-        seen.append(record)
-        if record.reconsume_times == 0:
+    async def fail_first(record: ConsumerRecord) -> None:
+        deliveries.put_nowait(record)
+        if not record.reconsume_times:
             raise RuntimeError("try once more")
-        again.set()
 
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, credentials=creds("worker"),
                         retry_backoff_ms=[0], auto_offset_reset="earliest", **FAST) as consumer:
-        task_run = asyncio.ensure_future(consumer.run(handler))
-        await asyncio.wait_for(again.wait(), 30)
+        task_run = asyncio.ensure_future(consumer.run(fail_first))
+        seen = [await asyncio.wait_for(deliveries.get(), 30) for _ in range(2)]
         task_run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task_run

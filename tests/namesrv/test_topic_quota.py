@@ -8,7 +8,7 @@ import pytest
 from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import BusyError
 
-from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed
+from tests.broker.auth_support import ADMIN_RULES, creds, rules, seeded_mesh
 from tests.client.conftest import Mesh
 from tests.support.procs import Etcd
 
@@ -24,19 +24,12 @@ IDENTITIES = {
 
 @pytest.fixture(scope="module")
 def mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    mesh = Mesh(etcd, tmp_path_factory.mktemp("topic-quota"), broker_env={"FERRY_AUTH": "on"},
-                namesrv_env={"FERRY_AUTH": "on", "FERRY_NAMESRV_MAX_TOPICS": "5",
-                             "FERRY_NAMESRV_MAX_TOPICS_PER_IDENTITY": "3"},
-                credentials=creds("root"))
-    seed(etcd.endpoint, mesh.prefix, IDENTITIES)
-    try:
-        mesh.start_namesrv()
-        mesh.start_broker("broker-a")
-    except BaseException:
-        mesh.stop()
-        raise
-    yield mesh
-    mesh.stop()
+    with seeded_mesh(Mesh(etcd, tmp_path_factory.mktemp("topic-quota"),
+                          broker_env={"FERRY_AUTH": "on"},
+                          namesrv_env={"FERRY_AUTH": "on", "FERRY_NAMESRV_MAX_TOPICS": "5",
+                                       "FERRY_NAMESRV_MAX_TOPICS_PER_IDENTITY": "3"},
+                          credentials=creds("root")), IDENTITIES) as mesh:
+        yield mesh
 
 
 async def test_auto_create_stops_per_identity_and_in_all(mesh: Mesh) -> None:
