@@ -76,7 +76,7 @@ from ferry_broker.handlers.query import parse_msg_id
 
 MAX_RECONSUME_TIMES = 10_000
 MAX_TRACESTATE_CHARS = 512   # W3C: at most 32 list members; 512 is what propagators keep
-# The copy's own routing is decided here: stale ones from an earlier trip are dropped.
+# The copy's routing and trace context are decided here: an earlier trip's are dropped.
 _ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES, TRACEPARENT,
                        TRACESTATE)
 _TRACED = int(MessageFlag.TRACED)

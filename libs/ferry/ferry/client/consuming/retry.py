@@ -56,7 +56,7 @@ SEND_BACK_FIRST_BACKOFF_MS = 100
 SEND_BACK_MAX_BACKOFF_MS = 10_000
 #: Answers to a SEND_BACK that another attempt would get again (the record is not
 #: where it was read, or this identity may not send it back): raised at once.
-REFUSED_FOR_GOOD = (MessageNotFoundError, AccessDeniedError, MalformedRequestError,
+_REFUSED_FOR_GOOD = (MessageNotFoundError, AccessDeniedError, MalformedRequestError,
                     InvalidNameError)
 _STOPPED = ("the consumer stopped before the nack of {} was stored; its position is not "
             "committed, so it will be delivered again")
@@ -162,7 +162,8 @@ def check_delay(delay_ms: object) -> int:
 
 
 class SendBack:
-    """SEND_BACK of nacked records, tried again until a broker stores them or it is closed."""
+    """SEND_BACK of nacked records to the broker that stores each, tried again until it
+    stores them, refuses them for good, or this is closed."""
 
     def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str) -> None:
         self.pool = pool
@@ -197,7 +198,7 @@ class SendBack:
                     resp = await self.pool.request(addr, RequestCode.SEND_BACK, fields)
                     return dict(resp.fields)
                 except FerryError as exc:
-                    if isinstance(exc, REFUSED_FOR_GOOD):
+                    if isinstance(exc, _REFUSED_FOR_GOOD):
                         raise   # trying again cannot help: the position stays pending
                     log.warning("send-back of %s (attempt %d) to %s failed: %s",
                                 record.msg_id, reconsume_times, addr, exc)
