@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from ferry.auth.acl import Rule, admin_rules
 from ferry.auth.credentials import Credentials
@@ -13,6 +15,9 @@ from ferry.service.auth_registry import AuthRegistry
 from ferry.wire import Frame, encode_frame_parts, request
 
 from tests.broker.wire_client import WireClient
+
+if TYPE_CHECKING:
+    from tests.client.conftest import Mesh
 
 _ids = itertools.count(1_000_000)
 
@@ -62,3 +67,15 @@ def signed(code: int, fields: dict[str, Any], body: bytes = b"", *,
     if credentials is not None:
         frame.auth = sign_wire(credentials, code, fields, body, **sign)
     return frame
+
+
+@contextmanager
+def seeded_mesh(mesh: Mesh, identities: dict[str, tuple[Rule, ...]]) -> Iterator[Mesh]:
+    """`mesh` with `identities` in its etcd prefix, its namesrv and one broker (broker-a)."""
+    seed(mesh.etcd.endpoint, mesh.prefix, identities)
+    try:
+        mesh.start_namesrv()
+        mesh.start_broker("broker-a")
+        yield mesh
+    finally:
+        mesh.stop()

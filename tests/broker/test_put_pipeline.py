@@ -16,7 +16,12 @@ from ferry.codec import (
     TTL_MS,
     MessageFlag,
 )
-from ferry.errors import InvalidDelayError, InvalidNameError, MalformedRequestError
+from ferry.errors import (
+    InvalidDelayError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageNotFoundError,
+)
 from ferry.store import encode_properties
 from ferry.wire import RequestCode, encode_messages
 
@@ -157,26 +162,39 @@ async def test_a_hooked_flag_needs_an_announced_batch(client: WireClient) -> Non
     assert msgs == []
 
 
-async def send_back(client: WireClient, msg: Any, *, reconsume: int, delay_ms: int,
-                    max_reconsume: int = 16, topic: str = "orders") -> dict[str, Any]:
+async def stored(client: WireClient, msg: Any, topic: str = "orders") -> dict[str, Any]:
+    """Send `msg` to queue 0 of `topic`; the SEND_BACK fields that name it there."""
+    got = await client.send(topic, 0, [msg])
+    return {"topic": topic, "queue_id": 0, "queue_offset": got["queue_offset"],
+            "msg_id": msg.msg_id}
+
+
+async def send_back(client: WireClient, ref: dict[str, Any], *, reconsume: int, delay_ms: int,
+                    max_reconsume: int = 16) -> dict[str, Any]:
     resp = await client.call(RequestCode.SEND_BACK, {
-        "group": "g1", "topic": topic, "reconsume_times": reconsume, "delay_ms": delay_ms,
-        "max_reconsume_times": max_reconsume}, encode_messages([msg]))
+        "group": "g1", **ref, "reconsume_times": reconsume, "delay_ms": delay_ms,
+        "max_reconsume_times": max_reconsume})
     return resp.fields
 
 
 async def test_send_back_routes_by_attempt_and_back_off(client: WireClient) -> None:
     now = message(b"retry-now", tags="t", keys="k")
-    got = await send_back(client, now, reconsume=1, delay_ms=0)
+    got = await send_back(client, await stored(client, now), reconsume=1, delay_ms=0)
     assert got["target"] == "%RETRY%g1"
     _, retried = await client.pull("%RETRY%g1", 0, got["queue_offset"])
     rec = retried[0]
     assert (rec.body, rec.msg_id, rec.reconsume_times) == (b"retry-now", now.msg_id, 1)
     assert rec.properties[ORIGIN_TOPIC] == "orders" and rec.tags == "t"
+    # Nacked again from the retry topic: the origin is the one the broker recorded.
+    again = await send_back(client, {"topic": "%RETRY%g1", "queue_id": 0,
+                                     "queue_offset": got["queue_offset"],
+                                     "msg_id": now.msg_id}, reconsume=2, delay_ms=0)
+    _, twice = await client.pull("%RETRY%g1", 0, again["queue_offset"])
+    assert twice[0].properties[ORIGIN_TOPIC] == "orders" and twice[0].reconsume_times == 2
 
     later = message(b"retry-later")
     before = int(time.time() * 1000)
-    got = await send_back(client, later, reconsume=2, delay_ms=10_000)
+    got = await send_back(client, await stored(client, later), reconsume=2, delay_ms=10_000)
     assert got["target"] == "%SCHEDULE%"
     found = []
     for q in range(4):
@@ -187,14 +205,34 @@ async def test_send_back_routes_by_attempt_and_back_off(client: WireClient) -> N
     assert props[REAL_TOPIC] == "%RETRY%g1" and int(props[DELIVER_AT_MS]) >= before + 10_000
 
     dead = message(b"dead")
-    got = await send_back(client, dead, reconsume=3, delay_ms=10, max_reconsume=2)
+    got = await send_back(client, await stored(client, dead), reconsume=3, delay_ms=10,
+                          max_reconsume=2)
     assert got["target"] == "%DLQ%g1"
     _, dlq = await client.pull("%DLQ%g1", 0, got["queue_offset"])
     assert dlq[0].msg_id == dead.msg_id and dlq[0].properties[ORIGIN_TOPIC] == "orders"
-    with pytest.raises(MalformedRequestError, match="one message"):
-        await client.call(RequestCode.SEND_BACK, {
-            "group": "g1", "topic": "orders", "reconsume_times": 1, "delay_ms": 0,
-            "max_reconsume_times": 1}, encode_messages([message(b"a"), message(b"b")]))
+
+
+async def test_send_back_copies_only_a_stored_message_with_its_own_origin(
+        client: WireClient) -> None:
+    """Issue 24: the broker copies its own record; a client's body, id or origin count for
+    nothing, and a producer's ORIGIN_TOPIC property is overwritten by the real topic."""
+    sly = flagged(b"real", 0, **{ORIGIN_TOPIC: "payments"})
+    ref = await stored(client, sly, topic="pipe-origin")
+    fields = {"group": "g-origin", **ref, "reconsume_times": 1, "delay_ms": 0,
+              "max_reconsume_times": 3}
+    with pytest.raises(MalformedRequestError, match="no message"):
+        await client.call(RequestCode.SEND_BACK, fields, encode_messages([message(b"forged")]))
+    with pytest.raises(MessageNotFoundError):
+        await client.call(RequestCode.SEND_BACK, dict(fields, queue_offset=ref["queue_offset"] + 7))
+    with pytest.raises(MessageNotFoundError):
+        await client.call(RequestCode.SEND_BACK, dict(fields, msg_id=message(b"x").msg_id))
+    with pytest.raises(InvalidNameError, match="retry or dead-letter"):
+        await client.call(RequestCode.SEND_BACK, dict(fields, topic="%RETRY%g1"))
+    _, nothing = await client.pull("%RETRY%g-origin", 0, 0)
+    assert nothing == []   # the refusals stored nothing
+    got = await client.call(RequestCode.SEND_BACK, fields)
+    _, (copy,) = await client.pull("%RETRY%g-origin", 0, got.fields["queue_offset"])
+    assert copy.body == b"real" and copy.properties[ORIGIN_TOPIC] == "pipe-origin"
 
 
 async def test_deliver_due_keeps_ids_and_carries_attempts(client: WireClient) -> None:
@@ -234,16 +272,20 @@ async def test_deliver_due_with_roll_stores_the_message_in_schedule_again(
 
 async def test_garbage_in_the_new_requests_is_refused_and_the_broker_keeps_serving(
         client: WireClient) -> None:
+    ref = {"topic": "orders", "queue_id": 0, "queue_offset": 0, "msg_id": "00" * 16}
     bad_requests: list[tuple[int, dict[str, Any], bytes]] = [
-        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": 1,
+        (RequestCode.SEND_BACK, {"group": "g1", **ref, "reconsume_times": 1,
                                  "max_reconsume_times": 3}, b"\x07" * 50),
-        (RequestCode.SEND_BACK, {"group": "bad group", "topic": "orders", "reconsume_times": 1,
-                                 "max_reconsume_times": 3}, encode_messages([message(b"x")])),
-        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": -1,
-                                 "max_reconsume_times": 3}, encode_messages([message(b"x")])),
-        (RequestCode.SEND_BACK, {"group": "g1", "topic": "orders", "reconsume_times": 1,
-                                 "max_reconsume_times": 3, "delay_ms": 10**15},
-         encode_messages([message(b"x")])),
+        (RequestCode.SEND_BACK, {"group": "bad group", **ref, "reconsume_times": 1,
+                                 "max_reconsume_times": 3}, b""),
+        (RequestCode.SEND_BACK, {"group": "g1", **ref, "reconsume_times": -1,
+                                 "max_reconsume_times": 3}, b""),
+        (RequestCode.SEND_BACK, {"group": "g1", **ref, "reconsume_times": 1,
+                                 "max_reconsume_times": 3, "delay_ms": 10**15}, b""),
+        (RequestCode.SEND_BACK, {"group": "g1", **ref, "msg_id": "zz", "reconsume_times": 1,
+                                 "max_reconsume_times": 3}, b""),
+        (RequestCode.SEND_BACK, {"group": "g1", **ref, "reconsume_times": 1,
+                                 "max_reconsume_times": 3, "traceparent": "00-x"}, b""),
         (RequestCode.DELIVER_DUE, {"topic": "pipe-due", "queue_id": 99999},
          encode_messages([message(b"x")])),
         (RequestCode.DELIVER_DUE, {"topic": "pipe-due", "queue_id": 0}, b""),

@@ -17,17 +17,22 @@ from ferry.client.consuming.retry import (
     PendingOffsets,
     RetryPolicy,
     SendBack,
-    send_back_entry,
+    send_back_fields,
 )
 from ferry.client.consuming.runner import Runner
 from ferry.client.core.message import ConsumerRecord, TopicQueue
 from ferry.client.core.namesrv import BrokerRoute, TopicRoute
 from ferry.client.core.records import decode_pull_body
 from ferry.codec import ORIGIN_TOPIC
-from ferry.errors import ConnectionLostError, FerryError, InvalidDelayError
+from ferry.errors import (
+    ConnectionLostError,
+    FerryError,
+    InvalidDelayError,
+    MessageNotFoundError,
+)
 from ferry.routing.models import GroupConfig
 from ferry.store import MessageIn, encode_properties, encode_record
-from ferry.wire import RequestCode, decode_messages
+from ferry.wire import RequestCode
 
 TQ = TopicQueue("orders", "broker-a", 1)
 
@@ -51,10 +56,12 @@ class FakeFrame:
 
 
 class FakePool:
-    """Answers SEND_BACK; addresses in `down` fail with ConnectionLostError."""
+    """Answers SEND_BACK; addresses in `down` fail with ConnectionLostError, or `refuse`."""
 
-    def __init__(self, down: set[str] | None = None) -> None:
+    def __init__(self, down: set[str] | None = None,
+                 refuse: FerryError | None = None) -> None:
         self.down = down or set()
+        self.refuse = refuse
         self.calls: list[tuple[str, dict[str, Any], bytes]] = []
         self.gate: asyncio.Event | None = None   # when set: SEND_BACK waits for it
 
@@ -66,6 +73,8 @@ class FakePool:
             await self.gate.wait()
         if addr in self.down:
             raise ConnectionLostError("injected")
+        if self.refuse is not None:
+            raise self.refuse
         return FakeFrame({"target": f"%RETRY%{fields['group']}", "queue_offset": 0})
 
 
@@ -84,7 +93,7 @@ class FakeRoutes:
 def _nacker(pool: FakePool, **kw: Any) -> tuple[Nacker, PendingOffsets]:
     routes = FakeRoutes()
     pending = PendingOffsets()
-    send_back = SendBack(pool, routes, "g", lambda: [routes.route_])  # type: ignore[arg-type]
+    send_back = SendBack(pool, routes, "g")  # type: ignore[arg-type]
     return Nacker(send_back, pending, **kw), pending
 
 
@@ -124,12 +133,13 @@ def test_pending_offsets_clamp_commits() -> None:
     assert pending.floor(TQ) is None and len(pending) == 0
 
 
-def test_send_back_entry_keeps_the_message() -> None:
-    rec = _records(1, props={"a": "1", ORIGIN_TOPIC: "orders"})[0]
-    (entry,) = decode_messages(send_back_entry(rec))
-    assert entry.msg_id.hex().upper() == rec.msg_id and entry.born_ts_ms == rec.born_ts_ms
-    assert (entry.tags, entry.keys, entry.body) == ("t", "k1 k2", b"m0")
-    assert entry.properties == encode_properties({"a": "1", ORIGIN_TOPIC: "orders"})
+def test_send_back_fields_name_the_stored_record() -> None:
+    (rec,) = _records(1, topic="%RETRY%g", props={"a": "1", ORIGIN_TOPIC: "orders"}, first=7)
+    shown = rec.with_topic("orders")
+    fields = send_back_fields(shown, "g", reconsume_times=2, delay_ms=5, max_reconsume_times=3)
+    assert fields == {"group": "g", "topic": "%RETRY%g", "queue_id": 1, "queue_offset": 7,
+                      "msg_id": rec.msg_id, "reconsume_times": 2, "delay_ms": 5,
+                      "max_reconsume_times": 3}
 
 
 def test_retry_records_show_their_origin_topic() -> None:
@@ -152,9 +162,10 @@ async def test_nack_fields_and_pending_until_stored() -> None:
     pool.gate.set()
     answer = await task
     assert answer["target"] == "%RETRY%g" and pending.floor(TQ) is None
-    addr, fields, _ = pool.calls[0]
-    assert addr == "a:1"
-    assert fields == {"group": "g", "topic": "orders", "reconsume_times": 2, "delay_ms": 200,
+    addr, fields, body = pool.calls[0]
+    assert addr == "a:1" and body == b""
+    assert fields == {"group": "g", "topic": "orders", "queue_id": 1, "queue_offset": 42,
+                      "msg_id": rec.msg_id, "reconsume_times": 2, "delay_ms": 200,
                       "max_reconsume_times": 5}
     await nacker.nack(rec, delay_ms=0)
     assert pool.calls[-1][1]["delay_ms"] == 0
@@ -162,21 +173,23 @@ async def test_nack_fields_and_pending_until_stored() -> None:
         await nacker.nack(rec, delay_ms=-1)
 
 
-async def test_a_failed_send_back_goes_to_another_broker() -> None:
-    pool = FakePool(down={"a:1"})
+async def test_a_refused_send_back_raises_at_once_and_stays_pending() -> None:
+    pool = FakePool(refuse=MessageNotFoundError("no message"))
     nacker, pending = _nacker(pool)
-    (rec,) = _records(1)
-    await nacker.nack(rec)
-    assert [c[0] for c in pool.calls] == ["a:1", "b:1"] and len(pending) == 0
+    (rec,) = _records(1, first=3)
+    with pytest.raises(MessageNotFoundError):
+        await nacker.nack(rec)
+    assert len(pool.calls) == 1 and pending.floor(TQ) == 3
 
 
-async def test_send_back_is_retried_until_stopped_and_stays_pending() -> None:
-    pool = FakePool(down={"a:1", "b:1"})
+async def test_send_back_is_retried_on_its_broker_until_stopped_and_stays_pending() -> None:
+    pool = FakePool(down={"a:1"})
     nacker, pending = _nacker(pool)
     (rec,) = _records(1, first=9)
     task = asyncio.ensure_future(nacker.nack(rec))
     await asyncio.sleep(0.5)
-    assert len(pool.calls) >= 4   # tried again, with back-off
+    assert len(pool.calls) >= 3   # tried again, with back-off
+    assert {c[0] for c in pool.calls} == {"a:1"}   # only the broker that stores it
     await nacker.close(grace_ms=0)
     with pytest.raises(FerryError):
         await task

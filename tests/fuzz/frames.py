@@ -103,9 +103,10 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
                                         "topics": [topic()], "mode": "clustering"},
         RequestCode.UNREGISTER: lambda: {"client_id": rng.choice(CLIENTS), "group": group()},
         RequestCode.GET_CONSUMERS: lambda: {"group": group()},
-        RequestCode.SEND_BACK: lambda: {"group": group(), "topic": topic(),
-                                        "reconsume_times": 1, "delay_ms": 0,
-                                        "max_reconsume_times": 3},
+        RequestCode.SEND_BACK: lambda: {"group": group(), "topic": topic(), "queue_id": q(),
+                                        "queue_offset": rng.randrange(0, 50),
+                                        "msg_id": rng.randbytes(16), "reconsume_times": 1,
+                                        "delay_ms": 0, "max_reconsume_times": 3},
         RequestCode.DELIVER_DUE: lambda: {},
         RequestCode.END_TRANSACTION: lambda: {"group": group(), "msg_id": rng.randbytes(16),
                                               "action": rng.choice(["commit", "rollback", "x"]),
@@ -213,7 +214,7 @@ class FrameFuzzer:
             for _ in range(rng.randrange(0, 3)):
                 if fields:
                     fields[rng.choice(list(fields))] = _any_value(rng)
-        if code in (RequestCode.SEND, RequestCode.SEND_BACK, RequestCode.DELIVER_DUE):
+        if code in (RequestCode.SEND, RequestCode.DELIVER_DUE):
             choice = rng.random()
             if choice < 0.5:
                 body = rng.choice(self._send_bodies)

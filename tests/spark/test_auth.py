@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from ferry import Admin
 
-from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed
+from tests.broker.auth_support import ADMIN_RULES, creds, rules, seeded_mesh
 from tests.client.conftest import Mesh, unique
 from tests.spark.conftest import send_messages
 from tests.support.procs import Etcd
@@ -35,15 +35,10 @@ IDENTITIES = {
 @pytest.fixture(scope="module")
 def auth_mesh(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     """namesrv and one broker with auth on; a topic holding COUNT messages."""
-    mesh = Mesh(etcd, tmp_path_factory.mktemp("spark-auth"), credentials=ADMIN,
-                namesrv_env={"FERRY_AUTH": "on"}, broker_env={"FERRY_AUTH": "on"})
-    seed(etcd.endpoint, mesh.prefix, IDENTITIES)
-    try:
-        mesh.start_namesrv()
-        mesh.start_broker("broker-a")
+    with seeded_mesh(Mesh(etcd, tmp_path_factory.mktemp("spark-auth"), credentials=ADMIN,
+                          namesrv_env={"FERRY_AUTH": "on"}, broker_env={"FERRY_AUTH": "on"}),
+                     IDENTITIES) as mesh:
         yield mesh
-    finally:
-        mesh.stop()
 
 
 @pytest.fixture

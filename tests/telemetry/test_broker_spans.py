@@ -77,14 +77,15 @@ async def test_store_retry_spans_of_traced_messages_only(
         await client.call(RequestCode.SEND, {"topic": "tr-delay", "queue_id": 0,
                                               "flags": delayed.flags}, encode_messages([delayed]))
         # SEND_BACK of the fast one, at once (no back-off): %RETRY%<group>.
+        # The request names the stored message and carries the consumer's span context.
+        ref = {"group": "g-trace", "topic": "tr-fast", "queue_id": 0,
+               "queue_offset": fast_offset, "msg_id": fast.msg_id, "traceparent": PARENT}
         resp = await client.call(RequestCode.SEND_BACK, {
-            "group": "g-trace", "topic": "tr-fast", "reconsume_times": 1,
-            "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([fast]))
+            **ref, "reconsume_times": 1, "max_reconsume_times": 16, "delay_ms": 0})
         assert resp.fields["target"] == retry_topic("g-trace")
         # Past max_reconsume_times: the dead-letter topic, a `dlq` span.
         resp = await client.call(RequestCode.SEND_BACK, {
-            "group": "g-trace", "topic": "tr-fast", "reconsume_times": 17,
-            "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([fast]))
+            **ref, "reconsume_times": 17, "max_reconsume_times": 16, "delay_ms": 0})
         assert resp.fields["target"] == dlq_topic("g-trace")
         pulled = await client.call(RequestCode.PULL, {
             "group": "g-trace", "topic": retry_topic("g-trace"), "queue_id": 0, "offset": 0,
@@ -159,11 +160,14 @@ async def test_with_tracing_off_a_traced_message_makes_no_span(tmp_path: Path,
         client = await broker.client()
         try:
             msg = _traced(b"x")
-            await client.call(RequestCode.SEND, {"topic": "tr-off", "queue_id": 0,
-                                                  "flags": TRACED}, encode_messages([msg]))
+            sent = await client.call(RequestCode.SEND, {"topic": "tr-off", "queue_id": 0,
+                                                         "flags": TRACED},
+                                     encode_messages([msg]))
             await client.call(RequestCode.SEND_BACK, {
-                "group": "g-off", "topic": "tr-off", "reconsume_times": 1,
-                "max_reconsume_times": 16, "delay_ms": 0}, encode_messages([msg]))
+                "group": "g-off", "topic": "tr-off", "queue_id": 0,
+                "queue_offset": sent.fields["queue_offset"], "msg_id": msg.msg_id,
+                "traceparent": PARENT, "reconsume_times": 1, "max_reconsume_times": 16,
+                "delay_ms": 0})
         finally:
             await client.close()
         spans = _spans_after_stop(broker, traces)

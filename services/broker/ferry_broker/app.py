@@ -110,7 +110,8 @@ class BrokerApp(ServiceApp):
         except BaseException:
             store.close()
             raise
-        topics = TopicManager(cfg, self.registration.prepare())
+        topics = TopicManager(cfg, self.registration.prepare(),
+                              self.auth.identity if self.auth is not None else None)
         self.ctx = BrokerContext(
             config=cfg, store=store, offsets=offsets,
             consumers=ConsumerManager(cfg.consumer_expiry_ms),

@@ -14,9 +14,15 @@ import asyncio
 import contextlib
 import logging
 
-from ferry.auth.acl import ADMIN
+from ferry.auth.acl import ADMIN, topic_resource
 from ferry.auth.nonces import ReplayGuard
-from ferry.auth.signing import SignedParts, string_to_sign_repl, verify_parts, verify_wire
+from ferry.auth.signing import (
+    SignedParts,
+    parse_wire_auth,
+    string_to_sign_repl,
+    verify_parts,
+    verify_wire,
+)
 from ferry.errors import AccessDeniedError, AuthenticationError, BusyError
 from ferry.routing import EtcdRegistry
 from ferry.service.auth_registry import AuthRegistry
@@ -96,6 +102,28 @@ class BrokerAuth:
             self.refused_denied += 1
             raise
         return access_key
+
+    def identity(self, frame: Frame) -> str:
+        """The access key of a request `check` passed (its signature is not checked again)."""
+        return parse_wire_auth(frame.auth).access_key
+
+    def may_publish(self, access_key: str, topic: str) -> bool:
+        """Whether `access_key` holds `pub` on `topic` (the ACL caches the answer)."""
+        return self.registry.acl.allows(access_key, "pub", topic_resource(topic))
+
+    def require_topic_right(self, frame: Frame, topic: str, admin_area: str) -> None:
+        """Refuse a request whose need the permission table cannot read from its fields.
+
+        An END_TRANSACTION names a message id; its topic is the half's, read from
+        the store: the identity needs `pub` on it, or admin `admin_area`.
+        """
+        access_key = self.identity(frame)
+        if self.may_publish(access_key, topic) or \
+                self.registry.acl.allows(access_key, admin_area, ADMIN):
+            return
+        self.refused_denied += 1
+        raise AccessDeniedError(f"access denied: {access_key!r} may not 'pub' on "
+                                f"{topic_resource(topic)!r} (the transaction's topic)")
 
     def authenticate_slave(self, hello: bytes, auth: bytes) -> None:
         """Check a replication AUTH frame over its HELLO, then admin `replicate`."""

@@ -44,6 +44,9 @@ class BrokerConfig:
     flush_timeout_ms: int = 5000
     auto_create_topics: bool = True
     default_queues: int = 8
+    # Topics created on first use stop here (topics.py): one etcd value lists them all.
+    max_topics: int = 10_000              # served by this broker, configured or created
+    max_topics_per_identity: int = 1_000  # created by this broker for one identity (auth on)
     segment_bytes: int = 1 << 30
     flush_interval_ms: int = 500  # async mode: how often the page cache is fdatasynced
     checkpoint_interval_ms: int = 1000
@@ -129,6 +132,8 @@ class BrokerConfig:
             raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {self.flush_mode!r}")
         if not 1 <= self.default_queues <= 1024:
             raise ValueError("default_queues must be within 1..1024")
+        if self.max_topics < 1 or self.max_topics_per_identity < 1:
+            raise ValueError("max_topics and max_topics_per_identity must be at least 1")
         if self.max_held_pulls_per_conn >= self.max_inflight_per_conn:
             # Parked pulls are in flight too: at the in-flight limit reading
             # pauses, and the request that would get BusyError is never read.

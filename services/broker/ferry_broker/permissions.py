@@ -73,7 +73,8 @@ PERMISSIONS: dict[int, Alternatives] = {
     RequestCode.GET_CONSUMERS: ((_consume,), _READ),
     RequestCode.LOCK: ((_consume,),),
     RequestCode.UNLOCK: ((_consume,),),
-    RequestCode.SEND_BACK: ((_consume,), (_admin("dlq"),)),
+    # A nack names a stored message of the topic: reading it as the group (handlers/send_back).
+    RequestCode.SEND_BACK: ((_sub, _consume), (_admin("dlq"),)),
     RequestCode.DELIVER_DUE: ((_admin("delay"),),),
     RequestCode.END_TRANSACTION: ((_consume,), (_admin("txn"),)),
     RequestCode.CHECK_TRANSACTION: ((_admin("txn"),),),

@@ -31,6 +31,7 @@ class ProducerInfo:
     conn_id: int
     push: Push
     last_seen_ms: float
+    access_key: str = ""  # the identity its heartbeat was signed with ("" with auth off)
 
 
 class ProducerManager(HeartbeatTable[ProducerInfo]):
@@ -41,15 +42,21 @@ class ProducerManager(HeartbeatTable[ProducerInfo]):
         self._by_conn: dict[int, set[tuple[str, str]]] = {}
         self._turn: dict[str, int] = {}  # round-robin position per group
 
-    def heartbeat(self, client_id: str, group: str, conn_id: int, push: Push) -> bool:
-        """Record a heartbeat; False when a limit refuses a new producer or group."""
+    def heartbeat(self, client_id: str, group: str, conn_id: int, push: Push,
+                  access_key: str = "") -> bool:
+        """Record a heartbeat; False when a limit refuses a new producer or group.
+
+        `access_key` is the heartbeat's identity (auth on): a check-back goes only
+        to a producer whose identity may publish to the half's topic.
+        """
         members = self._admit(group, client_id)
         if members is None:
             return False
         old = members.get(client_id)
         if old is not None and old.conn_id != conn_id:  # it reconnected
             self._unlink(old.conn_id, group, client_id)
-        members[client_id] = ProducerInfo(client_id, conn_id, push, self._clock_ms())
+        members[client_id] = ProducerInfo(client_id, conn_id, push, self._clock_ms(),
+                                          access_key)
         self._by_conn.setdefault(conn_id, set()).add((group, client_id))
         return True
 

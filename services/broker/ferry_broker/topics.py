@@ -8,6 +8,17 @@ are, since only Ferry itself builds their names: `%SCHEDULE%` with
 SCHEDULE_QUEUES queues, a group's retry and dead-letter topics with one
 (RocketMQ's choice: a group's retries are few next to its topic's traffic). The app is told of every change so that
 it can update the broker's etcd registration and record a created topic.
+
+Creation is bounded (issue 24: every topic a broker serves lands in its one
+etcd registration value): past MAX_TOPICS topics served (configured in etcd
+and created here), or past MAX_TOPICS_PER_IDENTITY topics created here for
+one identity (auth on: the access key of the request that named the topic),
+a topic is not created and the request gets BusyError naming the limit.
+Topics already served are never refused, and neither are the broker's own
+fixed internal topics (`%SCHEDULE%`, `%HALF%`, `%OP%`, `%TRACE%`); a group's
+`%RETRY%`/`%DLQ%` topics count like any other. The per-identity count is
+kept in memory since the broker started: the per-broker limit is the one that
+holds across restarts.
 """
 from __future__ import annotations
 
@@ -15,7 +26,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ferry.errors import BusyError, NoPermissionError, TopicNotFoundError
-from ferry.names import SCHEDULE_TOPIC, is_internal
+from ferry.names import HALF_TOPIC, OP_TOPIC, SCHEDULE_TOPIC, TRACE_TOPIC, is_internal
+from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
 
@@ -24,15 +36,23 @@ if TYPE_CHECKING:
 
 SCHEDULE_QUEUES = 4
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
+#: Who asked for a request (auth on: its access key); "" when nobody is known.
+IdentityOf = Callable[[Frame], str]
+#: The broker's own topics: a handful, created whatever the limits say.
+_OWN_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRACE_TOPIC})
 
 
 class TopicManager:
     """Resolves a topic's queue count for SEND and lists the topics served."""
 
-    def __init__(self, config: BrokerConfig, cache: RegistryCache | None) -> None:
+    def __init__(self, config: BrokerConfig, cache: RegistryCache | None,
+                 identity_of: IdentityOf | None = None) -> None:
         self._config = config
         self._cache = cache
+        self._identity_of = identity_of
         self._local: dict[str, int] = {}  # created here, not (yet) seen in etcd
+        self._created_by: dict[str, int] = {}  # identity -> topics created here for it
+        self._served_count: int | None = None  # len(served()), until the next change
         self._listeners: list[ChangeListener] = []
         # Until etcd's topic config is loaded, an unknown topic may well be configured
         # there: refuse (retriable) rather than create it with the default queue count.
@@ -61,8 +81,12 @@ class TopicManager:
     def _serves(self, cfg: TopicConfig) -> bool:
         return not cfg.brokers or self._config.name in cfg.brokers
 
-    def queues_for_send(self, topic: str) -> int:
-        """The queue count to accept a SEND with; raises when this broker must refuse it."""
+    def queues_for_send(self, topic: str, request: Frame | None = None) -> int:
+        """The queue count to accept a SEND with; raises when this broker must refuse it.
+
+        `request` is the one that names the topic: a topic created for it counts
+        against its identity's limit.
+        """
         cfg = self.configured(topic)
         if cfg is not None:
             if not self._serves(cfg):
@@ -77,9 +101,29 @@ class TopicManager:
             raise BusyError(f"topic config not loaded from etcd yet; cannot place {topic}")
         if not (self._config.auto_create_topics or is_internal(topic)):
             raise TopicNotFoundError(f"topic {topic} does not exist and auto-creation is off")
+        if topic not in _OWN_TOPICS:
+            self._admit(topic, request)
         queues = self._local[topic] = internal_queues(topic, self._config.default_queues)
+        self._served_count = None
         self._notify(topic)
         return queues
+
+    def _admit(self, topic: str, request: Frame | None) -> None:
+        """Count a topic about to be created here; BusyError past a limit (nothing counted)."""
+        cfg = self._config
+        if self._served_count is None:
+            self._served_count = len(self.served())
+        if self._served_count >= cfg.max_topics:
+            raise BusyError(f"topic {topic} not created: broker {cfg.name} serves "
+                            f"{self._served_count} topics, its limit (MAX_TOPICS)")
+        identity = self._identity_of(request) if self._identity_of and request else ""
+        if identity:
+            created = self._created_by.get(identity, 0)
+            if created >= cfg.max_topics_per_identity:
+                raise BusyError(f"topic {topic} not created: {identity!r} has created "
+                                f"{created} topics on broker {cfg.name}, its limit "
+                                f"(MAX_TOPICS_PER_IDENTITY)")
+            self._created_by[identity] = created + 1
 
     def check_readable(self, topic: str) -> None:
         """Refuse a PULL on a topic that is configured but not readable here."""
@@ -98,6 +142,7 @@ class TopicManager:
 
     def config_changed(self, *_: object) -> None:
         """Called by the RegistryCache after each change in etcd."""
+        self._served_count = None
         self._notify(None)
 
     def _notify(self, created: str | None) -> None:

@@ -45,6 +45,7 @@ class PendingEnd:
     group: str         # the producer group that began the transaction
     real_index: int    # the committed message's index in the batch, or -1
     queue_offset: int  # its queue offset when known before the write (a torn commit), or -1
+    topic: str = ""    # the transaction's real topic (a repeated END needs `pub` on it)
 
 
 @dataclass(slots=True)
@@ -66,7 +67,8 @@ class EndBatcher:
         self._finishing: set[asyncio.Task[None]] = set()  # the loop keeps weak refs only
 
     def add(self, msg_id: bytes, messages: list[MessageIn], *, written: str, group: str,
-            queue_offset: int) -> tuple[PendingEnd, asyncio.Future[list[PutResult]]]:
+            queue_offset: int, topic: str = "") -> tuple[PendingEnd,
+                                                         asyncio.Future[list[PutResult]]]:
         """Queue one END's messages (the real one, if any, first); await the future.
 
         The future resolves to the whole batch's put results; `PendingEnd.real_index`
@@ -80,7 +82,7 @@ class EndBatcher:
         batch.messages.extend(messages)
         batch.ids.append(msg_id)
         batch.body_bytes += sum(len(m.body) for m in messages)
-        pend = PendingEnd(batch, written, group, real_index, queue_offset)
+        pend = PendingEnd(batch, written, group, real_index, queue_offset, topic)
         self.pending[msg_id] = pend
         fut = self.join(pend)
         if len(batch.ids) >= MAX_ENDS_PER_WRITE or batch.body_bytes >= MAX_BATCH_BODY_BYTES:

@@ -30,6 +30,9 @@ class NamesrvConfig(ServiceConfig):
     etcd_prefix: str = "/ferry/"
     auto_create_topics: bool = True
     default_queues: int = 8
+    # Topics created on first use stop here (topic_quota.py): etcd and every broker hold them.
+    max_topics: int = 10_000              # topics in etcd in all
+    max_topics_per_identity: int = 1_000  # created on first use for one identity (auth on)
     # Where `GET /console` sends a browser: the console is a service of its own
     # (ferry-console); namesrv only points at it.
     console_url: str = "http://127.0.0.1:10927/console"
@@ -45,6 +48,8 @@ class NamesrvConfig(ServiceConfig):
         if not MIN_QUEUES <= self.default_queues <= MAX_QUEUES:
             raise ConfigError(f"default_queues must be in {MIN_QUEUES}..{MAX_QUEUES}, "
                               f"got {self.default_queues}")
+        if self.max_topics < 1 or self.max_topics_per_identity < 1:
+            raise ConfigError("max_topics and max_topics_per_identity must be at least 1")
         if not self.console_url.startswith(("http://", "https://")):
             raise ConfigError(f"console_url must be an http(s) URL, got {self.console_url!r}")
 

@@ -1,13 +1,14 @@
 """What every request handler reaches through the aiohttp app: config, registry, cache."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from ferry.errors import BusyError
 from ferry.routing import EtcdRegistry, RegistryCache
 
 from ferry_namesrv.config import NamesrvConfig
+from ferry_namesrv.topic_quota import TopicQuota
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,11 @@ class NamesrvContext:
     config: NamesrvConfig
     registry: EtcdRegistry
     cache: RegistryCache
+    quota: TopicQuota = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quota", TopicQuota(self.config.max_topics,
+                                                     self.config.max_topics_per_identity))
 
     def ready_cache(self) -> RegistryCache:
         """The cache, or BusyError (503) while it has not loaded from etcd yet."""

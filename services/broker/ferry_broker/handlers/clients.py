@@ -76,7 +76,8 @@ async def handle_heartbeat(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
         raise MalformedRequestError("field 'client_id' must not be empty")
     group = group_field(f)
     if _role(f) == "producer":  # topics and mode mean nothing for a producer
-        if not ctx.producers.heartbeat(client_id, group, conn.conn_id, conn.push):
+        access_key = ctx.auth.identity(req) if ctx.auth is not None else ""
+        if not ctx.producers.heartbeat(client_id, group, conn.conn_id, conn.push, access_key):
             raise BusyError("too many producers or producer groups on this broker")
         return response(req)
     mode = str_field(f, "mode", 32, "clustering")

@@ -43,8 +43,9 @@ MAX_BATCH_MESSAGES = 10_000
 _TRACED = int(MessageFlag.TRACED)
 
 
-def checked_queue(ctx: BrokerContext, topic: str, queue_id: int) -> None:
-    queues = ctx.topics.queues_for_send(topic)
+def checked_queue(ctx: BrokerContext, topic: str, queue_id: int,
+                  request: Frame | None = None) -> None:
+    queues = ctx.topics.queues_for_send(topic, request)
     if queue_id >= queues:
         raise MalformedRequestError(f"queue_id {queue_id} is out of range: {topic} has {queues}")
 
@@ -82,7 +83,7 @@ async def handle_send(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     flags = int_field(req.fields, "flags", 0, 0xFFFFFFFF, 0)
     if export and flags:
         raise MalformedRequestError(f"a trace export announces no message flags, not {flags}")
-    checked_queue(ctx, topic, queue_id)
+    checked_queue(ctx, topic, queue_id, req)
     if not req.body:
         raise MalformedRequestError("SEND carries no messages")
     topic_type = ctx.topics.type_of(topic)

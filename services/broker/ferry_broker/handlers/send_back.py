@@ -1,23 +1,41 @@
 """SEND_BACK: a consumer's nack. A copy of the message returns to the group later.
 
-The copy keeps the message id and gains `ORIGIN_TOPIC` (the topic the group
-first received it from). Where it goes:
+The request names a message this broker stores, not its content: the queue
+the consumer read it from (`topic`, `queue_id`, `queue_offset`) and its
+`msg_id`. The broker reads that record from its own store and refuses the
+request (MessageNotFoundError) when no record with that id sits at that
+offset; the body is empty. So `consume` on a group (with `sub` on the topic,
+see permissions.py) lets a consumer send back only what it could read, with
+the body as stored: never a message of its own making (issue 24).
+`topic` is a topic the group reads: a user topic, the group's own
+`%RETRY%<group>`, or (to resend dead letters) its `%DLQ%<group>`.
+
+The copy keeps the message id, body, tags, keys and properties, and carries
+`ORIGIN_TOPIC`, the topic the group first received it from, always set by the
+broker: the stored topic for a user topic (a producer's own `ORIGIN_TOPIC`
+property is overwritten), the stored property for a retry or dead-letter
+record (set by this broker when it made that copy). Where it goes:
 - `reconsume_times` beyond `max_reconsume_times`: `%DLQ%<group>`, for good;
 - `delay_ms` 0: `%RETRY%<group>` at once (the group's consumers subscribe to it);
 - otherwise `%SCHEDULE%`, bound for `%RETRY%<group>` once the back-off has
   passed (the delay scheduler delivers it, like any delayed message).
-Any broker accepts a SEND_BACK (the body is the whole message), so a consumer
-whose message's broker died sends it back elsewhere. The answer comes once the
+Only the broker that stores the message accepts its SEND_BACK (RocketMQ's
+consumerSendMessageBack goes to the message's broker too): a consumer whose
+message's broker is down keeps the position uncommitted and tries again
+until that broker (or its promoted slave, which holds the same log) is back,
+so the message is delivered again rather than lost. The answer comes once the
 copy is stored (and flushed, on a sync-flush broker): only then may the
 consumer commit past the original.
 
-A TRACED message gets a `retry` (or `dlq`) span at the broker (SERVER kind),
-child of the context it carries (the consumer's own `retry` span); the copy
-keeps that context and the TRACED flag, so the scheduler's and the next
-consumer's spans hang below the consumer's `retry`.
+Tracing: the optional `traceparent` (and `tracestate`) fields are the
+consumer's `retry` span context. With them, the copy is TRACED and carries
+that context, the broker makes a `retry` (or `dlq`) span (SERVER kind) as its
+child, and the scheduler's and the next consumer's spans hang below the
+consumer's `retry`. Without them the copy is untraced.
 """
 from __future__ import annotations
 
+import re
 import time
 
 from ferry.codec import (
@@ -26,25 +44,86 @@ from ferry.codec import (
     REAL_QUEUE_ID,
     REAL_TOPIC,
     RECONSUME_TIMES,
+    TRACEPARENT,
+    TRACESTATE,
     MessageFlag,
+    StoredMessage,
+    decode_record,
     msg_id_hex,
 )
-from ferry.errors import InvalidDelayError, MalformedRequestError
+from ferry.errors import (
+    InvalidDelayError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageNotFoundError,
+)
 from ferry.names import SCHEDULE_TOPIC, dlq_topic, is_internal, retry_topic
-from ferry.store import MessageIn, decode_properties, encode_properties
+from ferry.store import MessageIn, MessageStore, decode_properties, encode_properties
 from ferry.telemetry import extract, hop_span, tracing
 from ferry.wire import Frame, response
 from opentelemetry.trace import SpanKind
 
 from ferry_broker.context import BrokerContext, ConnInfo
-from ferry_broker.handlers.fields import group_field, int_field, topic_field
-from ferry_broker.handlers.send import decode_batch
+from ferry_broker.handlers.fields import (
+    group_field,
+    int_field,
+    offset_field,
+    queue_field,
+    str_field,
+    topic_field,
+)
+from ferry_broker.handlers.query import parse_msg_id
 
 MAX_RECONSUME_TIMES = 10_000
-# The copy's own routing is decided here: stale ones from an earlier trip are dropped.
-_ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES)
-_DELAY = int(MessageFlag.DELAY)
-_TRACED = int(MessageFlag.TRACED)   # the only entry flag the copy keeps: its trace goes on
+MAX_TRACESTATE_CHARS = 512   # W3C: at most 32 list members; 512 is what propagators keep
+# The copy's routing and trace context are decided here: an earlier trip's are dropped.
+_ROUTING_PROPERTIES = (DELIVER_AT_MS, REAL_TOPIC, REAL_QUEUE_ID, RECONSUME_TIMES, TRACEPARENT,
+                       TRACESTATE)
+_TRACED = int(MessageFlag.TRACED)
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def stored_at(store: MessageStore, topic: str, queue_id: int, queue_offset: int,
+              msg_id: bytes) -> StoredMessage:
+    """The record with `msg_id` at (topic, queue_id, queue_offset); MessageNotFoundError if none."""
+    got = store.get_messages(topic, queue_id, queue_offset, max_count=1)
+    if got.records:
+        msg = decode_record(bytes(got.records[0]))  # a copy: the view is the commit log's
+        if msg.queue_offset == queue_offset and msg.msg_id == msg_id:
+            return msg
+    raise MessageNotFoundError(f"no message {msg_id_hex(msg_id)} at {topic} queue {queue_id} "
+                               f"offset {queue_offset} on this broker")
+
+
+def _check_topic(topic: str, group: str) -> None:
+    """Refuse an internal topic other than the group's own retry and dead-letter topics."""
+    if is_internal(topic) and topic not in (retry_topic(group), dlq_topic(group)):
+        raise InvalidNameError(f"SEND_BACK for group {group} names {topic}: a group sends "
+                               f"back messages of user topics, its own retry or dead-letter "
+                               f"topic only")
+
+
+def _origin(topic: str, stored: StoredMessage) -> str | None:
+    """The topic the group first received the message from, as the broker knows it."""
+    if not is_internal(topic):
+        return topic
+    # The group's retry / dead-letter topic: this broker set the property when it made the copy.
+    return stored.properties.get(ORIGIN_TOPIC)
+
+
+def _trace_context(fields: dict[str, object]) -> dict[str, str]:
+    """The consumer's `retry` span context from the request ({} when untraced)."""
+    parent = fields.get("traceparent")
+    if parent is None:
+        return {}
+    if type(parent) is not str or not _TRACEPARENT.fullmatch(parent):
+        raise MalformedRequestError(f"field 'traceparent' must be a W3C traceparent, "
+                                    f"not {parent!r}")
+    context = {TRACEPARENT: parent}
+    state = str_field(fields, "tracestate", MAX_TRACESTATE_CHARS, "")
+    if state:
+        context[TRACESTATE] = state
+    return context
 
 
 async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
@@ -52,43 +131,49 @@ async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
     f = req.fields
     group = group_field(f)
     topic = topic_field(f)
+    queue_id = queue_field(f)
+    queue_offset = offset_field(f, "queue_offset")
+    msg_id = parse_msg_id(f.get("msg_id"))
     reconsume = int_field(f, "reconsume_times", 0, MAX_RECONSUME_TIMES)
     max_reconsume = int_field(f, "max_reconsume_times", 0, MAX_RECONSUME_TIMES)
     delay_ms = int_field(f, "delay_ms", 0, 2**62, 0)
     if delay_ms > ctx.config.max_delay_ms:
         raise InvalidDelayError(f"a back-off of {delay_ms} ms exceeds this broker's maximum "
                                 f"delay of {ctx.config.max_delay_ms} ms")
-    msgs = decode_batch(ctx, conn, topic, 0, req.body)
-    if len(msgs) != 1:
-        raise MalformedRequestError(f"SEND_BACK carries one message, not {len(msgs)}")
-    msg = msgs[0]
-    if not msg.msg_id:
-        raise MalformedRequestError("SEND_BACK needs the message's id")
-    props = decode_properties(msg.properties)
+    if req.body:
+        raise MalformedRequestError("SEND_BACK carries no message: the broker sends back the "
+                                    "one it stores at the named queue offset")
+    trace_context = _trace_context(f)
+    _check_topic(topic, group)
+    stored = stored_at(ctx.store, topic, queue_id, queue_offset, msg_id)
+    origin = _origin(topic, stored)
+    props = decode_properties(stored.properties_raw)
     for name in _ROUTING_PROPERTIES:
         props.pop(name, None)
-    if ORIGIN_TOPIC not in props and not is_internal(topic):
-        props[ORIGIN_TOPIC] = topic
+    props.pop(ORIGIN_TOPIC, None)
+    if origin:
+        props[ORIGIN_TOPIC] = origin
+    props.update(trace_context)
     if reconsume > max_reconsume:
-        target, queue_id, flags = dlq_topic(group), 0, 0
+        target, target_queue, flags = dlq_topic(group), 0, 0
     elif delay_ms == 0:
-        target, queue_id, flags = retry_topic(group), 0, 0
+        target, target_queue, flags = retry_topic(group), 0, 0
     else:
         props[DELIVER_AT_MS] = str(int(time.time() * 1000) + delay_ms)
         props[REAL_TOPIC] = retry_topic(group)
         props[REAL_QUEUE_ID] = "0"
-        target, flags = SCHEDULE_TOPIC, _DELAY
-        queue_id = sum(group.encode()) % ctx.topics.queues_for_send(SCHEDULE_TOPIC)
-    ctx.topics.queues_for_send(target)  # registers the internal topic on first use
-    flags |= msg.flags & _TRACED  # the copy carries the trace on, even untraced here
+        target, flags = SCHEDULE_TOPIC, int(MessageFlag.DELAY)
+        target_queue = sum(group.encode()) % ctx.topics.queues_for_send(SCHEDULE_TOPIC)
+    ctx.topics.queues_for_send(target, req)  # registers the internal topic on first use
+    if trace_context:
+        flags |= _TRACED  # the copy carries the trace on, even untraced here
+    copy = MessageIn(target, target_queue, bytes(stored.body), stored.tags, stored.keys,
+                     encode_properties(props), msg_id, flags, stored.born_ts_ms, conn.peer,
+                     reconsume)
     if flags & _TRACED and tracing().enabled:
-        offset = await _store_traced(ctx, msg._replace(topic=target, queue_id=queue_id,
-                                                       flags=flags, born_host=conn.peer,
-                                                       reconsume_times=reconsume),
-                                     props, group, topic, delay_ms, reconsume > max_reconsume)
+        offset = await _store_traced(ctx, copy, props, group, origin or topic, delay_ms,
+                                     reconsume > max_reconsume)
         return response(req, {"target": target, "queue_offset": offset})
-    copy = MessageIn(target, queue_id, msg.body, msg.tags, msg.keys, encode_properties(props),
-                     msg.msg_id, flags, msg.born_ts_ms, conn.peer, reconsume)
     results = await ctx.pipeline.store_prepared([copy])
     return response(req, {"target": target, "queue_offset": results[0].queue_offset})
 
@@ -105,6 +190,5 @@ async def _store_traced(ctx: BrokerContext, copy: MessageIn, props: dict[str, st
                               "ferry.outcome": "dead_letter" if dead else "retry"}):
         # The copy keeps the context it came with (the consumer's `retry` span): the
         # redelivery hangs below the consumer's settle, this span beside it.
-        results = await ctx.pipeline.store_prepared(
-            [copy._replace(properties=encode_properties(props))])
+        results = await ctx.pipeline.store_prepared([copy])
     return results[0].queue_offset

@@ -22,6 +22,12 @@ the checker never asks a producer about a finished transaction; otherwise the
 broker pushes a one-way CHECK_TRANSACTION (group, msg_id, topic, body = the
 half record as stored) to a live producer connection of the group, in
 round-robin order, and answers `forwarded` true (false when none is live).
+
+With auth on, a transaction belongs to those who may publish to its topic
+(issue 24): an END needs `pub` on the half's real topic (or admin `txn`, the
+txn-checker), checked against the record in the store before anything is
+written, and a check-back is pushed only to a producer whose heartbeat's
+identity holds `pub` on that topic; a group member without it gets none.
 """
 from __future__ import annotations
 
@@ -150,10 +156,17 @@ async def _durable(ctx: BrokerContext, end_offset: int) -> None:
         raise ctx.health.unavailable(exc) from None
 
 
+def _check_topic_right(ctx: BrokerContext, req: Frame, record: StoredMessage) -> None:
+    """With auth on: refuse an END from an identity without `pub` on the transaction's topic."""
+    if ctx.auth is not None:
+        ctx.auth.require_topic_right(req, record.properties.get(REAL_TOPIC, ""), "txn")
+
+
 async def _repeated(ctx: BrokerContext, req: Frame, op: StoredMessage, msg_id: bytes,
                     action: str, group: str) -> Frame:
     """The answer to an END of a transaction that an op record already ended."""
     _check_group(op, msg_id, group)
+    _check_topic_right(ctx, req, op)
     done = op_action(op)
     if done != action:
         raise _refuse(msg_id, done, action)
@@ -179,6 +192,8 @@ async def _repeated_pending(ctx: BrokerContext, req: Frame, pend: PendingEnd, ms
     if pend.group and pend.group != group:
         raise MalformedRequestError(f"transaction {msg_id_hex(msg_id)} belongs to producer "
                                     f"group {pend.group}, not {group}")
+    if ctx.auth is not None:
+        ctx.auth.require_topic_right(req, pend.topic, "txn")
     if pend.written != action:
         raise _refuse(msg_id, pend.written, action)
     ctx.txn_stats.repeated_ends += 1
@@ -206,6 +221,7 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
     if op is not None:
         return await _repeated(ctx, req, op, msg_id, action, group)
     half, existing = _half_and_committed(store, msg_id, group)
+    _check_topic_right(ctx, req, half)
     ctx.topics.queues_for_send(OP_TOPIC)  # registers %OP% so that namesrv routes it
     msgs: list[MessageIn] = []
     queue_offset = -1
@@ -222,7 +238,8 @@ async def handle_end_transaction(ctx: BrokerContext, conn: ConnInfo, req: Frame)
             msgs.extend(batch.messages)
     msgs.append(op_message(half, written, by, conn.peer))
     pend, done = ends.add(msg_id, msgs, written=written, queue_offset=queue_offset,
-                          group=half.properties.get(TXN_GROUP, ""))
+                          group=half.properties.get(TXN_GROUP, ""),
+                          topic=half.properties.get(REAL_TOPIC, ""))
     if half.flags & _TRACED and tracing().enabled:
         with _end_span(ctx, half, written, by):
             results = await done
@@ -252,9 +269,12 @@ async def handle_check_transaction(ctx: BrokerContext, conn: ConnInfo, req: Fram
     raw = store.read_raw(half.phy_offset)
     if raw is None:  # retention took it between the lookup and now
         raise MessageNotFoundError(f"no transaction {msg_id_hex(msg_id)} on this broker")
-    fields = {"group": group, "msg_id": half.msg_id,
-              "topic": half.properties.get(REAL_TOPIC, "")}
+    topic = half.properties.get(REAL_TOPIC, "")
+    fields = {"group": group, "msg_id": half.msg_id, "topic": topic}
+    auth = ctx.auth
     for producer in ctx.producers.pick(group):
+        if auth is not None and not auth.may_publish(producer.access_key, topic):
+            continue  # a member of the group that may not publish there learns nothing of it
         push_id = next(_push_ids) & _MAX_REQUEST_ID
         if producer.push(request(RequestCode.CHECK_TRANSACTION, push_id, fields, raw,
                                  oneway=True)):

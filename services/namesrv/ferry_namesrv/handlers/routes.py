@@ -7,6 +7,7 @@ from aiohttp import web
 from ferry.errors import AlreadyExistsError, BusyError, TopicNotFoundError
 from ferry.names import is_internal, validate_topic
 from ferry.routing import TopicConfig
+from ferry.service.auth import access_key_of
 from ferry.service.errors import json_response
 
 from ferry_namesrv.context import NamesrvContext, ctx
@@ -23,32 +24,41 @@ async def get_route(request: web.Request) -> web.Response:
     create = request.query.get("create", "").lower() in _TRUE
     route = c.ready_cache().route(topic)
     if route is None and create:
-        route = await _auto_create(c, topic)
+        route = await _auto_create(c, topic, access_key_of(request))
     if route is None:
         raise TopicNotFoundError(f"topic {topic!r} does not exist"
                                  + ("" if create else " (ask with ?create=1 to create it)"))
     return json_response(route)
 
 
-async def _auto_create(c: NamesrvContext, topic: str) -> dict[str, object] | None:
-    """Create `topic` with the default queue count over every master.
+async def _auto_create(c: NamesrvContext, topic: str,
+                       identity: str | None) -> dict[str, object] | None:
+    """Create `topic` with the default queue count over every master, for `identity`.
 
     The put is create-only, so of several namesrv instances (or clients)
     creating at once exactly one writes and all answer with that config.
     Internal topics (`%RETRY%...`) are created by brokers, never here.
+    The topic limits (topic_quota.py) are checked first.
     """
     if not c.config.auto_create_topics:
         raise TopicNotFoundError(f"topic {topic!r} does not exist and auto-create is off")
     if is_internal(topic):
         raise TopicNotFoundError(f"internal topic {topic!r} does not exist")
     cfg = TopicConfig(topic, queues=c.config.default_queues)
+    c.quota.reserve(topic, identity, len(c.cache.topics))
     try:
         revision = await c.registry.put_topic(cfg, create_only=True)
-        log.info("auto-created topic", extra={"topic": topic, "queues": cfg.queues})
-        await visible(c.cache, revision)
     except AlreadyExistsError:
+        c.quota.release(identity)
         # Someone else created it a moment ago; wait for our watch to bring it.
         await _catch_up(c, topic)
+        return c.cache.route(topic)
+    except BaseException:
+        c.quota.release(identity)
+        raise
+    log.info("auto-created topic", extra={"topic": topic, "queues": cfg.queues,
+                                          "identity": identity})
+    await visible(c.cache, revision)
     return c.cache.route(topic)
 
 

@@ -4,22 +4,21 @@ Messages cannot be deleted from a log, so the DLQ is read from the group's
 own committed offset on each `%DLQ%<group>` queue: `messages` (`ferry dlq
 list`) shows what lies after it, `purge` moves it to the end (the messages stay stored until
 retention removes them, but are no longer listed), and `resend` sends
-messages back with SEND_BACK (reconsume_times 0, no delay, their
-`ORIGIN_TOPIC`), so that they return through `%RETRY%<group>` to that group
-only. `resend` of every message also moves the committed offset past what it
+messages back with SEND_BACK naming each dead letter where it is stored
+(reconsume_times 0, no delay; the broker copies it with its `ORIGIN_TOPIC`),
+so that they return through `%RETRY%<group>` to that group only. `resend` of every message also moves the committed offset past what it
 resent; resending one id leaves the DLQ as it is.
 """
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 
-from ferry.client.consuming.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_entry
+from ferry.client.consuming.retry import DEFAULT_MAX_RECONSUME_TIMES, send_back_fields
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import ConsumerRecord, TopicQueue
 from ferry.client.core.namesrv import RouteCache
 from ferry.client.core.offsets import broker_addr, queue_bounds
 from ferry.client.reading.ranges import read_range
-from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import TopicNotFoundError
 from ferry.names import dlq_topic
 from ferry.wire import RequestCode
@@ -106,7 +105,6 @@ class DeadLetterQueue:
 
     async def _send_back(self, record: ConsumerRecord, max_reconsume_times: int) -> None:
         addr = await broker_addr(self.routes, record.topic_queue)
-        topic = record.properties.get(ORIGIN_TOPIC) or record.topic
-        await self.pool.request(addr, RequestCode.SEND_BACK, {
-            "group": self.group, "topic": topic, "reconsume_times": 0, "delay_ms": 0,
-            "max_reconsume_times": max_reconsume_times}, send_back_entry(record))
+        await self.pool.request(addr, RequestCode.SEND_BACK, send_back_fields(
+            record, self.group, reconsume_times=0, delay_ms=0,
+            max_reconsume_times=max_reconsume_times))

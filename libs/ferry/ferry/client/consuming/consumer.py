@@ -134,7 +134,7 @@ class Consumer(AsyncClient):
                                     self._pool)
         # Called on every getmany() and iteration step: bound once.
         self._promote = self._positions.promote
-        self._nacker = Nacker(SendBack(self._pool, self._routes, self.group, routes_seen.values),
+        self._nacker = Nacker(SendBack(self._pool, self._routes, self.group),
                               self._pending, max_reconsume_times=max_reconsume_times,
                               retry_backoff_ms=retry_backoff_ms)
         # None: the group's consume_from decides, read at start

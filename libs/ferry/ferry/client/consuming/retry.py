@@ -1,14 +1,17 @@
 """Consumer retries: the group's retry policy, positions whose outcome is pending, SEND_BACK.
 
-A nacked record goes back to a broker with SEND_BACK (docs/protocol.md, 21):
-the broker stores a copy in `%RETRY%<group>` (through `%SCHEDULE%` when the
-back-off is above 0) or, past `max_reconsume_times`, in `%DLQ%<group>`. Until
-a broker acknowledged that copy, the record's position is held in
-`PendingOffsets`, and the consumer commits no queue past its lowest pending
-offset: a consumer that dies meanwhile leaves the message to be delivered
-again, never lost. A send-back that fails is tried again, on the record's
-broker and then on every other master broker known (any broker accepts
-SEND_BACK), with growing back-off, until it succeeds or the consumer stops.
+A nacked record goes back to the broker that stores it with SEND_BACK
+(docs/protocol.md, 21), which names the record (its queue, offset and id),
+not its content: the broker copies its own stored record to `%RETRY%<group>`
+(through `%SCHEDULE%` when the back-off is above 0) or, past
+`max_reconsume_times`, to `%DLQ%<group>`. Until the broker acknowledged that
+copy, the record's position is held in `PendingOffsets`, and the consumer
+commits no queue past its lowest pending offset: a consumer that dies
+meanwhile leaves the message to be delivered again, never lost. A send-back
+that fails is tried again on the record's broker (its master now: a promoted
+slave holds the same log), with growing back-off, until it succeeds, the
+broker refuses it for good (a non-retriable error: raised, the position stays
+pending) or the consumer stops.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +28,19 @@ from opentelemetry.trace import Span
 
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import ConsumerRecord, TopicQueue
-from ferry.client.core.namesrv import RouteCache, TopicRoute
-from ferry.client.core.tracing import TRACED, end_settle, start_settle
-from ferry.codec.properties import encode_properties
-from ferry.errors import FerryError, InvalidDelayError
+from ferry.client.core.namesrv import RouteCache
+from ferry.client.core.tracing import end_settle, start_settle
+from ferry.codec import TRACEPARENT, TRACESTATE
+from ferry.errors import (
+    AccessDeniedError,
+    FerryError,
+    InvalidDelayError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageNotFoundError,
+)
 from ferry.telemetry import inject
-from ferry.wire import RequestCode, WireMessage, encode_messages
+from ferry.wire import RequestCode
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +54,10 @@ DEFAULT_RETRY_BACKOFF_MS: tuple[int, ...] = (
 #: Waits between attempts of one failing send-back: doubling from the first to the last.
 SEND_BACK_FIRST_BACKOFF_MS = 100
 SEND_BACK_MAX_BACKOFF_MS = 10_000
+#: Answers to a SEND_BACK that another attempt would get again (the record is not
+#: where it was read, or this identity may not send it back): raised at once.
+_REFUSED_FOR_GOOD = (MessageNotFoundError, AccessDeniedError, MalformedRequestError,
+                    InvalidNameError)
 _STOPPED = ("the consumer stopped before the nack of {} was stored; its position is not "
             "committed, so it will be delivered again")
 
@@ -118,21 +132,27 @@ class PendingOffsets:
         return sum(sum(c.values()) for c in self._by_queue.values())
 
 
-def send_back_entry(record: ConsumerRecord, span: Span | None = None) -> bytes:
-    """The record as one SEND entry: same id, born time, tags, keys, properties, body.
+def send_back_fields(record: ConsumerRecord, group: str, *, reconsume_times: int,
+                     delay_ms: int, max_reconsume_times: int,
+                     span: Span | None = None) -> dict[str, Any]:
+    """The SEND_BACK fields naming `record` where it is stored (the request has no body).
 
-    A traced record's copy carries the send-back span's context instead of its
-    own (and the TRACED flag), so its later hops are children of `retry`.
+    A traced record's copy carries the send-back span's context (`traceparent`,
+    `tracestate`), so its later hops are children of `retry`.
     """
-    props = dict(record.properties)
-    flags = 0
+    fields: dict[str, Any] = {
+        "group": group, "topic": record.stored_topic, "queue_id": record.queue_id,
+        "queue_offset": record.queue_offset, "msg_id": record.msg_id,
+        "reconsume_times": reconsume_times, "delay_ms": delay_ms,
+        "max_reconsume_times": max_reconsume_times}
     if span is not None:
-        inject(props, trace.set_span_in_context(span))
-        flags = TRACED
-    return encode_messages([WireMessage(
-        body=record.body, msg_id=bytes.fromhex(record.msg_id), born_ts_ms=record.born_ts_ms,
-        tags=record.tags or "", keys=" ".join(record.keys), flags=flags,
-        properties=encode_properties(props) if props else b"")])
+        context: dict[str, str] = {}
+        inject(context, trace.set_span_in_context(span))
+        if TRACEPARENT in context:
+            fields["traceparent"] = context[TRACEPARENT]
+            if context.get(TRACESTATE):
+                fields["tracestate"] = context[TRACESTATE]
+    return fields
 
 
 def check_delay(delay_ms: object) -> int:
@@ -142,69 +162,61 @@ def check_delay(delay_ms: object) -> int:
 
 
 class SendBack:
-    """SEND_BACK of nacked records, tried again until a broker stores them or it is closed."""
+    """SEND_BACK of nacked records to the broker that stores each, tried again until it
+    stores them, refuses them for good, or this is closed."""
 
-    def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str,
-                 known_routes: Callable[[], Iterable[TopicRoute]]) -> None:
+    def __init__(self, pool: ConnectionPool, routes: RouteCache, group: str) -> None:
         self.pool = pool
         self.routes = routes
         self.group = group
-        self.known_routes = known_routes
         self.closed = False
 
     async def send(self, record: ConsumerRecord, *, reconsume_times: int, delay_ms: int,
                    max_reconsume_times: int) -> dict[str, Any]:
         """Store the copy; returns the broker's answer (`target`, `queue_offset`)."""
-        fields = {"group": self.group, "topic": record.stored_topic,
-                  "reconsume_times": reconsume_times, "delay_ms": delay_ms,
-                  "max_reconsume_times": max_reconsume_times}
         span = start_settle(record, self.group, reconsume_times, max_reconsume_times)
-        body = send_back_entry(record, span)
+        fields = send_back_fields(record, self.group, reconsume_times=reconsume_times,
+                                  delay_ms=delay_ms, max_reconsume_times=max_reconsume_times,
+                                  span=span)
         if span is None:
-            return await self._send(record, fields, body)
+            return await self._send(record, fields)
         try:
-            answer = await self._send(record, fields, body)
+            answer = await self._send(record, fields)
         except BaseException as exc:
             end_settle(span, None, exc)
             raise
         end_settle(span, answer)
         return answer
 
-    async def _send(self, record: ConsumerRecord, fields: dict[str, Any], body: bytes
-                    ) -> dict[str, Any]:
+    async def _send(self, record: ConsumerRecord, fields: dict[str, Any]) -> dict[str, Any]:
         reconsume_times = fields["reconsume_times"]
         backoff_ms = SEND_BACK_FIRST_BACKOFF_MS
-        attempt = 0
         while not self.closed:
-            addrs = await self._candidates(record)
-            for addr in addrs[attempt % len(addrs):] if addrs else ():
+            addr = await self._master_of(record)
+            if addr:
                 try:
-                    resp = await self.pool.request(addr, RequestCode.SEND_BACK, fields, body)
+                    resp = await self.pool.request(addr, RequestCode.SEND_BACK, fields)
                     return dict(resp.fields)
                 except FerryError as exc:
+                    if isinstance(exc, _REFUSED_FOR_GOOD):
+                        raise   # trying again cannot help: the position stays pending
                     log.warning("send-back of %s (attempt %d) to %s failed: %s",
                                 record.msg_id, reconsume_times, addr, exc)
-                    if self.closed:
-                        break
-            attempt += 1
+            if self.closed:
+                break
             self.routes.invalidate(record.stored_topic)
             await asyncio.sleep(backoff_ms / 1000)
             backoff_ms = min(backoff_ms * 2, SEND_BACK_MAX_BACKOFF_MS)
         raise FerryError(_STOPPED.format(record.msg_id))
 
-    async def _candidates(self, record: ConsumerRecord) -> list[str]:
-        """The record's own broker first, then every other master known."""
-        first: list[str] = []
+    async def _master_of(self, record: ConsumerRecord) -> str | None:
+        """The address of the master of the broker that stores `record` (None: not known now)."""
         try:
             route = await self.routes.route(record.stored_topic)
-            addr = route.broker_addr(record.broker)
-            if addr:
-                first.append(addr)
         except FerryError as exc:
             log.info("no route for %s now: %s", record.stored_topic, exc)
-        others = sorted({b.master for r in self.known_routes() for b in r.brokers
-                         if b.master} - set(first))
-        return first + others
+            return None
+        return route.broker_addr(record.broker) or None
 
 
 class Nacker:
