@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ferry.errors import BusyError, NoPermissionError, TopicNotFoundError
-from ferry.names import SCHEDULE_TOPIC, is_internal
+from ferry.names import HALF_TOPIC, OP_TOPIC, SCHEDULE_TOPIC, is_internal
 
 from ferry_broker.config import BrokerConfig
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ferry.routing import GroupConfig, RegistryCache, TopicConfig
 
 SCHEDULE_QUEUES = 4
+#: Internal topics every broker has (created on first use, with fixed queue counts).
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC})
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
 
 
@@ -80,6 +82,17 @@ class TopicManager:
         queues = self._local[topic] = internal_queues(topic, self._config.default_queues)
         self._notify(topic)
         return queues
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues `topic` has on this broker by its config (0: none here): etcd's
+        config when this broker serves it, else created here, else a system topic's fixed
+        count. (Queues the store holds exist too: the caller asks the store.)"""
+        cfg = self.configured(topic)
+        if cfg is not None:
+            return cfg.queues if self._serves(cfg) else 0
+        if topic in SYSTEM_TOPICS:
+            return internal_queues(topic, self._config.default_queues)
+        return self._local.get(topic, 0)
 
     def check_readable(self, topic: str) -> None:
         """Refuse a PULL on a topic that is configured but not readable here."""
