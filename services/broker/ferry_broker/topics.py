@@ -86,13 +86,20 @@ class TopicManager:
     def queue_count(self, topic: str) -> int:
         """How many queues `topic` has on this broker by its config (0: none here): etcd's
         config when this broker serves it, else created here, else a system topic's fixed
-        count. (Queues the store holds exist too: the caller asks the store.)"""
+        count, else as a live member of this broker's group registered it (a slave's view
+        of a topic its master created). (Queues the store holds exist too: the caller
+        asks the store.)"""
         cfg = self.configured(topic)
         if cfg is not None:
             return cfg.queues if self._serves(cfg) else 0
         if topic in SYSTEM_TOPICS:
             return internal_queues(topic, self._config.default_queues)
-        return self._local.get(topic, 0)
+        local = self._local.get(topic)
+        if local is not None or self._cache is None:
+            return local or 0
+        me = (self._config.cluster, self._config.name)
+        return max((info.topics.get(topic, 0) for key, info in self._cache.brokers.items()
+                    if key[:2] == me), default=0)
 
     def check_readable(self, topic: str) -> None:
         """Refuse a PULL on a topic that is configured but not readable here."""
