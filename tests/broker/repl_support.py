@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ferry.store import MessageIn, MessageStore, StoreConfig
 from ferry.store.epochs import EpochLog
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.replication import ReplicaFollower, ReplicationServer
 from ferry_broker.replication import protocol as p
 from ferry_broker.replication.admission import Authenticate
@@ -41,8 +42,8 @@ class Master:
 
     store: MessageStore
     epochs: EpochLog
+    offsets: ConsumerOffsetManager   # what the links send as OFFSETS
     epoch: int = 1
-    offsets: bytes = b""
     peers: set[int] = field(default_factory=lambda: {1, 2, 3})
     lag_bytes_max: int = 1 << 20
     server: ReplicationServer | None = None
@@ -53,7 +54,7 @@ class Master:
         self.server = ReplicationServer(
             self.store, self.epochs, cluster=CLUSTER, name=NAME, broker_id=0,
             epoch=lambda: self.epoch, is_peer=lambda i: i in self.peers,
-            offsets_snapshot=lambda: self.offsets, lag_bytes_max=self.lag_bytes_max,
+            offsets=self.offsets, lag_bytes_max=self.lag_bytes_max,
             listener=self.listener, authenticate=self.authenticate)
         await self.server.start("127.0.0.1", port)
 
@@ -93,7 +94,7 @@ def open_master(root: Path, epoch: int = 1) -> Master:
     epochs = EpochLog(str(root))
     if epochs.last is None or epochs.last[0] < epoch:
         epochs.append(epoch, store.commit_log_max_offset)
-    return Master(store, epochs, epoch)
+    return Master(store, epochs, ConsumerOffsetManager(root / "consumer_offsets.json"), epoch)
 
 
 def open_slave(root: Path, broker_id: int = 1, **store_kw: object) -> Slave:

@@ -7,11 +7,17 @@ import time
 from pathlib import Path
 
 import pytest
-from ferry.errors import BusyError, StoreError
+from ferry.errors import AccessDeniedError, BusyError, StoreError
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
 from ferry_broker.long_poll import LongPollManager
+
+
+def whole_table(mgr: ConsumerOffsetManager) -> bytes:
+    """The table as the first OFFSETS frame of a new link carries it (one batch here)."""
+    (payload,) = mgr.encode_changes(mgr.changes_since(-1)[1], 1 << 20)
+    return payload
 
 
 def test_offsets_survive_save_and_load(tmp_path: Path) -> None:
@@ -56,10 +62,48 @@ def test_offsets_keep_the_history_committed_with_them(tmp_path: Path) -> None:
     again.commit("g", "t", 0, 5)   # committed again without one: forgotten
     assert again.query_hist("g", "t", 0) is None
     slave = ConsumerOffsetManager(tmp_path / "s.json")
-    slave.merge_snapshot(mgr.snapshot_bytes(), lambda t, q: 4)   # clamped: no history
+    slave.merge_snapshot(whole_table(mgr), lambda t, q: 4)   # clamped: no history
     assert slave.query("g", "t", 0) == 4 and slave.query_hist("g", "t", 0) is None
-    slave.merge_snapshot(mgr.snapshot_bytes(), lambda t, q: 10)
+    slave.merge_snapshot(whole_table(mgr), lambda t, q: 10)
     assert slave.query_hist("g", "t", 0) == "E3"
+
+
+def test_offsets_an_identitys_entries_are_capped_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "o.json"
+    mgr = ConsumerOffsetManager(path, max_per_identity=2)
+    mgr.commit("g", "t", 0, 1, identity="ak")
+    mgr.commit("g", "t", 1, 1, identity="ak")
+    with pytest.raises(AccessDeniedError, match="OFFSETS_MAX_PER_IDENTITY"):
+        mgr.commit("g", "t", 2, 1, identity="ak")
+    mgr.commit("g", "t", 1, 5, identity="ak")   # its existing entries still move
+    mgr.commit("g", "t", 2, 1, identity="other")
+    mgr.commit("g", "t", 3, 1)                  # auth off: no identity, no cap
+    mgr.save()
+    again = ConsumerOffsetManager(path, max_per_identity=2)
+    again.load()   # who created what is in the file: a restart does not reset the count
+    assert again.created_by("ak") == 2 and again.created_by("other") == 1
+    with pytest.raises(AccessDeniedError):
+        again.commit("g", "t", 4, 1, identity="ak")
+    assert again.query("g", "t", 1) == 5 and again.query("g", "t", 4) == -1
+
+
+def test_offsets_changes_since_walks_back_only_over_what_changed(tmp_path: Path) -> None:
+    mgr = ConsumerOffsetManager(tmp_path / "o.json")
+    for q in range(5):
+        mgr.commit("g", "t", q, 1)
+    seen, _ = mgr.changes_since(-1)
+    mgr.commit("g", "t", 1, 2)
+    mgr.commit("g", "t", 1, 2)   # no change, no new version
+    mgr.commit("g", "t", 3, 4, "E2")
+    version, changes = mgr.changes_since(seen)
+    assert version == seen + 2
+    assert [(key, e.offset, e.hist) for key, e in changes] == [
+        (("g", "t", 3), 4, "E2"), (("g", "t", 1), 2, None)]
+    assert mgr.changes_since(version) == (version, [])
+    assert len(mgr.changes_since(-1)[1]) == 5
+    with pytest.raises(StoreError):
+        mgr.merge_snapshot(b'{"version": 2, "entries": [["g", "t", "0", 1, null, null]]}',
+                           lambda t, q: 10)
 
 
 def test_offsets_corrupt_file_is_a_store_error(tmp_path: Path) -> None:
@@ -152,7 +196,7 @@ def test_offsets_table_is_bounded_and_snapshots_are_copies(tmp_path: Path) -> No
     mgr.commit("g", "t", 1, 9)  # an existing entry still moves
     version, table = mgr.snapshot()
     mgr.commit("g", "t", 0, 5)
-    assert table[0][("g", "t", 0)] == 1  # the snapshot does not follow later commits
+    assert table[("g", "t", 0)].offset == 1  # the snapshot does not follow later commits
     mgr.write_snapshot(version, table)
     assert b" " not in (tmp_path / "o.json").read_bytes()  # compact
 

@@ -6,7 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ferry.errors import InvalidNameError, MalformedRequestError, MessageNotFoundError
+from ferry.errors import (
+    InvalidNameError,
+    MalformedRequestError,
+    MessageNotFoundError,
+    TopicNotFoundError,
+)
 from ferry.store import iter_records
 from ferry.wire import RequestCode
 
@@ -19,9 +24,17 @@ pytestmark = pytest.mark.integration
 
 async def test_commit_and_query_offset(client: WireClient) -> None:
     q = {"group": "g1", "topic": "offs", "queue_id": 3}
+    with pytest.raises(TopicNotFoundError):   # no such topic yet: nothing to commit for
+        await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 0})
+    await client.send("offs", 3, [message(b"x")] * 50)
     assert (await client.call(RequestCode.QUERY_OFFSET, q)).fields["offset"] == -1
     await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 42})
     assert (await client.call(RequestCode.QUERY_OFFSET, q)).fields["offset"] == 42
+    # Past the queue's end (50): lowered to it, never a skip of what is written next.
+    await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 90})
+    assert (await client.call(RequestCode.QUERY_OFFSET, q)).fields["offset"] == 50
+    with pytest.raises(TopicNotFoundError):   # the topic has 8 queues here (DEFAULT_QUEUES)
+        await client.call(RequestCode.COMMIT_OFFSET, {**q, "queue_id": 8, "offset": 0})
     with pytest.raises(MalformedRequestError):
         await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": -1})
     with pytest.raises(InvalidNameError):
@@ -32,6 +45,7 @@ async def test_offsets_persist_across_restart(tmp_path: Path, etcd: Etcd) -> Non
     b = start_broker(tmp_path / "one", etcd, data_dir=tmp_path / "data")
     c = await b.client()
     await c.send("persist", 0, [message(b"x")] * 5)
+    await c.send("persist", 1, [message(b"x")] * 7)
     for qid, offset in ((0, 5), (1, 7)):
         await c.call(RequestCode.COMMIT_OFFSET,
                      {"group": "pg", "topic": "persist", "queue_id": qid, "offset": offset})

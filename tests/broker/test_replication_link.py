@@ -3,8 +3,10 @@
 What a broker relies on: the slave's log becomes byte-identical to the master's
 while puts go on, a returning old master drops its diverged tail and then equals
 the new master, sync waits resolve on acknowledgement and fail fast without a
-slave, a follower reconnects after the master restarts, offsets and appended
-queues reach the slave's callbacks.
+slave, a follower reconnects after the master restarts, appended queues reach
+the slave's callback; the consumer-offset table reaches it whole, in frames of at
+most CHUNK_BYTES however large (issue 24: the old single snapshot of 16 MiB or more
+was silently not sent), then only what changed, once per change.
 """
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from pathlib import Path
 import pytest
 from ferry.errors import SlaveNotAvailableError
 from ferry.store import FlushMode
+from ferry_broker.consumer_offsets import ConsumerOffsetManager
+from ferry_broker.offsets_codec import decode_changes, encode_file
+from ferry_broker.replication import master as master_module
 from ferry_broker.replication import protocol as p
 
 from tests.broker.repl_support import (
@@ -169,23 +174,6 @@ async def test_follower_reconnects_after_the_master_restarts(master: Master,
     assert slave.follower.status()["connected"] is True
 
 
-async def test_offsets_snapshots_and_the_master_end_reach_the_slave(master: Master,
-                                                                     slave: Slave) -> None:
-    assert slave.follower is not None
-    first = b'{"version":1,"offsets":{"g":{"orders":{"0":5}}}}'
-    master.offsets = first
-    end = master.put(3, random.Random(6))
-    await slave.follower.follow(master.addr, 1)
-    await until(lambda: first in slave.offsets)
-    second = b'{"version":1,"offsets":{"g":{"orders":{"0":9}}}}'
-    master.offsets = second
-    await until(lambda: slave.offsets[-1] == second)
-    assert slave.offsets.count(first) == 1  # an unchanged snapshot is not sent again
-    status = slave.follower.status()
-    assert status == {"master": master.addr, "epoch": 1, "end_offset": end, "master_end": end,
-                      "lag_bytes": 0, "connected": True}
-
-
 async def test_a_refused_follower_keeps_retrying_and_links_once_allowed(
         master: Master, slave: Slave) -> None:
     assert master.server is not None and slave.follower is not None
@@ -262,3 +250,54 @@ async def test_a_sync_flush_slave_acknowledges_only_durable_chunks(
     finally:
         await s.follower.stop()
         s.store.close()
+
+
+def received(slave: Slave) -> list[tuple]:
+    return [change for payload in slave.offsets for change in decode_changes(payload)]
+
+
+async def test_the_table_then_only_its_changes_reach_the_slave(master: Master,
+                                                               slave: Slave) -> None:
+    master.offsets.commit("g", "orders", 0, 5)
+    end = master.put(3, random.Random(6))
+    await slave.follower.follow(master.addr, 1)
+    await until(lambda: len(slave.offsets) == 1)
+    assert received(slave) == [(("g", "orders", 0), 5, None, None)]
+    master.offsets.commit("g", "orders", 0, 9, "E1")
+    master.offsets.commit("h", "audit", 1, 2, identity="ak-h")
+    await until(lambda: len(slave.offsets) == 2)
+    assert decode_changes(slave.offsets[1]) == [(("h", "audit", 1), 2, None, "ak-h"),
+                                                (("g", "orders", 0), 9, "E1", None)]
+    # Intervals with no change send nothing; the next change alone goes out.
+    await asyncio.sleep(2.5 * master_module.OFFSETS_INTERVAL_MS / 1000)
+    assert len(slave.offsets) == 2
+    master.offsets.commit("g", "orders", 0, 9, "E1")   # no change
+    master.offsets.commit("g", "orders", 1, 4)
+    await until(lambda: len(slave.offsets) == 3)
+    assert decode_changes(slave.offsets[2]) == [(("g", "orders", 1), 4, None, None)]
+    status = slave.follower.status()
+    assert status["master_end"] == end and status["connected"] is True
+
+
+async def test_a_table_over_the_frame_limit_reaches_the_slave_whole(
+        master: Master, slave: Slave, tmp_path: Path) -> None:
+    """The file encoding of this table exceeds MAX_FRAME_BYTES: the old master logged and
+    sent nothing. Now it goes out in frames of at most CHUNK_BYTES, and a slave's table
+    merged from them equals the master's."""
+    rng = random.Random(24)
+    groups = [f"g{i:05d}-" + "x" * 120 for i in range(1100)]
+    topics = [f"t{j:03d}-" + "y" * 120 for j in range(60)]
+    for group in groups:
+        for topic in topics:
+            master.offsets.commit(group, topic, 0, rng.randint(0, 10**12),
+                                  rng.randbytes(16).hex())
+    table = master.offsets.snapshot()[1]
+    assert len(encode_file(table)) > p.MAX_FRAME_BYTES
+    await slave.follower.follow(master.addr, 1)
+    await until(lambda: len(received(slave)) >= len(table), timeout_s=60)
+    assert all(len(payload) <= p.CHUNK_BYTES for payload in slave.offsets)
+    copy = ConsumerOffsetManager(tmp_path / "copy.json")
+    for payload in slave.offsets:
+        copy.merge_snapshot(payload, lambda t, q: 10**13)
+    assert dict(copy.items()) == dict(master.offsets.items())
+    assert all(copy.query_hist(*key) == entry.hist for key, entry in table.items())

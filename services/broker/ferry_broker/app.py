@@ -104,7 +104,8 @@ class BrokerApp(ServiceApp):
         setup_tracing(TRACE_SERVICE, namesrv=cfg.namesrv or None)
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         store = open_store(cfg)
-        offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE)
+        offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE, cfg.offsets_max_entries,
+                                        cfg.offsets_max_per_identity)
         try:
             offsets.load()
         except BaseException:

@@ -70,6 +70,10 @@ class BrokerConfig:
     log_level: str = "INFO"
     consumer_expiry_ms: int = 30_000
     offsets_flush_interval_ms: int = 5000
+    # The committed-offset table's bounds (issue 24, consumer_offsets.py): entries in all,
+    # and (auth on) entries the commits of one identity may create.
+    offsets_max_entries: int = 1_000_000
+    offsets_max_per_identity: int = 100_000
     max_pull_wait_ms: int = 15_000
     max_held_pulls_per_conn: int = 256
     max_held_pulls: int = 10_000
@@ -138,6 +142,8 @@ class BrokerConfig:
             # Parked pulls are in flight too: at the in-flight limit reading
             # pauses, and the request that would get BusyError is never read.
             raise ValueError("max_held_pulls_per_conn must be below max_inflight_per_conn")
+        if self.offsets_max_entries < 1 or self.offsets_max_per_identity < 1:
+            raise ValueError("offsets_max_entries and offsets_max_per_identity must be positive")
         if self.retention_hours <= 0:
             raise ValueError("retention_hours must be positive")
         if not (0 < self.disk_retention_ratio <= self.disk_low_water_ratio

@@ -284,7 +284,7 @@ class RoleManager:
             server = ReplicationServer(
                 self._store, self.epochs, cluster=cfg.cluster, name=cfg.name, broker_id=cfg.id,
                 epoch=lambda: self.epoch, is_peer=self._is_peer,
-                offsets_snapshot=self._offsets.snapshot_bytes,
+                offsets=self._offsets,
                 lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync,
                 authenticate=self._authenticate_slave)
             await server.start(cfg.host, cfg.repl_port,

@@ -35,11 +35,13 @@ if TYPE_CHECKING:
     from ferry.routing import GroupConfig, RegistryCache, TopicConfig
 
 SCHEDULE_QUEUES = 4
+#: Internal topics every broker has (created on first use, with fixed queue counts).
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC})
 ChangeListener = Callable[[str | None], None]  # argument: the topic just created here, if any
 #: Who asked for a request (auth on: its access key); "" when nobody is known.
 IdentityOf = Callable[[Frame], str]
 #: The broker's own topics: a handful, created whatever the limits say.
-_OWN_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, TRACE_TOPIC})
+_OWN_TOPICS = SYSTEM_TOPICS | {TRACE_TOPIC}
 
 
 class TopicManager:
@@ -124,6 +126,24 @@ class TopicManager:
                                 f"{created} topics on broker {cfg.name}, its limit "
                                 f"(MAX_TOPICS_PER_IDENTITY)")
             self._created_by[identity] = created + 1
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues `topic` has on this broker by its config (0: none here): etcd's
+        config when this broker serves it, else created here, else a system topic's fixed
+        count, else as a live member of this broker's group registered it (a slave's view
+        of a topic its master created). (Queues the store holds exist too: the caller
+        asks the store.)"""
+        cfg = self.configured(topic)
+        if cfg is not None:
+            return cfg.queues if self._serves(cfg) else 0
+        if topic in SYSTEM_TOPICS:
+            return internal_queues(topic, self._config.default_queues)
+        local = self._local.get(topic)
+        if local is not None or self._cache is None:
+            return local or 0
+        me = (self._config.cluster, self._config.name)
+        return max((info.topics.get(topic, 0) for key, info in self._cache.brokers.items()
+                    if key[:2] == me), default=0)
 
     def check_readable(self, topic: str) -> None:
         """Refuse a PULL on a topic that is configured but not readable here."""

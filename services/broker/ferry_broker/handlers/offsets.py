@@ -1,6 +1,8 @@
 """Offsets: consumer commits and queries, a queue's bounds, and the offset for a time."""
 from __future__ import annotations
 
+from ferry.auth.signing import parse_wire_auth
+from ferry.errors import TopicNotFoundError
 from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
@@ -16,12 +18,22 @@ from ferry_broker.handlers.fields import (
 async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     """COMMIT_OFFSET: remember the next offset a group will read from a queue.
 
-    Like Kafka, any offset is taken (an operator may set one ahead of the queue);
-    the table is bounded instead: a new entry beyond its limit is BusyError."""
+    Only for a queue that exists on this broker (issue 24: names chosen by a client
+    must not fill the table): its topic configured here with more queues than
+    `queue_id`, or the queue in the store. An offset past the queue's end is lowered
+    to it (as the table does after a failover: a re-delivery, never a skip), without
+    its history. A new entry beyond the table's bounds is refused (consumer_offsets)."""
     f = req.fields
     group, topic, queue_id = position_fields(f)
-    offset = offset_field(f)
-    ctx.offsets.commit(group, topic, queue_id, offset, hist_field(f))
+    offset, hist = offset_field(f), hist_field(f)
+    top = ctx.store.max_offset(topic, queue_id)
+    if top == 0 and queue_id >= ctx.topics.queue_count(topic):
+        raise TopicNotFoundError(f"no queue {queue_id} of topic {topic} on broker "
+                                 f"{ctx.config.name}: nothing to commit an offset for")
+    if offset > top:
+        offset, hist = top, None
+    identity = parse_wire_auth(req.auth).access_key if ctx.auth is not None else None
+    ctx.offsets.commit(group, topic, queue_id, offset, hist, identity)
     return response(req)
 
 

@@ -12,7 +12,8 @@ acknowledged the offset. The server reports what changes that set to its
 that let a waiter time out. Without a listener (no set kept) a wait needs any one
 linked slave's ACK, and fails at once when none is linked. An idle link gets a
 HEARTBEAT with the master's end (a slave learns its lag and ACKs: the master learns
-it lives) and, when it changed, the consumer-offset snapshot about once a second.
+it lives). Beside the stream, each link sends the consumer-offset table: whole at
+first, then what changed, about once a second (offsets_feed.py).
 
 Garbage on the port (no HELLO first, bad magic, oversized or truncated frame, unknown
 type) closes that connection with a warning; a HELLO from the wrong group or an
@@ -39,6 +40,7 @@ from .admission import (
     describe_failure,
     peer_of,
 )
+from .offsets_feed import OffsetsFeed, feed_offsets
 from .waiters import AckWaiters
 from .watch import until_first_ends, watch_idle
 
@@ -48,7 +50,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_INTERVAL_MS = 500
 #: A slave silent this long (no ACK, not even to heartbeats) is dropped.
 LINK_IDLE_TIMEOUT_MS = 6_000
-#: How often a link checks whether the consumer-offset snapshot changed.
+#: How often a link checks whether the consumer-offset table changed.
 OFFSETS_INTERVAL_MS = 1_000
 #: Connections (linked slaves and handshakes in progress) served at once.
 MAX_CONNECTIONS = 32
@@ -75,7 +77,7 @@ class _Link:
     """One slave that passed the handshake: where its stream is and what it acknowledged."""
 
     __slots__ = ("broker_id", "addr", "writer", "next_offset", "acked_offset", "wake",
-                 "sent_entries", "sent_offsets", "offsets_due", "heard_at")
+                 "sent_entries", "heard_at")
 
     def __init__(self, broker_id: int, addr: str, writer: asyncio.StreamWriter, start: int,
                  entries: list[p.Entry]) -> None:
@@ -86,8 +88,6 @@ class _Link:
         self.acked_offset = start  # the slave's log agrees with ours up to here
         self.wake = asyncio.Event()
         self.sent_entries = entries
-        self.sent_offsets: bytes | None = None
-        self.offsets_due = 0.0
         self.heard_at = asyncio.get_running_loop().time()  # the slave's last frame
 
 
@@ -96,7 +96,7 @@ class ReplicationServer:
 
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
-                 offsets_snapshot: Callable[[], bytes], lag_bytes_max: int,
+                 offsets: OffsetsFeed, lag_bytes_max: int,
                  listener: InSyncListener | None = None,
                  authenticate: Authenticate | None = None) -> None:
         self.store = store
@@ -107,7 +107,7 @@ class ReplicationServer:
         self.name = name
         self.broker_id = broker_id
         self._epoch = epoch
-        self._offsets_snapshot = offsets_snapshot
+        self._offsets = offsets
         self.lag_bytes_max = lag_bytes_max
         self._links: dict[int, _Link] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -305,7 +305,8 @@ class ReplicationServer:
     async def _serve(self, link: _Link, reader: asyncio.StreamReader) -> None:
         """Stream to the slave and read its ACKs until either side ends the link."""
         await until_first_ends(self._stream(link), self._read_acks(link, reader),
-                               watch_idle(lambda: link.heard_at, LINK_IDLE_TIMEOUT_MS, "slave"))
+                               watch_idle(lambda: link.heard_at, LINK_IDLE_TIMEOUT_MS, "slave"),
+                               feed_offsets(self._offsets, link.writer, OFFSETS_INTERVAL_MS))
 
     async def _read_acks(self, link: _Link, reader: asyncio.StreamReader) -> None:
         loop = asyncio.get_running_loop()
@@ -331,16 +332,12 @@ class ReplicationServer:
                 self._listener.caught_up(link.broker_id)
 
     async def _stream(self, link: _Link) -> None:
-        """Send the log from the slave's position on, then heartbeats and offsets when idle."""
-        loop = asyncio.get_running_loop()
+        """Send the log from the slave's position on, then heartbeats when idle."""
         writer = link.writer
         while True:
             link.wake.clear()  # before reading the end: a notify() after this is not lost
             end = self.store.commit_log_max_offset
             self._send_epochs(link)
-            if loop.time() >= link.offsets_due:
-                link.offsets_due = loop.time() + OFFSETS_INTERVAL_MS / 1000
-                self._send_offsets(link)
             if link.next_offset < end:
                 # read_log copies at most CHUNK_BYTES from the page cache under the
                 # store lock: short enough for the loop (puts run here too).
@@ -361,21 +358,6 @@ class ReplicationServer:
         if entries != link.sent_entries:
             link.writer.writelines(p.encode_epochs(entries))
             link.sent_entries = entries
-
-    def _send_offsets(self, link: _Link) -> None:
-        try:
-            snapshot = self._offsets_snapshot()
-        except Exception:
-            log.exception("replication: the consumer-offset snapshot failed")
-            return
-        if snapshot == link.sent_offsets:
-            return
-        if len(snapshot) >= p.MAX_FRAME_BYTES:
-            log.warning("replication: the consumer-offset snapshot (%d bytes) exceeds a frame; "
-                        "not sent", len(snapshot))
-            return
-        link.writer.writelines(p.frame(p.FrameType.OFFSETS, snapshot))
-        link.sent_offsets = snapshot
 
     def _drop(self, link: _Link) -> None:
         if self._links.get(link.broker_id) is link:

@@ -15,7 +15,8 @@ allocated. Payloads by type (docs/replication.md "Protocol" has the tables):
     DATA      master -> slave  phy_offset i64 | master_end i64 | commit-log bytes
     ACK       slave -> master  end_offset i64
     HEARTBEAT master -> slave  master_end i64
-    OFFSETS   master -> slave  consumer-offset snapshot (ConsumerOffsetManager file format)
+    OFFSETS   master -> slave  a batch of consumer-offset entries (ferry_broker.offsets_codec,
+                               JSON version 2; at most CHUNK_BYTES)
     EPOCHS    master -> slave  entries
     AUTH      slave -> master  ts_ms i64 | nonce 16 | signature 32 | access_key str16
                                (right after HELLO, from a slave with credentials; it
@@ -39,9 +40,10 @@ from ferry.errors import MalformedRequestError
 MAGIC = 0x52595246  # b"FRYR"
 VERSION = 1
 #: Largest `length` of a frame; a DATA chunk is far smaller (CHUNK_BYTES), but one
-#: record may exceed a chunk and an offsets snapshot may be large.
+#: record may exceed a chunk.
 MAX_FRAME_BYTES = 16 << 20
-#: Bytes of commit log the master reads for one DATA frame (at least one record).
+#: Bytes of commit log the master reads for one DATA frame (at least one record); also
+#: the most one OFFSETS frame's batch of entries takes.
 CHUNK_BYTES = 1 << 20
 #: Largest str16 field a HELLO or REFUSE may carry (cluster, name, reason).
 MAX_TEXT_BYTES = 1024
