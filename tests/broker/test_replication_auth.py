@@ -1,5 +1,6 @@
-"""The replication link with auth on: a slave must sign its HELLO (AUTH frame) as an identity
-with admin `replicate`; a master with auth off ignores the AUTH frame."""
+"""The replication link with auth on: a slave must sign its HELLO (AUTH frame, sent first) for
+this master as an identity granted `replicate` on its broker id; a master with auth off ignores
+the AUTH frame."""
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,7 @@ READER = Credentials("reader", "reader-secret-0123456789")
 def broker_auth() -> BrokerAuth:
     """A BrokerAuth over identities set in memory (the etcd side is tested elsewhere)."""
     registry = AuthRegistry(EtcdRegistry("127.0.0.1:1"))
-    for creds, rules in ((REPLICA, [Rule("allow", "admin", ("replicate",))]),
+    for creds, rules in ((REPLICA, [Rule("allow", "broker:broker-a/*", ("replicate",))]),
                          (READER, [Rule("allow", "admin", ("read",))])):
         registry.users[creds.access_key] = User(creds.access_key, creds.signing_key, 0)
         registry.acl.set_rules(creds.access_key, rules)
@@ -36,7 +37,7 @@ def broker_auth() -> BrokerAuth:
 @pytest.fixture
 async def master(tmp_path: Path) -> AsyncIterator[Master]:
     m = open_master(tmp_path / "master")
-    m.authenticate = broker_auth().authenticate_slave
+    m.auth = broker_auth()
     await m.start()
     yield m
     assert m.server is not None
@@ -69,12 +70,12 @@ async def test_slaves_without_the_right_identity_are_refused(
     assert master.server is not None
     master.put(5, random.Random(1))
     refused = slave(slaves, tmp_path / "refused", credentials)
-    await refused.follower.follow(master.addr, 1)
+    await refused.follower.follow(master.addr, 1, 0)
     await asyncio.sleep(0.5)  # a few refused attempts (not a timing assertion)
     assert refused.follower.status()["connected"] is False and not master.server.slaves()
     # The master goes on serving a slave with the right identity.
     good = slave(slaves, tmp_path / "good", REPLICA)
-    await good.follower.follow(master.addr, 1)
+    await good.follower.follow(master.addr, 1, 0)
     await until(lambda: good.store.commit_log_max_offset == master.store.commit_log_max_offset)
 
 
@@ -85,7 +86,7 @@ async def test_a_master_with_auth_off_ignores_the_auth_frame(
     try:
         m.put(5, random.Random(2))
         s = slave(slaves, tmp_path / "signed", REPLICA)
-        await s.follower.follow(m.addr, 1)
+        await s.follower.follow(m.addr, 1, 0)
         await until(lambda: s.store.commit_log_max_offset == m.store.commit_log_max_offset)
         m.put(3, random.Random(3))   # acks keep flowing after the ignored AUTH frame
         await until(lambda: s.store.commit_log_max_offset == m.store.commit_log_max_offset)

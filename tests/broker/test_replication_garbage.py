@@ -33,7 +33,7 @@ async def _still_serves(master: Master, root: Path) -> None:
     s = open_slave(root)
     assert s.follower is not None
     try:
-        await s.follower.follow(master.addr, master.epoch)
+        await s.follower.follow(master.addr, master.epoch, 0)
         master.put(5, random.Random(10))
         await until(lambda: s.store.commit_log_max_offset == master.store.commit_log_max_offset)
         assert whole_log(s.store) == whole_log(master.store)

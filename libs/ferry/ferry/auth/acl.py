@@ -5,8 +5,10 @@ A rule is {effect: allow|deny, resource, actions}. Resources:
 - `topic:<glob>` — actions `pub` (send), `sub` (read its messages);
 - `group:<glob>` — actions `consume` (pull, commit, heartbeat, locks, nack as
   that group), `reset` (move the group's offsets);
+- `broker:<name glob>/<id glob>` — action `replicate` (link to the group's master
+  as that broker id, e.g. `broker:broker-a/1`);
 - `admin` — actions are areas: `topics`, `groups`, `users`, `dlq`, `delay`,
-  `txn`, `replicate`, `read` (stats and queries).
+  `txn`, `read` (stats and queries).
 
 `*` in `actions` means every action of the resource. Globs are fnmatch-style
 (`*`, `?`, `[..]`, case-sensitive); a glob that does not itself start with `%`
@@ -31,11 +33,14 @@ EFFECTS = (ALLOW, DENY)
 ACTIONS: dict[str, tuple[str, ...]] = {
     "topic": ("pub", "sub"),
     "group": ("consume", "reset"),
-    "admin": ("topics", "groups", "users", "dlq", "delay", "txn", "replicate", "read"),
+    "broker": ("replicate",),
+    "admin": ("topics", "groups", "users", "dlq", "delay", "txn", "read"),
 }
 ANY_ACTION = "*"
 #: A glob is a name pattern: name characters, the glob characters, and % for internal names.
 _GLOB = re.compile(r"[A-Za-z0-9_%*?\[\]!-]{1,200}")
+#: A broker pattern: a group name glob, "/", a broker id glob (`*` alone: every broker).
+_BROKER_GLOB = re.compile(r"\*|[A-Za-z0-9_*?\[\]!-]{1,127}/[0-9*?\[\]!-]{1,20}")
 #: Decisions cached per (access key, action, resource); the cache is cleared past this.
 MAX_CACHED_DECISIONS = 65_536
 #: Rules per identity at most (a limit like every other).
@@ -69,13 +74,20 @@ class Rule:
         if kind not in ACTIONS or (kind == "admin") != (resource == "admin"):
             raise MalformedRequestError(
                 f"bad resource {resource!r}: use topic:<glob>, group:<glob> or admin")
-        if kind != "admin" and not _GLOB.fullmatch(name):
+        if kind == "broker" and not _BROKER_GLOB.fullmatch(name):
+            raise MalformedRequestError(f"bad broker pattern {name!r} in resource {resource!r}: "
+                                        "use broker:<name>/<id>, globs allowed")
+        if kind not in ("admin", "broker") and not _GLOB.fullmatch(name):
             raise MalformedRequestError(f"bad name pattern {name!r} in resource {resource!r}")
         if isinstance(actions, str):
             actions = [a.strip() for a in actions.split(",") if a.strip()]
         if not isinstance(actions, list | tuple) or not actions:
             raise MalformedRequestError("a rule's actions are a non-empty list")
         allowed = ACTIONS[kind] + (ANY_ACTION,)
+        if kind == "admin" and "replicate" in actions:
+            raise MalformedRequestError(
+                "admin 'replicate' was replaced by 'replicate' on broker:<name>/<id>: a slave's "
+                "identity is granted the broker ids it may link as (docs/security.md)")
         for action in actions:
             if action not in allowed:
                 raise MalformedRequestError(
@@ -112,7 +124,8 @@ def parse_rules(raw: object) -> tuple[Rule, ...]:
 def admin_rules() -> tuple[Rule, ...]:
     """What `ferry user add --admin` grants: every action on everything, internal names too."""
     return (Rule(ALLOW, "admin", (ANY_ACTION,)), Rule(ALLOW, "topic:*", (ANY_ACTION,)),
-            Rule(ALLOW, "topic:%*", (ANY_ACTION,)), Rule(ALLOW, "group:*", (ANY_ACTION,)))
+            Rule(ALLOW, "topic:%*", (ANY_ACTION,)), Rule(ALLOW, "group:*", (ANY_ACTION,)),
+            Rule(ALLOW, "broker:*", (ANY_ACTION,)))
 
 
 def topic_resource(topic: str) -> str:
@@ -121,6 +134,11 @@ def topic_resource(topic: str) -> str:
 
 def group_resource(group: str) -> str:
     return "group:" + group
+
+
+def broker_resource(name: str, broker_id: int) -> str:
+    """The resource a slave replicates as: broker `broker_id` of group `name`."""
+    return f"broker:{name}/{broker_id}"
 
 
 ADMIN = "admin"

@@ -61,7 +61,8 @@ def add_auth(sub: SubParsers) -> None:
     grant.add_argument("access_key")
     _resource_args(grant, required=True)
     grant.add_argument("--perm", help="actions, comma-separated: pub,sub for a topic, "
-                                      "consume,reset for a group (* = all)")
+                                      "consume,reset for a group, replicate for a broker "
+                                      "(* = all)")
     grant.add_argument("--deny", action="store_true", help="a deny rule (wins over allows)")
     grant.set_defaults(func=acl_grant)
     listing = asub.add_parser("list", help="rules of one identity, or of all")
@@ -81,13 +82,15 @@ def _resource_args(parser: argparse.ArgumentParser, *, required: bool,
     which = parser.add_mutually_exclusive_group(required=required)
     which.add_argument("--topic", metavar="GLOB", help="topics matching GLOB")
     which.add_argument("--group", metavar="GLOB", help="groups matching GLOB")
+    which.add_argument("--broker", metavar="NAME/ID",
+                       help="the broker ids a slave identity may link as (globs allowed)")
     if all_option:
         which.add_argument("--admin", action="store_true", help="the admin rules")
         which.add_argument("--all", action="store_true", help="every rule")
     else:
         which.add_argument("--admin", metavar="AREAS",
                            help="admin areas, comma-separated: topics, groups, users, dlq, "
-                                "delay, txn, replicate, read (* = all)")
+                                "delay, txn, read (* = all)")
 
 
 def _print(data: Any) -> None:
@@ -141,9 +144,17 @@ def rule_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.admin:
         return {"effect": effect, "resource": ADMIN, "actions": args.admin}
     if not args.perm:
-        raise MalformedRequestError("--perm is needed with --topic or --group")
-    kind, glob = ("topic", args.topic) if args.topic else ("group", args.group)
-    return {"effect": effect, "resource": f"{kind}:{glob}", "actions": args.perm}
+        raise MalformedRequestError("--perm is needed with --topic, --group or --broker")
+    return {"effect": effect, "resource": _resource(args), "actions": args.perm}
+
+
+def _resource(args: argparse.Namespace) -> str:
+    """The resource a grant or revoke names, from its options."""
+    if args.admin:
+        return ADMIN
+    if args.topic:
+        return f"topic:{args.topic}"
+    return f"group:{args.group}" if args.group else f"broker:{args.broker}"
 
 
 async def acl_grant(args: argparse.Namespace) -> int:
@@ -164,8 +175,7 @@ async def acl_revoke(args: argparse.Namespace) -> int:
     access_key = validate_access_key(args.access_key)
     params: dict[str, str] = {}
     if not args.all:
-        params["resource"] = (ADMIN if args.admin else
-                              f"topic:{args.topic}" if args.topic else f"group:{args.group}")
+        params["resource"] = _resource(args)
     if args.deny or args.allow:
         params["effect"] = DENY if args.deny else ALLOW
     async with _namesrv(args) as ns:
