@@ -65,6 +65,8 @@ GARBAGE = {
     + p.HELLO_HEAD.pack(p.MAGIC, p.VERSION, 1, 1, 0) + p.U16.pack(900),
     "negative end offset": hello(end=-5),
     "HTTP request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "HELLO over MAX_HELLO_BYTES": p.LENGTH.pack(p.MAX_HELLO_BYTES + 2) + b"\x01" + b"x" * 64,
+    "AUTH over MAX_AUTH_BYTES": p.LENGTH.pack(p.MAX_AUTH_BYTES + 1) + b"\x09" + b"x" * 64,
 }
 
 
