@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ferry.errors import FerryError
+from ferry.log_limit import LogLimiter
 
 from . import protocol as p
 
@@ -140,19 +141,17 @@ class PendingPeers:
     def __init__(self, limit: int = MAX_PENDING) -> None:
         self.limit = limit
         self._tasks: dict[asyncio.Task[None], None] = {}  # insertion order: oldest first
-        self.evicted = 0
+        self._limited = LogLimiter(log)  # anyone reaching the port can cause the line
 
-    def add(self, task: asyncio.Task[None]) -> bool:
-        """Take `task` in; True when an older pending connection was closed for it."""
-        evicted = False
+    def add(self, task: asyncio.Task[None], peer: str) -> None:
+        """Take in `task`, the connection from `peer`, closing the oldest beyond the limit."""
         while len(self._tasks) >= self.limit:
             oldest = next(iter(self._tasks))
             del self._tasks[oldest]
             oldest.cancel()
-            self.evicted += 1
-            evicted = True
+            self._limited.warning("evicted", "replication: %d connections not judged yet: "
+                                  "closed the oldest for %s", self.limit, peer)
         self._tasks[task] = None
-        return evicted
 
     def discard(self, task: asyncio.Task[None]) -> None:
         """`task` was judged, or ended."""

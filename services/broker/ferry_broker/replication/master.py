@@ -1,7 +1,8 @@
 """The master's side of replication: a TCP server that streams the commit log to slaves.
 
 Each slave opens a link with HELLO (its id, the epoch it follows, its log end and
-its epoch entries). The master checks the peer, computes where the two logs stop
+its epoch entries; with auth on an AUTH frame first, see admission.py). The master
+checks the peer, computes where the two logs stop
 agreeing (`divergence_point`), answers WELCOME (start there, plus its own epoch
 entries) and streams DATA chunks from `read_log` whenever `notify()` says new
 records were put or the slave is behind. The slave ACKs its new end after each
@@ -15,8 +16,8 @@ HEARTBEAT with the master's end (a slave learns its lag and ACKs: the master lea
 it lives) and, when it changed, the consumer-offset snapshot about once a second.
 
 Garbage on the port (no HELLO first, bad magic, oversized or truncated frame, unknown
-type) closes that connection with a warning; a HELLO from the wrong group or an
-unknown peer gets a REFUSE and a close. The server goes on either way.
+type) closes that connection with a warning; a HELLO from the wrong group, an unknown
+peer or a linked one gets a REFUSE and a close. The server goes on either way.
 """
 from __future__ import annotations
 
@@ -245,10 +246,7 @@ class ReplicationServer:
                                       peer, MAX_CONNECTIONS)
                 return
             self._tasks.add(task)
-            if self._pending.add(task):
-                self._limited.warning("evicted", "replication: %d connections not "
-                                      "authenticated yet: closed the oldest for %s",
-                                      self._pending.limit, peer)
+            self._pending.add(task, peer)
             # One deadline for the whole handshake: a silent or trickling peer holds a
             # pending slot for at most the handshake timeout, or until newer ones push it out.
             link = await asyncio.wait_for(self._handshake(reader, writer, peer, task),
