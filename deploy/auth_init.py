@@ -43,8 +43,10 @@ ADMIN = "admin"
 #: to %TRACE% through namesrv (FERRY_<SERVICE>_NAMESRV tracing): pub on it.
 _TRACE = Rule("allow", "topic:%TRACE%", ("pub",))
 SERVICES: dict[str, tuple[Rule, ...]] = {
-    # a slave replicates from its master
-    "svc-broker": (Rule("allow", "admin", ("replicate",)), _TRACE),
+    # one per broker container (svc-broker-a-0 ...): as a slave it links to its master
+    # as its own broker id and no other (`broker:<name>/<id>` replicate)
+    **{f"svc-{name}-{i}": (Rule("allow", f"broker:{name}/{i}", ("replicate",)), _TRACE)
+       for name, i in (("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1))},
     # pulls %SCHEDULE% as its group, re-sends due messages (DELIVER_DUE); asks namesrv
     # for the route of every topic it delivers to (admin read)
     "svc-delay-scheduler": (Rule("allow", "topic:%SCHEDULE%", ("sub",)),

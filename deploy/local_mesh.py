@@ -6,10 +6,10 @@ each answers, prints where things are, and then supervises: Ctrl-C or SIGTERM
 
 `up --ha` (`make up HA=1`) runs two brokers per broker name instead of one:
 ids 0 and 1 of broker-a and of broker-b, in sync replication
-(`FERRY_BROKER_REPLICATION=sync`: an acknowledged message is on both brokers
-of its group), each with its own data dir (var/broker-a-0, ...), wire port,
-replication port and HTTP port. The election in etcd makes one of each pair
-master; the banner says which. The HA topology, for users with Docker, is
+(`FERRY_BROKER_REPLICATION=sync` and `FERRY_BROKER_MIN_INSYNC_REPLICAS=2`: an
+acknowledged message is on both brokers of its group), each with its own data dir
+(var/broker-a-0, ...), wire port, replication port and HTTP port. The election in
+etcd makes one of each pair master; the banner says which. The HA topology, for users with Docker, is
 deploy/docker-compose.yml.
 
 Authentication is OFF in this mesh, always (FERRY_AUTH=off for every process,
@@ -165,6 +165,9 @@ HA_BROKERS = [
 #: The replication mode of `up --ha`: sync, so that `make up HA=1` loses no acknowledged
 #: message when a master dies (async is faster and may lose the last writes).
 HA_REPLICATION = os.environ.get("FERRY_MESH_REPLICATION", "sync")
+#: ... and an ack means both brokers of the group have it: with the slave out of the
+#: in-sync set, writes answer SlaveNotAvailableError (retriable) instead of taking one copy.
+HA_MIN_INSYNC_REPLICAS = "2"
 
 
 def _ha_brokers(etcd_port: int) -> list[Component]:
@@ -173,6 +176,7 @@ def _ha_brokers(etcd_port: int) -> list[Component]:
         comp = _broker(name, port, http_port, etcd_port)
         env = {**comp.env, "FERRY_BROKER_ID": str(broker_id),
                "FERRY_BROKER_REPLICATION": HA_REPLICATION,
+               "FERRY_BROKER_MIN_INSYNC_REPLICAS": HA_MIN_INSYNC_REPLICAS,
                "FERRY_BROKER_REPL_PORT": str(repl_port),
                "FERRY_BROKER_DATA_DIR": str(VAR / f"{name}-{broker_id}")}
         out.append(Component(f"{name}-{broker_id}", comp.argv, port, env, comp.ready_url))

@@ -122,6 +122,15 @@ def test_bootstrap_grant_deny_revoke_remove(mesh: AuthMesh, tmp_path: Path) -> N
     assert res.returncode == 1 and "does not apply to scene: use claim" in res.stderr
     mesh.ferry("acl", "revoke", "app", "--scene", "billing.eu", as_=mesh.root)
     assert "scene:" not in mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
+    # A slave identity is granted the broker ids it may link as; admin replicate is no more.
+    res = mesh.ferry("acl", "grant", "app", "--broker", "broker-a/1", "--perm", "replicate",
+                     as_=mesh.root)
+    assert res.returncode == 0, res.stderr
+    assert "broker:broker-a/1" in mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
+    res = mesh.ferry("acl", "grant", "app", "--admin", "replicate", as_=mesh.root)
+    assert res.returncode == 1 and "broker:<name>/<id>" in res.stderr
+    mesh.ferry("acl", "revoke", "app", "--broker", "broker-a/1", as_=mesh.root)
+    assert "broker:" not in mesh.ferry("acl", "list", "app", as_=mesh.root).stdout
 
     # A wrong secret, then a removed identity, are refused at once.
     res = mesh.ferry("send", "orders", "x", as_=("app", "not-the-secret-at-all"))

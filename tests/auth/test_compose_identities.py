@@ -25,7 +25,8 @@ from tests.support.procs import Etcd
 pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-KEYS = ("admin", "svc-broker", "svc-delay-scheduler", "svc-txn-checker", "svc-dedup",
+KEYS = ("admin", "svc-broker-a-0", "svc-broker-a-1", "svc-broker-b-0", "svc-broker-b-1",
+        "svc-delay-scheduler", "svc-txn-checker", "svc-dedup",
         "svc-console", "svc-spark")
 
 

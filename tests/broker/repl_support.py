@@ -18,7 +18,7 @@ from ferry.store.epochs import EpochLog
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.replication import ReplicaFollower, ReplicationServer
 from ferry_broker.replication import protocol as p
-from ferry_broker.replication.admission import Authenticate
+from ferry_broker.replication.admission import SlaveAuth
 from ferry_broker.replication.master import InSyncListener
 
 CLUSTER, NAME = "ReplCluster", "broker-a"
@@ -48,14 +48,14 @@ class Master:
     lag_bytes_max: int = 1 << 20
     server: ReplicationServer | None = None
     listener: InSyncListener | None = None   # the in-sync set keeper, if any
-    authenticate: Authenticate | None = None  # checks a slave's AUTH frame (auth on)
+    auth: SlaveAuth | None = None  # judges a slave's AUTH frame and broker id (auth on)
 
     async def start(self, port: int = 0) -> None:
         self.server = ReplicationServer(
             self.store, self.epochs, cluster=CLUSTER, name=NAME, broker_id=0,
             epoch=lambda: self.epoch, is_peer=lambda i: i in self.peers,
             offsets=self.offsets, lag_bytes_max=self.lag_bytes_max,
-            listener=self.listener, authenticate=self.authenticate)
+            listener=self.listener, auth=self.auth)
         await self.server.start("127.0.0.1", port)
 
     @property

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ferry.auth.http import signed_url_headers
 
+from tests.broker.auth_support import creds
 from tests.broker.conftest import Broker, start_broker, unique_prefix
 from tests.support.procs import Etcd, free_port
 
@@ -25,8 +29,22 @@ def start_member(workdir: Path, etcd: Etcd, prefix: str, broker_id: int, mode: s
                         prefix=prefix, **env)
 
 
-def replication(broker: Broker) -> dict[str, Any]:
-    return broker.get_json("/v1/stats")["replication"]
+def replication(broker: Broker, access_key: str | None = None) -> dict[str, Any]:
+    """The broker's replication status (with auth on: read as `access_key`, e.g. "root")."""
+    if access_key is None:
+        return broker.get_json("/v1/stats")["replication"]
+    url = broker.http + "/v1/stats"
+    req = urllib.request.Request(
+        url, headers=signed_url_headers(creds(access_key), "GET", url))
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())["replication"]
+
+
+def identity(access_key: str) -> dict[str, str]:
+    """The environment of a broker with auth on that runs as `access_key`."""
+    c = creds(access_key)
+    return {"FERRY_AUTH": "on", "FERRY_BROKER_ACCESS_KEY": c.access_key,
+            "FERRY_BROKER_SECRET_KEY": c.secret_key}
 
 
 async def eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:

@@ -67,7 +67,7 @@ def test_limits() -> None:
     rows = _table("### Limits")
     for row in rows:
         assert getattr(modules[row["where"]], row["constant"]) == int(row["value"]), row
-    assert len(rows) == 13
+    assert len(rows) == 16
 
 
 def test_hello_magic_and_version() -> None:

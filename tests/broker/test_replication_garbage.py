@@ -33,7 +33,7 @@ async def _still_serves(master: Master, root: Path) -> None:
     s = open_slave(root)
     assert s.follower is not None
     try:
-        await s.follower.follow(master.addr, master.epoch)
+        await s.follower.follow(master.addr, master.epoch, 0)
         master.put(5, random.Random(10))
         await until(lambda: s.store.commit_log_max_offset == master.store.commit_log_max_offset)
         assert whole_log(s.store) == whole_log(master.store)
@@ -65,6 +65,8 @@ GARBAGE = {
     + p.HELLO_HEAD.pack(p.MAGIC, p.VERSION, 1, 1, 0) + p.U16.pack(900),
     "negative end offset": hello(end=-5),
     "HTTP request": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "HELLO over MAX_HELLO_BYTES": p.LENGTH.pack(p.MAX_HELLO_BYTES + 2) + b"\x01" + b"x" * 64,
+    "AUTH over MAX_AUTH_BYTES": p.LENGTH.pack(p.MAX_AUTH_BYTES + 1) + b"\x09" + b"x" * 64,
 }
 
 

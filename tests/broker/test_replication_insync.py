@@ -85,7 +85,7 @@ async def test_every_member_must_acknowledge_and_a_late_one_leaves_the_set(
     assert await group.stored() == [0]
     rng = random.Random(7)
     s1 = open_slave(tmp_path / "s1", 1)
-    await s1.follower.follow(m.addr, m.epoch)
+    await s1.follower.follow(m.addr, m.epoch, 0)
     try:
         m.put(5, rng)
         await until(lambda: isr.members == [0, 1])
@@ -129,7 +129,7 @@ async def test_min_insync_replicas_refuses_at_once_below_it(tmp_path: Path, etcd
         end = m.put(2, rng)
         with pytest.raises(SlaveNotAvailableError, match="min_insync_replicas 2"):
             await m.server.wait_replicated(end, 10_000)   # at once, not after the timeout
-        await s1.follower.follow(m.addr, m.epoch)
+        await s1.follower.follow(m.addr, m.epoch, 0)
         await until(lambda: g.isr.members == [0, 1])
         await m.server.wait_replicated(m.put(2, rng), 10_000)
         await s1.follower.stop()
@@ -149,7 +149,7 @@ async def test_a_deposed_master_cannot_shrink_the_set_and_acks_nothing_a_member_
     assert m.server is not None
     rng = random.Random(9)
     s1 = open_slave(tmp_path / "s1", 1)
-    await s1.follower.follow(m.addr, m.epoch)
+    await s1.follower.follow(m.addr, m.epoch, 0)
     try:
         m.put(3, rng)
         await until(lambda: isr.members == [0, 1])
@@ -189,7 +189,7 @@ async def test_a_slave_joins_the_set_under_a_steady_load(group: Group, tmp_path:
     task = asyncio.create_task(load())
     s1 = open_slave(tmp_path / "s1", 1)
     try:
-        await s1.follower.follow(m.addr, m.epoch)
+        await s1.follower.follow(m.addr, m.epoch, 0)
         await until(lambda: isr.members == [0, 1])
         joined_at = len(acked)
         await until(lambda: len(acked) >= joined_at + 20)

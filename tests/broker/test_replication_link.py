@@ -65,7 +65,7 @@ async def test_slave_log_is_byte_identical_after_streaming_under_concurrent_puts
     rng = random.Random(1)
     master.put(50, rng)  # history before the slave arrives
     assert slave.follower is not None
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     for _ in range(160):  # ~8 MiB: crosses a 4 MiB segment end while streaming
         master.put(rng.randint(1, 20), rng, max_body=8000)
         await asyncio.sleep(0)
@@ -86,7 +86,7 @@ async def test_diverged_tail_is_truncated_and_the_slave_then_equals_the_master(
     assert b.follower is not None
     try:
         common = a.put(40, rng)
-        await b.follower.follow(a.addr, 1)
+        await b.follower.follow(a.addr, 1, 0)
         await until(lambda: b.store.commit_log_max_offset == common)
         await b.follower.stop()
         # b is master of epoch 2 for a while and writes records a never gets
@@ -98,7 +98,7 @@ async def test_diverged_tail_is_truncated_and_the_slave_then_equals_the_master(
         a.epoch = 3
         a.epochs.append(3, common)
         a.put(30, rng)
-        await b.follower.follow(a.addr, 3)
+        await b.follower.follow(a.addr, 3, 0)
         await until(lambda: caught_up(a, b) and b.follower.status()["connected"])
         assert whole_log(b.store) == whole_log(a.store)
         assert queue_ends(b.store) == queue_ends(a.store)
@@ -121,7 +121,7 @@ async def test_wait_replicated_resolves_on_ack_and_fails_without_a_slave(
     end = master.put(5, rng)
     with pytest.raises(SlaveNotAvailableError):
         await master.server.wait_replicated(end, 5000)  # no slave: at once
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await until(lambda: bool(master.server and master.server.slaves()))
     for _ in range(20):
         end = master.put(3, rng)
@@ -161,7 +161,7 @@ async def test_follower_reconnects_after_the_master_restarts(master: Master,
     assert master.server is not None and slave.follower is not None
     rng = random.Random(5)
     master.put(10, rng)
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await until(lambda: caught_up(master, slave))
     port = master.server.port
     await master.server.stop()
@@ -179,7 +179,7 @@ async def test_a_refused_follower_keeps_retrying_and_links_once_allowed(
     assert master.server is not None and slave.follower is not None
     master.peers = {2}  # broker 1 is not (yet) a registered broker of the group
     master.put(5, random.Random(7))
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await asyncio.sleep(0.3)  # a few refused attempts (not a timing assertion)
     assert slave.follower.status()["connected"] is False and not master.server.slaves()
     master.peers = {1, 2}
@@ -192,8 +192,8 @@ async def test_two_slaves_follow_one_master_and_either_ack_releases_a_wait(
     s1, s2 = open_slave(tmp_path / "s1", 1), open_slave(tmp_path / "s2", 2)
     rng = random.Random(8)
     try:
-        await s1.follower.follow(master.addr, 1)
-        await s2.follower.follow(master.addr, 1)
+        await s1.follower.follow(master.addr, 1, 0)
+        await s2.follower.follow(master.addr, 1, 0)
         await until(lambda: master.server is not None and len(master.server.slaves()) == 2)
         for _ in range(10):
             await master.server.wait_replicated(master.put(5, rng), 10_000)
@@ -222,7 +222,7 @@ async def test_a_follower_survives_a_master_that_sends_garbage(
     fake_port = fake.sockets[0].getsockname()[1]
     try:
         with caplog.at_level(logging.WARNING, logger="ferry_broker.replication.follower"):
-            await slave.follower.follow(f"127.0.0.1:{fake_port}", 1)
+            await slave.follower.follow(f"127.0.0.1:{fake_port}", 1, 0)
             await until(lambda: any("ended" in r.getMessage() for r in caplog.records))
         assert slave.store.commit_log_max_offset == 0
         assert slave.follower.status()["connected"] is False
@@ -230,7 +230,7 @@ async def test_a_follower_survives_a_master_that_sends_garbage(
         fake.close()
         await fake.wait_closed()
     master.put(5, random.Random(13))
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await until(lambda: caught_up(master, slave))
 
 
@@ -239,7 +239,7 @@ async def test_a_sync_flush_slave_acknowledges_only_durable_chunks(
     s = open_slave(tmp_path / "sync-slave", 1, flush_mode=FlushMode.SYNC)
     rng = random.Random(14)
     try:
-        await s.follower.follow(master.addr, 1)
+        await s.follower.follow(master.addr, 1, 0)
         await until(lambda: master.server is not None and bool(master.server.slaves()))
         assert master.server is not None
         for _ in range(10):
@@ -260,7 +260,7 @@ async def test_the_table_then_only_its_changes_reach_the_slave(master: Master,
                                                                slave: Slave) -> None:
     master.offsets.commit("g", "orders", 0, 5)
     end = master.put(3, random.Random(6))
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await until(lambda: len(slave.offsets) == 1)
     assert received(slave) == [(("g", "orders", 0), 5, None, None)]
     master.offsets.commit("g", "orders", 0, 9, "E1")
@@ -293,7 +293,7 @@ async def test_a_table_over_the_frame_limit_reaches_the_slave_whole(
                                   rng.randbytes(16).hex())
     table = master.offsets.snapshot()[1]
     assert len(encode_file(table)) > p.MAX_FRAME_BYTES
-    await slave.follower.follow(master.addr, 1)
+    await slave.follower.follow(master.addr, 1, 0)
     await until(lambda: len(received(slave)) >= len(table), timeout_s=60)
     assert all(len(payload) <= p.CHUNK_BYTES for payload in slave.offsets)
     copy = ConsumerOffsetManager(tmp_path / "copy.json")

@@ -31,7 +31,7 @@ async def test_a_new_term_during_a_link_reaches_the_slave(tmp_path: Path) -> Non
     rng = random.Random(21)
     try:
         m.put(10, rng)
-        await s.follower.follow(m.addr, 1)
+        await s.follower.follow(m.addr, 1, 0)
         await until(lambda: s.store.commit_log_max_offset == m.store.commit_log_max_offset)
         m.epoch = 2  # the same broker won the next term without the link dropping
         m.epochs.append(2, m.store.commit_log_max_offset)
@@ -56,7 +56,7 @@ async def test_a_store_without_epochs_joins_from_zero(tmp_path: Path) -> None:
     try:
         fill(s.store, 30, rng)  # written while it ran alone
         m.put(12, rng)
-        await s.follower.follow(m.addr, 1)
+        await s.follower.follow(m.addr, 1, 0)
         await until(lambda: s.follower.status()["connected"]
                     and s.store.commit_log_max_offset == m.store.commit_log_max_offset)
         assert whole_log(s.store) == whole_log(m.store)
@@ -89,7 +89,7 @@ async def test_the_follower_leaves_a_silent_master_and_links_again(
 
     server = await asyncio.start_server(hung_master, "127.0.0.1", 0)
     try:
-        await s.follower.follow(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", 1)
+        await s.follower.follow(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", 1, 0)
         await until(lambda: hellos >= 2)  # it gave up on the first link and came back
     finally:
         await s.follower.stop()

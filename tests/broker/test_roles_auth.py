@@ -1,18 +1,15 @@
 """A broker group with FERRY_AUTH=on on real processes: a slave follows its master only under
-an identity with admin `replicate` (its own FERRY_BROKER_ACCESS_KEY)."""
+an identity granted `replicate` on its broker id (its own FERRY_BROKER_ACCESS_KEY)."""
 from __future__ import annotations
 
-import json
-import urllib.request
 from typing import Any
 
 import pytest
-from ferry.auth.http import signed_url_headers
 
 from tests.broker import roles_support
-from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed_async
+from tests.broker.auth_support import ADMIN_RULES, rules, seed_async
 from tests.broker.conftest import Broker
-from tests.broker.roles_support import eventually
+from tests.broker.roles_support import eventually, identity
 from tests.support.procs import Etcd
 
 group, prefix = roles_support.group, roles_support.prefix  # fixtures
@@ -20,22 +17,13 @@ group, prefix = roles_support.group, roles_support.prefix  # fixtures
 pytestmark = pytest.mark.integration
 
 IDENTITIES = {"root": ADMIN_RULES,
-              "replica": rules(("allow", "admin", "replicate")),
+              "replica": rules(("allow", "broker:broker-a/*", "replicate")),
               "not-a-replica": rules(("allow", "topic:*", "pub,sub"))}
-
-
-def identity(access_key: str) -> dict[str, str]:
-    c = creds(access_key)
-    return {"FERRY_AUTH": "on", "FERRY_BROKER_ACCESS_KEY": c.access_key,
-            "FERRY_BROKER_SECRET_KEY": c.secret_key}
 
 
 def replication(broker: Broker) -> dict[str, Any]:
     """The broker's replication status, read as root (its /v1/stats needs admin read)."""
-    url = broker.http + "/v1/stats"
-    req = urllib.request.Request(url, headers=signed_url_headers(creds("root"), "GET", url))
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())["replication"]
+    return roles_support.replication(broker, "root")
 
 
 def is_master(b: Broker) -> bool:

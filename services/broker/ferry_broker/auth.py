@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 
-from ferry.auth.acl import ADMIN, topic_resource
+from ferry.auth.acl import ADMIN, broker_resource, topic_resource
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.signing import (
     SignedParts,
@@ -30,7 +30,7 @@ from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
 from ferry_broker.permissions import check_permission
-from ferry_broker.replication.protocol import decode_auth
+from ferry_broker.replication.protocol import Auth
 
 log = logging.getLogger(__name__)
 
@@ -125,22 +125,28 @@ class BrokerAuth:
         raise AccessDeniedError(f"access denied: {access_key!r} may not 'pub' on "
                                 f"{topic_resource(topic)!r} (the transaction's topic)")
 
-    def authenticate_slave(self, hello: bytes, auth: bytes) -> None:
-        """Check a replication AUTH frame over its HELLO, then admin `replicate`."""
+    def authenticate_slave(self, auth: Auth, master: str) -> str:
+        """The access key that signed a replication AUTH frame addressed to `master`
+        (`cluster/name/id`); AuthenticationError (or BusyError) if none."""
         if not self.loaded:
             raise BusyError("auth is on and identities are not loaded yet")
-        access_key, ts_ms, nonce, signature = decode_auth(auth)
-        parts = SignedParts(access_key, ts_ms, nonce, signature)
+        parts = SignedParts(auth.access_key, auth.ts_ms, auth.nonce, auth.signature)
         try:
-            verify_parts(parts, lambda: string_to_sign_repl(access_key, ts_ms, nonce, hello),
-                         self.registry.signing_key, self.guard)
-        except AuthenticationError:
+            return verify_parts(parts, lambda: string_to_sign_repl(
+                auth.access_key, auth.ts_ms, auth.nonce, master, auth.hello_sha256),
+                self.registry.signing_key, self.guard)
+        except AuthenticationError as exc:
             self.refused_unauthenticated += 1
-            raise
-        if not self.registry.acl.allows(access_key, "replicate", ADMIN):
+            raise AuthenticationError(f"{exc}; an AUTH frame signs the master it is "
+                                      f"for, and this is {master}") from None
+
+    def authorize_slave(self, access_key: str, name: str, broker_id: int) -> None:
+        """AccessDeniedError unless `access_key` may replicate as broker `name`/`broker_id`."""
+        resource = broker_resource(name, broker_id)
+        if not self.registry.acl.allows(access_key, "replicate", resource):
             self.refused_denied += 1
             raise AccessDeniedError(f"access denied: {access_key!r} may not 'replicate' "
-                                    "on 'admin' (replication link)")
+                                    f"on {resource!r} (replication link)")
 
     def stats(self) -> dict[str, object]:
         """The `auth` part of /v1/stats."""

@@ -109,6 +109,9 @@ class BrokerConfig:
     repl_port: int = 10912
     election_ttl_s: int = 3      # the master's lease: failover within about this + 1 s
     repl_timeout_ms: int = 3000  # sync: the longest an ack waits for the in-sync slaves
+    # A master closes a replication connection whose TLS handshake, or whose AUTH and
+    # HELLO up to the master's answer, take longer than this (a silent peer's slot).
+    repl_handshake_timeout_ms: int = 3000
     # Sync: the in-sync set's smallest size (the master included) for writes to be
     # acknowledged; below it they answer SlaveNotAvailableError at once (2 = strict).
     min_insync_replicas: int = 1

@@ -95,7 +95,7 @@ class BrokerContext:
         self.txn_stats = TxnStats()
         auth = self.auth
         self.roles = RoleManager(self.config, self.store, self.offsets, self.long_poll.notify,
-                                 auth.authenticate_slave if auth is not None else None)
+                                 auth)
         # Before-put hooks run in this order, after-put hooks in reverse: pulls are
         # woken before the durability wait (as RocketMQ does). The txn hook goes
         # before the delay hook, so that a delayed half is refused, not scheduled.

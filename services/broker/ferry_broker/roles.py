@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ferry_broker.config import BrokerConfig
     from ferry_broker.consumer_offsets import ConsumerOffsetManager
     from ferry_broker.registration import Registration
-    from ferry_broker.replication.admission import Authenticate
+    from ferry_broker.replication.admission import SlaveAuth
     from ferry_broker.replication.follower import ReplicaFollower
     from ferry_broker.replication.master import ReplicationServer
 
@@ -62,11 +62,11 @@ class RoleManager:
 
     def __init__(self, config: BrokerConfig, store: MessageStore,
                  offsets: ConsumerOffsetManager, notify: Callable[[str, int], object],
-                 authenticate_slave: Authenticate | None = None) -> None:
+                 slave_auth: SlaveAuth | None = None) -> None:
         # The parts it needs, not the broker context: the context builds this manager.
         self._config, self._store, self._offsets = config, store, offsets
         self._notify = notify  # wakes the long polls of a queue (slave appends)
-        self._authenticate_slave = authenticate_slave
+        self._slave_auth = slave_auth  # with auth on: judges a slave's AUTH and broker id
         self.mode = config.replication
         self.role = ROLE_NONE if self.mode == "none" else ROLE_SLAVE
         #: The term this broker leads (master) or follows (slave); 0 before any.
@@ -248,7 +248,7 @@ class RoleManager:
             return
         if self._following != (repl_addr, leader.epoch):
             assert self.follower is not None
-            await self.follower.follow(repl_addr, leader.epoch)
+            await self.follower.follow(repl_addr, leader.epoch, int(leader.node_id))
             self._following = (repl_addr, leader.epoch)
             self.epoch = leader.epoch
             log.info("slave of %s (broker %s) in epoch %d", repl_addr, leader.node_id,
@@ -286,7 +286,7 @@ class RoleManager:
                 epoch=lambda: self.epoch, is_peer=self._is_peer,
                 offsets=self._offsets,
                 lag_bytes_max=cfg.repl_lag_bytes_max, listener=self.insync,
-                authenticate=self._authenticate_slave)
+                auth=self._slave_auth, handshake_timeout_ms=cfg.repl_handshake_timeout_ms)
             await server.start(cfg.host, cfg.repl_port,
                                server_context(cfg.tls_cert, cfg.tls_key))
             self.server = server

@@ -7,8 +7,10 @@ A rule is {effect: allow|deny, resource, actions}. Resources:
   that group), `reset` (move the group's offsets);
 - `scene:<glob>` — action `claim` (the dedup service's claim, confirm and
   release in that idempotence scene);
+- `broker:<name glob>/<id glob>` — action `replicate` (link to the group's master
+  as that broker id, e.g. `broker:broker-a/1`);
 - `admin` — actions are areas: `topics`, `groups`, `users`, `dlq`, `delay`,
-  `txn`, `replicate`, `read` (stats and queries).
+  `txn`, `read` (stats and queries).
 
 `*` in `actions` means every action of the resource. Globs are fnmatch-style
 (`*`, `?`, `[..]`, case-sensitive); a glob that does not itself start with `%`
@@ -34,13 +36,16 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     "topic": ("pub", "sub"),
     "group": ("consume", "reset"),
     "scene": ("claim",),
-    "admin": ("topics", "groups", "users", "dlq", "delay", "txn", "replicate", "read"),
+    "broker": ("replicate",),
+    "admin": ("topics", "groups", "users", "dlq", "delay", "txn", "read"),
 }
 ANY_ACTION = "*"
 #: A glob is a name pattern: name characters, the glob characters, and % for internal names.
 _GLOB = re.compile(r"[A-Za-z0-9_%*?\[\]!-]{1,200}")
 #: Scenes (ferry.idempotence.keys) may hold dots too; none is internal, so no %.
 _SCENE_GLOB = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,200}")
+#: A broker pattern: a group name glob, "/", a broker id glob (`*` alone: every broker).
+_BROKER_GLOB = re.compile(r"\*|[A-Za-z0-9_*?\[\]!-]{1,127}/[0-9*?\[\]!-]{1,20}")
 #: Decisions cached per (access key, action, resource); the cache is cleared past this.
 MAX_CACHED_DECISIONS = 65_536
 #: Rules per identity at most (a limit like every other).
@@ -73,15 +78,23 @@ class Rule:
         kind, name = _kind_of(resource)
         if kind not in ACTIONS or (kind == "admin") != (resource == "admin"):
             raise MalformedRequestError(
-                f"bad resource {resource!r}: use topic:<glob>, group:<glob>, scene:<glob> "
-                "or admin")
-        if kind != "admin" and not (_SCENE_GLOB if kind == "scene" else _GLOB).fullmatch(name):
+                f"bad resource {resource!r}: use topic:<glob>, group:<glob>, scene:<glob>, "
+                "broker:<name>/<id> or admin")
+        if kind == "broker" and not _BROKER_GLOB.fullmatch(name):
+            raise MalformedRequestError(f"bad broker pattern {name!r} in resource {resource!r}: "
+                                        "use broker:<name>/<id>, globs allowed")
+        if kind not in ("admin", "broker") and not (
+                _SCENE_GLOB if kind == "scene" else _GLOB).fullmatch(name):
             raise MalformedRequestError(f"bad name pattern {name!r} in resource {resource!r}")
         if isinstance(actions, str):
             actions = [a.strip() for a in actions.split(",") if a.strip()]
         if not isinstance(actions, list | tuple) or not actions:
             raise MalformedRequestError("a rule's actions are a non-empty list")
         allowed = ACTIONS[kind] + (ANY_ACTION,)
+        if kind == "admin" and "replicate" in actions:
+            raise MalformedRequestError(
+                "admin 'replicate' was replaced by 'replicate' on broker:<name>/<id>: a slave's "
+                "identity is granted the broker ids it may link as (docs/security.md)")
         for action in actions:
             if action not in allowed:
                 raise MalformedRequestError(
@@ -119,7 +132,7 @@ def admin_rules() -> tuple[Rule, ...]:
     """What `ferry user add --admin` grants: every action on everything, internal names too."""
     return (Rule(ALLOW, "admin", (ANY_ACTION,)), Rule(ALLOW, "topic:*", (ANY_ACTION,)),
             Rule(ALLOW, "topic:%*", (ANY_ACTION,)), Rule(ALLOW, "group:*", (ANY_ACTION,)),
-            Rule(ALLOW, "scene:*", (ANY_ACTION,)))
+            Rule(ALLOW, "scene:*", (ANY_ACTION,)), Rule(ALLOW, "broker:*", (ANY_ACTION,)))
 
 
 def topic_resource(topic: str) -> str:
@@ -132,6 +145,11 @@ def group_resource(group: str) -> str:
 
 def scene_resource(scene: str) -> str:
     return "scene:" + scene
+
+
+def broker_resource(name: str, broker_id: int) -> str:
+    """The resource a slave replicates as: broker `broker_id` of group `name`."""
+    return f"broker:{name}/{broker_id}"
 
 
 ADMIN = "admin"

@@ -164,17 +164,19 @@ def verify_parts(parts: SignedParts, data: Callable[[], bytes], keys: KeyLookup,
     return parts.access_key
 
 
-def string_to_sign_repl(access_key: str, ts_ms: int, nonce: bytes,
-                        hello_payload: bytes | memoryview) -> bytes:
-    """What a slave's AUTH frame signs: its HELLO (docs/security.md, "Replication link")."""
+def string_to_sign_repl(access_key: str, ts_ms: int, nonce: bytes, master: str,
+                        hello_sha256: bytes) -> bytes:
+    """What a slave's AUTH frame signs: the master it is addressed to (`cluster/name/id`)
+    and the SHA-256 of the HELLO that follows (docs/security.md, "Replication link")."""
     return b"\n".join((REPL_SCHEME, access_key.encode("ascii"), str(ts_ms).encode("ascii"),
-                       nonce.hex().encode("ascii"), _sha256_hex(hello_payload)))
+                       nonce.hex().encode("ascii"), master.encode("utf-8"),
+                       hello_sha256.hex().encode("ascii")))
 
 
-def sign_repl(credentials: Credentials, hello_payload: bytes | memoryview) -> SignedParts:
-    """A slave's signature over its HELLO payload (fresh timestamp and nonce)."""
+def sign_repl(credentials: Credentials, master: str, hello_sha256: bytes) -> SignedParts:
+    """A slave's signature over its HELLO's digest for `master` (fresh timestamp and nonce)."""
     ts_ms, nonce = now_ms(), new_nonce()
-    data = string_to_sign_repl(credentials.access_key, ts_ms, nonce, hello_payload)
+    data = string_to_sign_repl(credentials.access_key, ts_ms, nonce, master, hello_sha256)
     return SignedParts(credentials.access_key, ts_ms, nonce, mac(credentials.signing_key, data))
 
 

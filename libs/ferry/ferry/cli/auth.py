@@ -68,7 +68,8 @@ def add_auth(sub: SubParsers) -> None:
     grant.add_argument("access_key")
     _resource_args(grant, required=True)
     grant.add_argument("--perm", help="actions, comma-separated: pub,sub for a topic, "
-                                      "consume,reset for a group, claim for a scene "
+                                      "consume,reset for a group, claim for a scene, "
+                                      "replicate for a broker "
                                       "(* = all)")
     grant.add_argument("--deny", action="store_true", help="a deny rule (wins over allows)")
     grant.set_defaults(func=acl_grant)
@@ -100,13 +101,15 @@ def _resource_args(parser: argparse.ArgumentParser, *, required: bool,
     which.add_argument("--group", metavar="GLOB", help="groups matching GLOB")
     which.add_argument("--scene", metavar="GLOB",
                        help="idempotence scenes matching GLOB (dedup claims)")
+    which.add_argument("--broker", metavar="NAME/ID",
+                       help="the broker ids a slave identity may link as (globs allowed)")
     if all_option:
         which.add_argument("--admin", action="store_true", help="the admin rules")
         which.add_argument("--all", action="store_true", help="every rule")
     else:
         which.add_argument("--admin", metavar="AREAS",
                            help="admin areas, comma-separated: topics, groups, users, dlq, "
-                                "delay, txn, replicate, read (* = all)")
+                                "delay, txn, read (* = all)")
 
 
 def _print(data: Any) -> None:
@@ -158,15 +161,19 @@ def rule_of(args: argparse.Namespace) -> dict[str, Any]:
     if args.admin:
         return {"effect": effect, "resource": ADMIN, "actions": args.admin}
     if not args.perm:
-        raise MalformedRequestError("--perm is needed with --topic, --group or --scene")
-    return {"effect": effect, "resource": _named_resource(args), "actions": args.perm}
+        raise MalformedRequestError("--perm is needed with --topic, --group, --scene or --broker")
+    return {"effect": effect, "resource": _resource(args), "actions": args.perm}
 
 
-def _named_resource(args: argparse.Namespace) -> str:
-    """`kind:glob` from whichever of --topic, --group, --scene was given."""
-    if args.topic:
-        return f"topic:{args.topic}"
-    return f"group:{args.group}" if args.group else f"scene:{args.scene}"
+def _resource(args: argparse.Namespace) -> str:
+    """The resource a grant or revoke names, from its options."""
+    if args.admin:
+        return ADMIN
+    for kind in ("topic", "group", "scene", "broker"):
+        glob = getattr(args, kind, None)
+        if glob:
+            return f"{kind}:{glob}"
+    raise MalformedRequestError("name a resource: --topic, --group, --scene, --broker or --admin")
 
 
 async def acl_grant(args: argparse.Namespace) -> int:
@@ -187,7 +194,7 @@ async def acl_revoke(args: argparse.Namespace) -> int:
     access_key = validate_access_key(args.access_key)
     params: dict[str, str] = {}
     if not args.all:
-        params["resource"] = ADMIN if args.admin else _named_resource(args)
+        params["resource"] = _resource(args)
     if args.deny or args.allow:
         params["effect"] = DENY if args.deny else ALLOW
     async with identity_store(args) as store:

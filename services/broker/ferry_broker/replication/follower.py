@@ -1,7 +1,8 @@
 """The slave's side of replication: follow a master's commit log into the local store.
 
-`follow(addr, epoch)` starts a task that connects, sends HELLO (its log end and
-epoch entries), and on WELCOME truncates its log to the point where it agrees
+`follow(addr, epoch, master_id)` starts a task that connects, sends HELLO (its log end
+and epoch entries; with credentials, an AUTH frame first that signs it for that master),
+and on WELCOME truncates its log to the point where it agrees
 with the master (a returning old master drops the tail of its own term), makes
 its epoch log equal the master's, then appends each DATA chunk as it is
 (`append_replicated`; off the event loop in SYNC flush mode, where it waits for
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Callable
 
@@ -61,6 +63,7 @@ class ReplicaFollower:
         self._on_append = on_append
         self._on_offsets = on_offsets
         self._master: str | None = None
+        self._master_id = -1  # the broker id of the master followed (an AUTH names it)
         self._epoch = 0
         self._master_end = 0
         self._connected = False
@@ -70,13 +73,15 @@ class ReplicaFollower:
         self._task: asyncio.Task[None] | None = None
         self._in_thread: asyncio.Future[int] | None = None  # store work off the loop
 
-    async def follow(self, master_repl_addr: str, epoch: int) -> None:
-        """(Re)start following `master_repl_addr` ("host:port"), the master of `epoch`."""
+    async def follow(self, master_repl_addr: str, epoch: int, master_id: int) -> None:
+        """(Re)start following `master_repl_addr` ("host:port"), broker `master_id`, the
+        master of `epoch`."""
         if (self._task is not None and not self._task.done()
-                and (self._master, self._epoch) == (master_repl_addr, epoch)):
+                and (self._master, self._epoch, self._master_id)
+                == (master_repl_addr, epoch, master_id)):
             return
         await self.stop()
-        self._master, self._epoch = master_repl_addr, epoch
+        self._master, self._epoch, self._master_id = master_repl_addr, epoch, master_id
         self._task = asyncio.create_task(self._run(master_repl_addr, epoch))
 
     async def stop(self) -> None:
@@ -145,12 +150,14 @@ class ReplicaFollower:
                         self.store.commit_log_max_offset, self.cluster, self.name,
                         self.epochs.entries)
         parts = p.encode_hello(hello)
-        link.write(parts)
         if self.credentials is not None:
-            hello_payload = b"".join(parts)[p.LENGTH.size + p.TYPE.size:]
-            signed = sign_repl(self.credentials, hello_payload)
+            # AUTH first: a master with auth on reads nothing larger from an unknown peer.
+            digest = hashlib.sha256(b"".join(parts)[p.LENGTH.size + p.TYPE.size:]).digest()
+            master = p.master_target(self.cluster, self.name, self._master_id)
+            signed = sign_repl(self.credentials, master, digest)
             link.write(p.encode_auth(signed.access_key, signed.ts_ms, signed.nonce,
-                                     signed.signature))
+                                     signed.signature, digest))
+        link.write(parts)
         await link.drain()
         ftype, payload = await asyncio.wait_for(link.read_frame(), CONNECT_TIMEOUT_MS / 1000)
         if ftype is p.FrameType.REFUSE:

@@ -1,7 +1,8 @@
 """The master's side of replication: a TCP server that streams the commit log to slaves.
 
 Each slave opens a link with HELLO (its id, the epoch it follows, its log end and
-its epoch entries). The master checks the peer, computes where the two logs stop
+its epoch entries; with auth on an AUTH frame first, see admission.py). The master
+checks the peer, computes where the two logs stop
 agreeing (`divergence_point`), answers WELCOME (start there, plus its own epoch
 entries) and streams DATA chunks from `read_log` whenever `notify()` says new
 records were put or the slave is behind. The slave ACKs its new end after each
@@ -16,8 +17,8 @@ it lives). Beside the stream, each link sends the consumer-offset table: whole a
 first, then what changed, about once a second (offsets_feed.py).
 
 Garbage on the port (no HELLO first, bad magic, oversized or truncated frame, unknown
-type) closes that connection with a warning; a HELLO from the wrong group or an
-unknown peer gets a REFUSE and a close. The server goes on either way.
+type) closes that connection with a warning; a HELLO from the wrong group, an unknown
+peer or a linked one gets a REFUSE and a close. The server goes on either way.
 """
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ from ferry.store.epochs import EpochLog, divergence_point
 
 from . import protocol as p
 from .admission import (
-    HELLO_TIMEOUT_MS,
-    Authenticate,
+    HANDSHAKE_TIMEOUT_MS,
+    PendingPeers,
     SlaveAdmission,
+    SlaveAuth,
     describe_failure,
     peer_of,
 )
@@ -52,7 +54,8 @@ HEARTBEAT_INTERVAL_MS = 500
 LINK_IDLE_TIMEOUT_MS = 6_000
 #: How often a link checks whether the consumer-offset table changed.
 OFFSETS_INTERVAL_MS = 1_000
-#: Connections (linked slaves and handshakes in progress) served at once.
+#: Connections past their first judgement (linked slaves, authenticated handshakes) served
+#: at once, besides the admission.MAX_PENDING ones not judged yet.
 MAX_CONNECTIONS = 32
 #: A slave outside the in-sync set whose ACK is at most this far behind the log
 #: end is reported caught up (the set keeper then makes writes wait for it until
@@ -97,11 +100,13 @@ class ReplicationServer:
     def __init__(self, store: MessageStore, epochs: EpochLog, *, cluster: str, name: str,
                  broker_id: int, epoch: Callable[[], int], is_peer: Callable[[int], bool],
                  offsets: OffsetsFeed, lag_bytes_max: int,
-                 listener: InSyncListener | None = None,
-                 authenticate: Authenticate | None = None) -> None:
+                 listener: InSyncListener | None = None, auth: SlaveAuth | None = None,
+                 handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS) -> None:
         self.store = store
         self._admission = SlaveAdmission(cluster=cluster, name=name, broker_id=broker_id,
-                                         is_peer=is_peer, authenticate=authenticate)
+                                         is_peer=is_peer, auth=auth)
+        self._handshake_s = handshake_timeout_ms / 1000
+        self._pending = PendingPeers()
         self.epochs = epochs
         self.cluster = cluster
         self.name = name
@@ -125,10 +130,10 @@ class ReplicationServer:
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         """Listen on host:port (port 0: a free one, see `port`); TLS with `tls`."""
-        # A TLS handshake is bounded like the HELLO that follows it.
+        # A TLS handshake is bounded like the AUTH and HELLO that follow it.
         self._server = await asyncio.start_server(
             self._on_connection, host, port, reuse_address=True, ssl=tls,
-            ssl_handshake_timeout=HELLO_TIMEOUT_MS / 1000 if tls is not None else None)
+            ssl_handshake_timeout=self._handshake_s if tls is not None else None)
         log.info("replication server listening on %s:%d", host, self.port)
 
     @property
@@ -234,17 +239,18 @@ class ReplicationServer:
         task = asyncio.current_task()
         assert task is not None
         peer = peer_of(writer)
-        self._tasks.add(task)
         link: _Link | None = None
         try:
-            if len(self._tasks) > MAX_CONNECTIONS:
+            if len(self._tasks) - len(self._pending) >= MAX_CONNECTIONS:
                 self._limited.warning("too-many", "replication: refusing %s: %d connections open",
-                                 peer, MAX_CONNECTIONS)
+                                      peer, MAX_CONNECTIONS)
                 return
-            # One deadline for the whole handshake: a silent or trickling peer holds one
-            # of the MAX_CONNECTIONS slots for at most HELLO_TIMEOUT_MS.
-            link = await asyncio.wait_for(self._handshake(reader, writer, peer),
-                                          HELLO_TIMEOUT_MS / 1000)
+            self._tasks.add(task)
+            self._pending.add(task, peer)
+            # One deadline for the whole handshake: a silent or trickling peer holds a
+            # pending slot for at most the handshake timeout, or until newer ones push it out.
+            link = await asyncio.wait_for(self._handshake(reader, writer, peer, task),
+                                          self._handshake_s)
             if link is not None:
                 await self._serve(link, reader)
         except (p.ReplicationProtocolError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -264,37 +270,34 @@ class ReplicationServer:
             pass
         finally:
             self._tasks.discard(task)
+            self._pending.discard(task)
             if link is not None:
                 self._drop(link)
             writer.close()
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         peer: str) -> _Link | None:
-        """Read and judge the HELLO; answer REFUSE (None) or WELCOME (the new link)."""
-        ftype, payload = await p.read_frame(reader)
-        if ftype is not p.FrameType.HELLO:
-            raise p.ReplicationProtocolError(f"expected HELLO, got {ftype.name}")
-        hello = p.decode_hello(payload)
-        epoch = self._epoch()
-        reason = await self._admission.auth_refusal(reader, payload)
-        reason = reason or self._admission.refusal(hello, epoch)
-        end = self.store.commit_log_max_offset
-        entries = self.epochs.entries
-        # min(): a slave's entries cannot move the point past its own end
-        start = min(divergence_point(hello.entries, entries, end, hello.end_offset),
-                    hello.end_offset)
-        if reason is None and start < self.store.commit_log_min_offset:
-            reason = (f"the logs agree up to {start}, but this master's log now starts at "
-                      f"{self.store.commit_log_min_offset} (retention)")
-        if reason is not None:
-            self._limited.warning("refused", "replication: refusing broker %d from %s: %s",
-                             hello.broker_id, peer, reason)
-            writer.writelines(p.encode_refuse(epoch, reason))
+                         peer: str, task: asyncio.Task[None]) -> _Link | None:
+        """Read and judge AUTH and HELLO; answer REFUSE (None) or WELCOME (the new link)."""
+        opening = await self._admission.read_opening(reader, lambda: self._pending.discard(task))
+        self._pending.discard(task)
+        hello, reason, start, epoch = opening.hello, opening.refusal, 0, self._epoch()
+        end, entries = self.store.commit_log_max_offset, self.epochs.entries
+        if hello is not None and reason is None:
+            old = self._links.get(hello.broker_id)
+            reason = self._admission.refusal(hello, epoch, old.addr if old else None)
+            # min(): a slave's entries cannot move the point past its own end
+            start = min(divergence_point(hello.entries, entries, end, hello.end_offset),
+                        hello.end_offset)
+            if reason is None and start < self.store.commit_log_min_offset:
+                reason = (f"the logs agree up to {start}, but this master's log now starts "
+                          f"at {self.store.commit_log_min_offset} (retention)")
+        if hello is None or reason is not None:
+            self._limited.warning("refused", "replication: refusing %s from %s: %s",
+                                  f"broker {hello.broker_id}" if hello else "a peer", peer,
+                                  reason)
+            writer.writelines(p.encode_refuse(epoch, reason or "refused"))
             await writer.drain()
             return None
-        old = self._links.pop(hello.broker_id, None)
-        if old is not None:  # a reconnecting slave whose old link is not dead yet
-            old.writer.close()
         link = _Link(hello.broker_id, peer, writer, start, entries)
         writer.writelines(p.encode_welcome(p.Welcome(epoch, start, end, entries)))
         self._links[hello.broker_id] = link

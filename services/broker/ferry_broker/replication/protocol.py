@@ -18,15 +18,18 @@ allocated. Payloads by type (docs/replication.md "Protocol" has the tables):
     OFFSETS   master -> slave  a batch of consumer-offset entries (ferry_broker.offsets_codec,
                                JSON version 2; at most CHUNK_BYTES)
     EPOCHS    master -> slave  entries
-    AUTH      slave -> master  ts_ms i64 | nonce 16 | signature 32 | access_key str16
-                               (right after HELLO, from a slave with credentials; it
-                               signs the HELLO's payload: docs/security.md)
+    AUTH      slave -> master  ts_ms i64 | nonce 16 | signature 32 | hello_sha256 32
+                               | access_key str16   (the FIRST frame of a slave with
+                               credentials, before its HELLO; it signs the master's
+                               name and the HELLO's digest: docs/security.md)
 
     str16   := len u16 | UTF-8 bytes
     entries := count u32 | count x (epoch i64, start_offset i64)
 
-Only HELLO carries the magic and version: it is the first frame of every link,
-so a peer speaking anything else is caught there.
+Only HELLO carries the magic and version: it is the first frame of every link (after
+the AUTH of a slave with credentials), so a peer speaking anything else is caught there.
+Until a master has judged the peer, a frame may hold at most MAX_AUTH_BYTES (AUTH) or
+MAX_HELLO_BYTES (HELLO): what a stranger can make it buffer is small.
 """
 from __future__ import annotations
 
@@ -47,6 +50,12 @@ MAX_FRAME_BYTES = 16 << 20
 CHUNK_BYTES = 1 << 20
 #: Largest str16 field a HELLO or REFUSE may carry (cluster, name, reason).
 MAX_TEXT_BYTES = 1024
+#: Largest `length` of an AUTH frame (an access key is at most 64 bytes): the only
+#: frame a master with auth on reads from a peer it has not authenticated.
+MAX_AUTH_BYTES = 256
+#: Largest `length` of a HELLO: two names and about 65,000 epoch entries (one per
+#: master term that wrote), read only once the peer is authenticated (auth on).
+MAX_HELLO_BYTES = 1 << 20
 
 LENGTH = struct.Struct("<I")
 TYPE = struct.Struct("<B")
@@ -57,7 +66,8 @@ I64 = struct.Struct("<q")
 U16 = struct.Struct("<H")
 COUNT = struct.Struct("<I")
 ENTRY = struct.Struct("<qq")  # epoch, start_offset
-AUTH_HEAD = struct.Struct("<q16s32s")  # ts_ms, nonce, signature (then access_key str16)
+#: ts_ms, nonce, signature, hello_sha256 (then access_key str16)
+AUTH_HEAD = struct.Struct("<q16s32s32s")
 
 Entry = tuple[int, int]
 
@@ -230,18 +240,34 @@ def decode_data(payload: bytes | memoryview) -> tuple[int, int, memoryview]:
     return phy, master_end, memoryview(payload)[DATA_HEAD.size:]
 
 
-def encode_auth(access_key: str, ts_ms: int, nonce: bytes,
-                signature: bytes) -> list[bytes | memoryview]:
-    return frame(FrameType.AUTH, AUTH_HEAD.pack(ts_ms, nonce, signature), _str16(access_key))
+def encode_auth(access_key: str, ts_ms: int, nonce: bytes, signature: bytes,
+                hello_sha256: bytes) -> list[bytes | memoryview]:
+    return frame(FrameType.AUTH, AUTH_HEAD.pack(ts_ms, nonce, signature, hello_sha256),
+                 _str16(access_key))
 
 
-def decode_auth(payload: bytes | memoryview) -> tuple[str, int, bytes, bytes]:
-    """(access_key, ts_ms, nonce, signature) of an AUTH frame."""
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """A slave's AUTH frame: who signs, when, and the digest of the HELLO it vouches for."""
+
+    access_key: str
+    ts_ms: int
+    nonce: bytes
+    signature: bytes
+    hello_sha256: bytes
+
+
+def decode_auth(payload: bytes | memoryview) -> Auth:
     c = _Cursor("AUTH", payload)
-    ts_ms, nonce, signature = c.take(AUTH_HEAD)
+    ts_ms, nonce, signature, hello_sha256 = c.take(AUTH_HEAD)
     access_key = c.text()
     c.done()
-    return access_key, int(ts_ms), bytes(nonce), bytes(signature)
+    return Auth(access_key, int(ts_ms), bytes(nonce), bytes(signature), bytes(hello_sha256))
+
+
+def master_target(cluster: str, name: str, broker_id: int) -> str:
+    """The master an AUTH frame is addressed to, as its signature names it."""
+    return f"{cluster}/{name}/{broker_id}"
 
 
 def decode_offset(what: str, payload: bytes | memoryview) -> int:
@@ -259,8 +285,8 @@ def decode_epochs(payload: bytes | memoryview) -> list[Entry]:
 # -- reading from a stream -----------------------------------------------------------------
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[FrameType, bytes]:
-    """The next frame's (type, payload); the length is bounded before the payload is read.
+async def read_head(reader: asyncio.StreamReader) -> tuple[FrameType, int]:
+    """The next frame's type and payload size, its payload not read yet.
 
     ReplicationProtocolError for an oversized or empty length or an unknown type;
     asyncio.IncompleteReadError when the peer closes mid-frame (or before one).
@@ -273,4 +299,20 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[FrameType, bytes]:
         ftype = FrameType(raw_type)
     except ValueError:
         raise ReplicationProtocolError(f"unknown frame type {raw_type}") from None
-    return ftype, await reader.readexactly(size - TYPE.size)
+    return ftype, size - TYPE.size
+
+
+async def read_payload(reader: asyncio.StreamReader, ftype: FrameType, size: int,
+                       max_bytes: int) -> bytes:
+    """The payload of a frame whose head was read, once its size is within `max_bytes`."""
+    if size > max_bytes:
+        raise ReplicationProtocolError(f"a {ftype.name} frame of {size} bytes here exceeds "
+                                       f"{max_bytes}")
+    return await reader.readexactly(size)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[FrameType, bytes]:
+    """The next frame's (type, payload); the length is bounded before the payload is read
+    (errors as `read_head`)."""
+    ftype, size = await read_head(reader)
+    return ftype, await reader.readexactly(size)
