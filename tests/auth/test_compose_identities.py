@@ -141,8 +141,8 @@ def test_with_identity_exports_the_settings_auth_init_wrote(tmp_path: Path) -> N
 
 COMPOSE = DEPLOY / "docker-compose.yml"
 #: The identity each container runs as (with-identity.sh's first argument).
-IDENTITY_OF = {"broker-a": "svc-broker", "broker-a-1": "svc-broker", "broker-b": "svc-broker",
-               "broker-b-1": "svc-broker", "delay-scheduler": "svc-delay-scheduler",
+IDENTITY_OF = {"broker-a": "svc-broker-a-0", "broker-a-1": "svc-broker-a-1",
+               "broker-b": "svc-broker-b-0", "broker-b-1": "svc-broker-b-1", "delay-scheduler": "svc-delay-scheduler",
                "delay-scheduler-1": "svc-delay-scheduler", "txn-checker": "svc-txn-checker",
                "txn-checker-1": "svc-txn-checker", "dedup": "svc-dedup",
                "console": "svc-console", "spark": "svc-spark"}
