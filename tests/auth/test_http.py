@@ -9,12 +9,14 @@ import asyncio
 import json
 import logging
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import ferry.auth.http as http_module
 import pytest
 from aiohttp import web
 from ferry.auth.acl import Acl, Rule
@@ -170,6 +172,19 @@ async def test_the_target_is_announced_and_a_signature_for_another_is_refused(
         status, _ = await _call(plain, "GET", url,
                                 headers=signed_url_headers(ALICE, "GET", url, target=target))
         assert status == 200
+
+
+async def test_a_session_with_a_stale_target_asks_again_and_signs_once_more(
+        server: tuple[str, HttpAuth], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another service now answers at an address the client knew (a restart in another's
+    place): the 401 makes the session ask the target again and sign once more."""
+    base, auth = server
+    monkeypatch.setitem(http_module._targets, base, ("namesrv/elsewhere:1", time.monotonic()))
+    async with client_session(ALICE) as session:
+        status, doc = await _call(session, "GET", base + "/v1/stats")
+    assert status == 200, doc
+    assert http_module.target_for(base) == f"ferry/{socket.gethostname()}:{base.rsplit(':', 1)[1]}"
+    assert auth.stats()["refused_unauthenticated"] == 1
 
 
 async def test_a_denied_request_holds_no_nonce(server: tuple[str, HttpAuth]) -> None:
