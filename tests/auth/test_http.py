@@ -5,22 +5,28 @@ service; the services' own tests (test_http_services.py) run the real ones.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import ferry.auth.http as http_module
 import pytest
 from aiohttp import web
 from ferry.auth.acl import Acl, Rule
 from ferry.auth.credentials import Credentials
 from ferry.auth.http import (
     HEADER_SIGNATURE,
+    HEADER_TARGET,
     HEADER_TIMESTAMP,
     client_session,
+    fetch_target,
     signed_url_headers,
 )
 from ferry.auth.signing import now_ms
@@ -63,8 +69,11 @@ async def server() -> AsyncIterator[tuple[str, HttpAuth]]:
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+    # The blocking client asks the target once (this server runs on the test's own loop).
+    assert await asyncio.to_thread(fetch_target, base) == f"ferry/{socket.gethostname()}:{port}"
     try:
-        yield f"http://127.0.0.1:{port}", auth
+        yield base, auth
     finally:
         await runner.cleanup()
 
@@ -146,9 +155,48 @@ async def test_a_blocking_urllib_client_signs_too(server: tuple[str, HttpAuth]) 
         with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310
             return int(resp.status)
 
-    import asyncio
     assert await asyncio.to_thread(fetch) == 200
     assert signed_url_headers(None, "GET", url) == {}
+
+
+async def test_the_target_is_announced_and_a_signature_for_another_is_refused(
+        server: tuple[str, HttpAuth]) -> None:
+    base, auth = server
+    url = base + "/v1/stats"
+    async with aiohttp.ClientSession() as plain:
+        async with plain.get(base + "/healthz") as resp:
+            target = resp.headers[HEADER_TARGET]
+        elsewhere = signed_url_headers(ALICE, "GET", url, target="namesrv/otherhost:9876")
+        status, doc = await _call(plain, "GET", url, headers=elsewhere)
+        assert status == 401 and "bad signature" in doc["error"]["message"]
+        status, _ = await _call(plain, "GET", url,
+                                headers=signed_url_headers(ALICE, "GET", url, target=target))
+        assert status == 200
+
+
+async def test_a_session_with_a_stale_target_asks_again_and_signs_once_more(
+        server: tuple[str, HttpAuth], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another service now answers at an address the client knew (a restart in another's
+    place): the 401 makes the session ask the target again and sign once more."""
+    base, auth = server
+    monkeypatch.setitem(http_module._targets, base, ("namesrv/elsewhere:1", time.monotonic()))
+    async with client_session(ALICE) as session:
+        status, doc = await _call(session, "GET", base + "/v1/stats")
+    assert status == 200, doc
+    assert http_module.target_for(base) == f"ferry/{socket.gethostname()}:{base.rsplit(':', 1)[1]}"
+    assert auth.stats()["refused_unauthenticated"] == 1
+
+
+async def test_a_denied_request_holds_no_nonce(server: tuple[str, HttpAuth]) -> None:
+    base, auth = server
+    url = base + "/v1/topics"
+    before = auth.guard.stats()["nonces"]
+    async with aiohttp.ClientSession() as plain:
+        denied = signed_url_headers(ALICE, "POST", url, b"{}")
+        for _ in range(2):   # refused for its permission both times, never as a replay
+            status, doc = await _call(plain, "POST", url, headers=denied, data=b"{}")
+            assert status == 403, doc
+    assert auth.guard.stats()["nonces"] == before and auth.guard.held_by("alice") == 0
 
 
 def test_uncovered_routes_lists_what_the_table_misses() -> None:

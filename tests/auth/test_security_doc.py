@@ -42,9 +42,11 @@ def test_worked_example_matches_the_code() -> None:
     nonce = bytes(range(16))
     assert f"K = {creds.signing_key.hex()}" in TEXT
     assert msgpack.packb(fields).hex() in TEXT
-    data = string_to_sign_wire("alice", 1700000000123, nonce, RequestCode.GET_MIN_MAX, fields, b"")
+    target = "DefaultCluster/broker-a/0"
+    data = string_to_sign_wire(target, "alice", 1700000000123, nonce, RequestCode.GET_MIN_MAX,
+                               fields, b"")
     assert "\n".join("    " + line for line in data.decode().split("\n")) in TEXT
-    auth = sign_wire(creds, RequestCode.GET_MIN_MAX, fields, b"", ts_ms=1700000000123,
+    auth = sign_wire(creds, target, RequestCode.GET_MIN_MAX, fields, b"", ts_ms=1700000000123,
                      nonce=nonce)
     assert f"s = {auth['s'].hex()}" in TEXT
 

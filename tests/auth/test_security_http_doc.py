@@ -15,6 +15,7 @@ from ferry_txn_checker.permissions import ROUTES as CHECKER
 from tests.auth.test_security_doc import TEXT
 
 QUERY = [("state", "open"), ("limit", "10")]
+TARGET = "txn-checker/host-1:10924"
 
 
 def _table(heading: str) -> dict[str, str]:
@@ -40,10 +41,10 @@ def _words(rule: object) -> str | None:
 
 
 def test_worked_http_example_matches_the_code() -> None:
-    data = string_to_sign_http("alice", 1700000000123, bytes(range(16)).hex(), "GET",
+    data = string_to_sign_http(TARGET, "alice", 1700000000123, bytes(range(16)).hex(), "GET",
                                "/v1/transactions", QUERY, b"")
     assert "\n".join("    " + line for line in data.decode().split("\n")) in TEXT
-    headers = signed_headers(Credentials("alice", "alice-secret-0123456789"), "GET",
+    headers = signed_headers(Credentials("alice", "alice-secret-0123456789"), TARGET, "GET",
                              "/v1/transactions", QUERY, b"", ts_ms=1700000000123,
                              nonce=bytes(range(16)))
     assert f"X-Ferry-Signature: {headers['X-Ferry-Signature']}" in TEXT

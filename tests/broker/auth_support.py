@@ -60,12 +60,17 @@ async def send_frame(client: WireClient, frame: Frame, timeout_s: float = 10.0) 
     return await asyncio.wait_for(fut, timeout_s)
 
 
+#: The target a broker started with the default cluster, name and id signs for.
+DEFAULT_TARGET = "DefaultCluster/broker-a/0"
+
+
 def signed(code: int, fields: dict[str, Any], body: bytes = b"", *,
-           credentials: Credentials | None = None, **sign: Any) -> Frame:
-    """A request frame signed with `credentials` (unsigned when None)."""
+           credentials: Credentials | None = None, target: str = DEFAULT_TARGET,
+           **sign: Any) -> Frame:
+    """A request frame signed with `credentials` for `target` (unsigned when None)."""
     frame = request(code, next(_ids), fields, body)
     if credentials is not None:
-        frame.auth = sign_wire(credentials, code, fields, body, **sign)
+        frame.auth = sign_wire(credentials, target, code, fields, body, **sign)
     return frame
 
 

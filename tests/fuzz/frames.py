@@ -85,6 +85,7 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
         return rng.randrange(0, 8)
 
     return {
+        RequestCode.IDENTIFY: dict,   # no fields: whatever comes is ignored
         RequestCode.SEND: lambda: {"topic": topic(), "queue_id": q()},
         RequestCode.PULL: lambda: {"group": group(), "topic": topic(), "queue_id": q(),
                                    "offset": rng.randrange(0, 50), "max_count": 8,
@@ -199,7 +200,7 @@ class FrameFuzzer:
         body = b""
         if roll < 0.15:
             self._count(kind or "unknown_code")
-            return rng.choice([0, 1, 9, 23, 29, 34, 99, 255, 2**31, rng.randrange(0, 2**32)]), \
+            return rng.choice([0, 2, 9, 23, 29, 34, 99, 255, 2**31, rng.randrange(0, 2**32)]), \
                 {}, b""
         code = rng.choice(CODES)
         self.code_counts[code] = self.code_counts.get(code, 0) + 1

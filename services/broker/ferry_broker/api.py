@@ -108,7 +108,7 @@ def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],
     auth = None
     if ctx.auth is not None:
         auth = HttpAuth(ctx.auth.registry.signing_key, ctx.auth.registry.allows,
-                        HTTP_ROUTES, ctx.auth.guard)
+                        HTTP_ROUTES, ctx.auth.guard, service="broker")
     return service_app(guard or HttpGuard(HttpLimits()), errors_and_logs, OPENAPI,
                        ready=is_ready, not_ready="not ready: starting, not registered, store "
                        "failed or stopping", stats=lambda: stats(ctx), limits_key="http_limits",

@@ -1,9 +1,12 @@
 """The broker's side of authentication: who sent a request, and may they.
 
 With auth on (FERRY_AUTH=on) every request's signature is verified
-(ferry.auth.signing: known key, timestamp window, HMAC, nonce not seen) and
-then its permission (permissions.py), before the request becomes a task; a
-refusal is an error response and the connection goes on serving. Identities
+(ferry.auth.signing: known key, timestamp window, HMAC over this broker's
+target `cluster/name/id`), then its permission (permissions.py), and only
+then is its nonce remembered (not seen before, within the identity's quota),
+all before the request becomes a task; a refusal is an error response and the
+connection goes on serving. IDENTIFY (which tells a client the target) is the
+one code answered unsigned. Identities
 and rules come from etcd (ferry.service.auth_registry), loaded in the background:
 until they are, requests are refused with BusyError (retriable), never let
 through. With auth off none of this exists (the server checks one attribute).
@@ -18,10 +21,10 @@ from ferry.auth.acl import ADMIN, broker_resource, topic_resource
 from ferry.auth.nonces import ReplayGuard
 from ferry.auth.signing import (
     SignedParts,
+    check_signature,
+    check_wire,
     parse_wire_auth,
     string_to_sign_repl,
-    verify_parts,
-    verify_wire,
 )
 from ferry.errors import AccessDeniedError, AuthenticationError, BusyError
 from ferry.routing import EtcdRegistry
@@ -29,7 +32,7 @@ from ferry.service.auth_registry import AuthRegistry
 from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
-from ferry_broker.permissions import check_permission
+from ferry_broker.permissions import OPEN_CODES, check_permission
 from ferry_broker.replication.protocol import Auth
 
 log = logging.getLogger(__name__)
@@ -48,7 +51,11 @@ class BrokerAuth:
                                  "and permissions live there")
             registry = AuthRegistry(EtcdRegistry(config.etcd, prefix=config.etcd_prefix))
         self.registry = registry
-        self.guard = ReplayGuard(config.auth_window_ms, config.auth_max_nonces)
+        self.guard = ReplayGuard(config.auth_window_ms, config.auth_max_nonces,
+                                 future_ms=config.auth_future_ms,
+                                 max_per_key=config.auth_max_nonces_per_key)
+        #: What clients sign for (IDENTIFY tells them).
+        self.target = config.auth_target
         self.loaded = False
         self.refused_unauthenticated = 0
         self.refused_denied = 0
@@ -82,26 +89,39 @@ class BrokerAuth:
         await self.registry.stop()
         await self.registry.etcd.stop()
 
-    def authenticate(self, frame: Frame) -> str:
-        """The access key that signed `frame`; AuthenticationError (or BusyError) if none."""
+    def authenticate(self, frame: Frame) -> SignedParts:
+        """The signature of `frame`, checked (its nonce not yet remembered); raises
+        AuthenticationError (or BusyError) if there is none valid."""
         if not self.loaded:
             raise BusyError("auth is on and identities are not loaded yet; try again shortly")
         try:
-            return verify_wire(frame.auth, frame.code, frame.fields, frame.body,
-                               self.registry.signing_key, self.guard)
+            return check_wire(frame.auth, self.target, frame.code, frame.fields, frame.body,
+                              self.registry.signing_key, self.guard)
         except AuthenticationError:
             self.refused_unauthenticated += 1
             raise
 
-    def check(self, frame: Frame) -> str:
-        """Authenticate and authorize `frame`; returns its access key or raises."""
-        access_key = self.authenticate(frame)
+    def check(self, frame: Frame) -> str | None:
+        """Authenticate and authorize `frame`, then remember its nonce; returns its access
+        key (None for a code answered unsigned) or raises.
+
+        The nonce comes last: a request refused for its permission holds no slot of
+        the replay guard, so an identity with no rights cannot fill it.
+        """
+        if frame.code in OPEN_CODES:
+            return None
+        parts = self.authenticate(frame)
         try:
-            check_permission(self.registry.acl, access_key, frame)
+            check_permission(self.registry.acl, parts.access_key, frame)
         except AccessDeniedError:
             self.refused_denied += 1
             raise
-        return access_key
+        try:
+            self.guard.remember(parts.access_key, parts.ts_ms, parts.nonce)
+        except AuthenticationError:
+            self.refused_unauthenticated += 1
+            raise
+        return parts.access_key
 
     def identity(self, frame: Frame) -> str:
         """The access key of a request `check` passed (its signature is not checked again)."""
@@ -127,26 +147,35 @@ class BrokerAuth:
 
     def authenticate_slave(self, auth: Auth, master: str) -> str:
         """The access key that signed a replication AUTH frame addressed to `master`
-        (`cluster/name/id`); AuthenticationError (or BusyError) if none."""
+        (`cluster/name/id`); AuthenticationError (or BusyError) if none. Its nonce is
+        remembered only by `authorize_slave`, once the identity's right is known."""
         if not self.loaded:
             raise BusyError("auth is on and identities are not loaded yet")
         parts = SignedParts(auth.access_key, auth.ts_ms, auth.nonce, auth.signature)
         try:
-            return verify_parts(parts, lambda: string_to_sign_repl(
+            check_signature(parts, lambda: string_to_sign_repl(
                 auth.access_key, auth.ts_ms, auth.nonce, master, auth.hello_sha256),
                 self.registry.signing_key, self.guard)
+            return auth.access_key
         except AuthenticationError as exc:
             self.refused_unauthenticated += 1
             raise AuthenticationError(f"{exc}; an AUTH frame signs the master it is "
                                       f"for, and this is {master}") from None
 
-    def authorize_slave(self, access_key: str, name: str, broker_id: int) -> None:
-        """AccessDeniedError unless `access_key` may replicate as broker `name`/`broker_id`."""
+    def authorize_slave(self, auth: Auth, name: str, broker_id: int) -> None:
+        """AccessDeniedError unless the identity that signed `auth` may replicate as broker
+        `name`/`broker_id`; then its nonce is remembered (a replayed AUTH is refused)."""
+        access_key = auth.access_key
         resource = broker_resource(name, broker_id)
         if not self.registry.acl.allows(access_key, "replicate", resource):
             self.refused_denied += 1
             raise AccessDeniedError(f"access denied: {access_key!r} may not 'replicate' "
                                     f"on {resource!r} (replication link)")
+        try:
+            self.guard.remember(access_key, auth.ts_ms, auth.nonce)
+        except AuthenticationError:
+            self.refused_unauthenticated += 1
+            raise
 
     def stats(self) -> dict[str, object]:
         """The `auth` part of /v1/stats."""

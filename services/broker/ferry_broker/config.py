@@ -126,15 +126,18 @@ class BrokerConfig:
     # the replication link) must be signed by a known identity and permitted. Set by
     # the mesh-wide FERRY_AUTH (FERRY_BROKER_AUTH wins when set).
     auth: bool = False
-    auth_window_ms: int = 60_000      # a signed request's timestamp: at most this far off
+    auth_window_ms: int = 60_000      # a signed request's timestamp: at most this far behind
+    auth_future_ms: int = 5_000       # ... and at most this far ahead (clock skew)
     auth_max_nonces: int = 500_000    # nonces remembered in the window (about 100 B each)
+    # One access key's share of them: past it that identity alone is refused (BusyError).
+    auth_max_nonces_per_key: int = 100_000
     # Optional TLS on the wire and replication ports: certificate and key files (PEM).
     # Mesh-wide FERRY_TLS_CERT / FERRY_TLS_KEY unless FERRY_BROKER_TLS_* are set.
     tls_cert: str = ""
     tls_key: str = ""
 
     def __post_init__(self) -> None:
-        check_service(self, ENV_PREFIX, frozenset({"id"}))
+        check_service(self, ENV_PREFIX, frozenset({"id", "auth_future_ms"}))
         if self.flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {self.flush_mode!r}")
         if not 1 <= self.default_queues <= 1024:
@@ -188,6 +191,12 @@ class BrokerConfig:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
+
+    @property
+    def auth_target(self) -> str:
+        """What clients sign for (IDENTIFY's answer): `cluster/name/id`. The id tells a
+        master from its slave, so a request captured at one is refused by the other."""
+        return f"{self.cluster}/{self.name}/{self.id}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None,

@@ -81,6 +81,11 @@ PERMISSIONS: dict[int, Alternatives] = {
 }
 
 
+#: Codes answered without a signature: IDENTIFY tells a client what to sign for
+#: (handlers/identify.py), so it cannot itself be signed.
+OPEN_CODES = frozenset({RequestCode.IDENTIFY})
+
+
 #: The broker's HTTP routes with auth on (ferry.auth.http); probes and OpenAPI stay open.
 HTTP_ROUTES: RouteTable = {
     ("GET", "/v1/stats"): (admin("read"),),

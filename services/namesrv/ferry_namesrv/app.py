@@ -44,7 +44,7 @@ class NamesrvApp(ServiceApp):
         self.context = NamesrvContext(config, self.registry, self.cache)
         # FERRY_AUTH=on: identities and rules from etcd, checked on every route (permissions.py).
         self.auth: AuthRegistry | None = AuthRegistry(self.registry) if config.auth else None
-        self.http_auth: HttpAuth | None = (registry_auth(self.auth, ROUTES)
+        self.http_auth: HttpAuth | None = (registry_auth(self.auth, ROUTES, "namesrv")
                                            if self.auth is not None else None)
         self._loader: asyncio.Task[None] | None = None
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from ferry.auth.acl import Acl, Rule
 from ferry.auth.credentials import Credentials, derive_signing_key, generate_secret
 from ferry.auth.nonces import ReplayGuard
-from ferry.auth.signing import sign_wire, verify_wire
+from ferry.auth.signing import check_wire, sign_wire
 
 __all__ = [
     # identities
     "Credentials", "derive_signing_key", "generate_secret",
     # signatures
-    "sign_wire", "verify_wire", "ReplayGuard",
+    "sign_wire", "check_wire", "ReplayGuard",
     # permissions
     "Acl", "Rule",
 ]

@@ -1,11 +1,15 @@
 """Request signatures: the wire form (header key `a`) and the HMAC helpers the HTTP form uses.
 
 Every signed request proves that its sender holds the signing key of an access
-key (`ferry.auth.credentials`), when it was made (`t`, ms since the epoch) and
-that it was made once (`n`, a random 16-byte nonce). The signature covers the
-request code, its fields and its body, so no part can be changed on the way.
-The string to sign, byte by byte, is in docs/security.md; the HTTP form
-(`ferry.auth.http`) is built on `string_to_sign_http` and `mac` here.
+key (`ferry.auth.credentials`), when it was made (`t`, ms since the epoch),
+that it was made once (`n`, a random 16-byte nonce) and for which server (the
+target: a broker's `cluster/name/id`, an HTTP service's `service/host:port`,
+which the server announces and the client learns once per connection). The
+signature covers the target, the request code, its fields and its body, so no
+part can be changed on the way and a request captured at one server is
+refused by every other. The string to sign, byte by byte, is in
+docs/security.md; the HTTP form (`ferry.auth.http`) is built on
+`string_to_sign_http` and `mac` here.
 
 Responses are not signed: TLS (optional) protects them.
 """
@@ -31,12 +35,13 @@ from ferry.errors import AuthenticationError
 NONCE_BYTES = 16
 #: Bytes of an HMAC-SHA256 signature.
 SIGNATURE_BYTES = 32
-#: First line of the wire string to sign; a new scheme would change the version.
-WIRE_SCHEME = b"FERRY1-WIRE"
+#: First line of the wire string to sign; a new scheme changes the version
+#: (FERRY1-WIRE had no target line).
+WIRE_SCHEME = b"FERRY2-WIRE"
 #: First line of the replication link's string to sign (a slave's AUTH frame).
 REPL_SCHEME = b"FERRY1-REPL"
-#: First line of the HTTP string to sign.
-HTTP_SCHEME = b"FERRY1-HTTP"
+#: First line of the HTTP string to sign (FERRY1-HTTP had no target line).
+HTTP_SCHEME = b"FERRY2-HTTP"
 #: The header key that carries a wire signature.
 AUTH_HEADER_KEY = "a"
 #: The keys of the `a` map: access key, timestamp, nonce, signature.
@@ -84,23 +89,24 @@ def _blake3_hex(data: bytes | memoryview) -> bytes:
     return blake3(data).hexdigest().encode("ascii")
 
 
-def string_to_sign_wire(access_key: str, ts_ms: int, nonce: bytes, code: int,
+def string_to_sign_wire(target: str, access_key: str, ts_ms: int, nonce: bytes, code: int,
                         fields: dict[str, Any], body: bytes | memoryview) -> bytes:
     """The bytes a wire request's signature covers (docs/security.md, "Wire signing")."""
     packed_fields = msgpack.packb(fields, use_bin_type=True)
     return b"\n".join((
-        WIRE_SCHEME, access_key.encode("ascii"), str(ts_ms).encode("ascii"),
-        nonce.hex().encode("ascii"), str(code).encode("ascii"),
+        WIRE_SCHEME, target.encode("utf-8"), access_key.encode("ascii"),
+        str(ts_ms).encode("ascii"), nonce.hex().encode("ascii"), str(code).encode("ascii"),
         _sha256_hex(packed_fields), _blake3_hex(body)))
 
 
-def sign_wire(credentials: Credentials, code: int, fields: dict[str, Any],
+def sign_wire(credentials: Credentials, target: str, code: int, fields: dict[str, Any],
               body: bytes | memoryview, *, ts_ms: int | None = None,
               nonce: bytes | None = None) -> dict[str, Any]:
-    """The `a` header value that signs a request (fresh timestamp and nonce unless given)."""
+    """The `a` header value that signs a request to `target` (the broker's IDENTIFY answer;
+    fresh timestamp and nonce unless given)."""
     ts_ms = now_ms() if ts_ms is None else ts_ms
     nonce = new_nonce() if nonce is None else nonce
-    data = string_to_sign_wire(credentials.access_key, ts_ms, nonce, code, fields, body)
+    data = string_to_sign_wire(target, credentials.access_key, ts_ms, nonce, code, fields, body)
     return {"k": credentials.access_key, "t": ts_ms, "n": nonce,
             "s": mac(credentials.signing_key, data)}
 
@@ -135,22 +141,26 @@ def parse_wire_auth(auth: object) -> SignedParts:
     return SignedParts(access_key, ts_ms, nonce, signature)
 
 
-def verify_wire(auth: object, code: int, fields: dict[str, Any], body: bytes | memoryview,
-                keys: KeyLookup, guard: ReplayGuard) -> str:
-    """Check a wire request's signature; return its access key or raise AuthenticationError."""
+def check_wire(auth: object, target: str, code: int, fields: dict[str, Any],
+               body: bytes | memoryview, keys: KeyLookup, guard: ReplayGuard) -> SignedParts:
+    """Check that a wire request is signed for `target` (this broker), fresh and authentic;
+    its parts, or AuthenticationError.
+
+    The nonce is NOT remembered here: the caller checks the permission first and
+    then calls `guard.remember`, so a refused request costs no slot of the guard.
+    """
     parts = parse_wire_auth(auth)
-    return verify_parts(parts, lambda: string_to_sign_wire(
-        parts.access_key, parts.ts_ms, parts.nonce, code, fields, body), keys, guard)
+    check_signature(parts, lambda: string_to_sign_wire(
+        target, parts.access_key, parts.ts_ms, parts.nonce, code, fields, body), keys, guard)
+    return parts
 
 
-def verify_parts(parts: SignedParts, data: Callable[[], bytes], keys: KeyLookup,
-                 guard: ReplayGuard) -> str:
-    """Check a signature whose parts are parsed: known key, fresh, right MAC, nonce unseen.
+def check_signature(parts: SignedParts, data: Callable[[], bytes], keys: KeyLookup,
+                    guard: ReplayGuard) -> None:
+    """Check a signature whose parts are parsed: known key, fresh, right MAC.
 
     Order matters: the cheap checks (known key, timestamp window) come before
-    the string to sign is built and hashed, and the nonce is remembered only
-    once the signature is good, so unsigned junk can neither cost hashing nor
-    fill the replay guard. Returns the access key.
+    the string to sign is built and hashed, so unsigned junk costs no hashing.
     """
     key = keys(parts.access_key)
     if key is None:
@@ -158,10 +168,8 @@ def verify_parts(parts: SignedParts, data: Callable[[], bytes], keys: KeyLookup,
     guard.check_time(parts.ts_ms)
     if not mac_matches(key, data(), parts.signature):
         raise AuthenticationError(
-            f"bad signature for access key {parts.access_key!r} (wrong secret, "
-            "or the request was changed on the way)")
-    guard.remember(parts.access_key, parts.ts_ms, parts.nonce)
-    return parts.access_key
+            f"bad signature for access key {parts.access_key!r} (wrong secret, signed for "
+            "another server, or the request was changed on the way)")
 
 
 def string_to_sign_repl(access_key: str, ts_ms: int, nonce: bytes, master: str,
@@ -186,14 +194,16 @@ def canonical_query(pairs: Iterable[tuple[str, str]]) -> bytes:
     return "&".join(encoded).encode("ascii")
 
 
-def string_to_sign_http(access_key: str, ts_ms: int, nonce_hex: str, method: str, path: str,
-                        query: Iterable[tuple[str, str]], body: bytes) -> bytes:
+def string_to_sign_http(target: str, access_key: str, ts_ms: int, nonce_hex: str,
+                        method: str, path: str, query: Iterable[tuple[str, str]],
+                        body: bytes) -> bytes:
     """The bytes an HTTP request's signature covers (docs/security.md, "HTTP signing").
 
-    `path` is the request path as sent (percent-encoded); `query` the decoded
-    (name, value) pairs of the query string.
+    `target` is the service's own (its `X-Ferry-Target` answer); `path` the
+    request path as sent (percent-encoded); `query` the decoded (name, value)
+    pairs of the query string.
     """
     return b"\n".join((
-        HTTP_SCHEME, access_key.encode("ascii"), str(ts_ms).encode("ascii"),
-        nonce_hex.encode("ascii"), method.upper().encode("ascii"), path.encode("utf-8"),
-        canonical_query(query), _sha256_hex(body)))
+        HTTP_SCHEME, target.encode("utf-8"), access_key.encode("ascii"),
+        str(ts_ms).encode("ascii"), nonce_hex.encode("ascii"), method.upper().encode("ascii"),
+        path.encode("utf-8"), canonical_query(query), _sha256_hex(body)))

@@ -4,7 +4,10 @@ With `FERRY_AUTH=on` namesrv, the brokers, delay-scheduler, txn-checker and
 dedup check each request with `HttpAuth(...).middleware` (the console has its
 login instead): the signature and the replay guard first (401
 `AuthenticationError`), then the route's permission from the service's table
-(403 `AccessDeniedError`). `/healthz`, `/readyz` and `/openapi.json` stay
+(403 `AccessDeniedError`), and only then is the nonce remembered (so a refused
+request holds no slot of the guard). A signature names its target, this
+service instance (`service/host:port`), announced in the `X-Ferry-Target`
+header of `/healthz`. `/healthz`, `/readyz` and `/openapi.json` stay
 open: probes and tools must reach them without a key. The headers and the
 client side are `ferry.auth.http`; identities come from etcd
 (`ferry.service.auth_registry`). Optional TLS: `server_ssl`.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from ferry.auth.http import (
     HEADER_ACCESS_KEY,
     HEADER_NONCE,
     HEADER_SIGNATURE,
+    HEADER_TARGET,
     HEADER_TIMESTAMP,
 )
 from ferry.auth.nonces import ReplayGuard
@@ -139,12 +144,14 @@ def parse_headers(request: web.Request) -> _Signed:
     return _Signed(access_key, int(ts), nonce_hex, bytes.fromhex(signature))
 
 
-async def verify_request(request: web.Request, keys: KeyLookup, guard: ReplayGuard) -> str:
-    """Check `request`'s signature and freshness; its access key, or AuthenticationError.
+async def verify_request(request: web.Request, target: str, keys: KeyLookup,
+                         guard: ReplayGuard) -> _Signed:
+    """Check that `request` is signed for `target` (this service instance), fresh and
+    authentic; its signature's parts, or AuthenticationError.
 
     The cheap checks (shape, known key, timestamp window) come before reading
-    the body and computing the HMAC; the nonce is remembered only once the
-    signature is good, so unsigned junk can neither cost hashing nor fill the guard.
+    the body and computing the HMAC. The nonce is not remembered here: the
+    caller does it once the permission is checked too.
     """
     signed = parse_headers(request)
     key = keys(signed.access_key)
@@ -153,15 +160,14 @@ async def verify_request(request: web.Request, keys: KeyLookup, guard: ReplayGua
     guard.check_time(signed.ts_ms)
     body = await request.read()
     request[SIGNED_BODY] = body
-    data = string_to_sign_http(signed.access_key, signed.ts_ms, signed.nonce_hex,
+    data = string_to_sign_http(target, signed.access_key, signed.ts_ms, signed.nonce_hex,
                                request.method, request.rel_url.raw_path,
                                request.rel_url.query.items(), body)
     if not mac_matches(key, data, signed.signature):
         raise AuthenticationError(
-            f"bad signature for access key {signed.access_key!r} (wrong secret, or the "
-            "request was changed on the way)")
-    guard.remember(signed.access_key, signed.ts_ms, bytes.fromhex(signed.nonce_hex))
-    return signed.access_key
+            f"bad signature for access key {signed.access_key!r} (wrong secret, signed for "
+            f"another service than {target!r}, or the request was changed on the way)")
+    return signed
 
 
 def required(request: web.Request, table: RouteTable) -> Bound:
@@ -199,14 +205,17 @@ class HttpAuth:
     middleware.
 
     `keys` finds an access key's signing key, `allows` asks the ACL, `table`
-    maps the service's routes to permissions. Failures are raised as
+    maps the service's routes to permissions, `service` names the service in its
+    target (`service/host:port`, the port the request came in on). Failures are raised as
     AuthenticationError (401) and AccessDeniedError (403); the service's
     error middleware turns them into its JSON error body. `stats()` counts them.
     """
 
     def __init__(self, keys: KeyLookup, allows: AclCheck, table: RouteTable,
                  guard: ReplayGuard | None = None,
-                 open_paths: frozenset[str] = OPEN_PATHS) -> None:
+                 open_paths: frozenset[str] = OPEN_PATHS, *, service: str = "ferry") -> None:
+        self.service = service
+        self._targets: dict[int, str] = {}   # by local port: one app may serve a few
         self.keys = keys
         self.allows = allows
         self.table = table
@@ -219,22 +228,40 @@ class HttpAuth:
     def _build(self) -> Middleware:
         @web.middleware
         async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+            target = self.target_of(request)
             if request.path in self.open_paths:
-                return await handler(request)
+                response = await handler(request)
+                response.headers[HEADER_TARGET] = target
+                return response
             try:
-                access_key = await verify_request(request, self.keys, self.guard)
+                signed = await verify_request(request, target, self.keys, self.guard)
             except AuthenticationError:
                 self.unauthenticated += 1
                 raise
             try:
-                check_permission(access_key, request, self.table, self.allows)
+                check_permission(signed.access_key, request, self.table, self.allows)
             except AccessDeniedError:
                 self.denied += 1
                 raise
-            request[ACCESS_KEY] = access_key
+            try:
+                self.guard.remember(signed.access_key, signed.ts_ms,
+                                    bytes.fromhex(signed.nonce_hex))
+            except AuthenticationError:
+                self.unauthenticated += 1
+                raise
+            request[ACCESS_KEY] = signed.access_key
             return await handler(request)
 
         return authenticate
+
+    def target_of(self, request: web.Request) -> str:
+        """This instance's target as `request` reached it: `service/host name:local port`."""
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        port = sockname[1] if isinstance(sockname, tuple) and len(sockname) >= 2 else 0
+        target = self._targets.get(port)
+        if target is None:
+            target = self._targets[port] = f"{self.service}/{socket.gethostname()}:{port}"
+        return target
 
     def stats(self) -> dict[str, int]:
         """Refusals so far and the replay guard's counters (for /v1/stats `auth`)."""
@@ -251,10 +278,10 @@ class ServiceAuth:
     auth on cannot tell anyone apart without it, so it must not come up.
     """
 
-    def __init__(self, etcd: str, prefix: str, table: RouteTable) -> None:
+    def __init__(self, etcd: str, prefix: str, table: RouteTable, service: str) -> None:
         self.etcd = EtcdRegistry(etcd, prefix=prefix)
         self.registry = AuthRegistry(self.etcd)
-        self.http = registry_auth(self.registry, table)
+        self.http = registry_auth(self.registry, table, service)
 
     async def start(self) -> None:
         await self.etcd.start()
@@ -274,12 +301,12 @@ async def start_service_auth(auth: ServiceAuth | None) -> HttpAuth | None:
     return auth.http
 
 
-def registry_auth(registry: AuthRegistry, table: RouteTable) -> HttpAuth:
-    """An HttpAuth asking `registry`  for keys and rules.
+def registry_auth(registry: AuthRegistry, table: RouteTable, service: str) -> HttpAuth:
+    """An HttpAuth for `service` asking `registry` for keys and rules.
 
     `registry.allows` asks the current rules (a reload replaces the registry's ACL).
     """
-    return HttpAuth(registry.signing_key, registry.allows, table)
+    return HttpAuth(registry.signing_key, registry.allows, table, service=service)
 
 
 def auth_stats(auth: HttpAuth | None) -> dict[str, Any]:

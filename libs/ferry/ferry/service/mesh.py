@@ -33,4 +33,5 @@ class MeshClients:
         return cls(credentials,
                    ConnectionPool(request_timeout_ms=request_timeout_ms, credentials=credentials),
                    NamesrvClient(config.namesrv, credentials=credentials),
-                   ServiceAuth(config.etcd, config.etcd_prefix, routes) if config.auth else None)
+                   ServiceAuth(config.etcd, config.etcd_prefix, routes, service)
+                   if config.auth else None)

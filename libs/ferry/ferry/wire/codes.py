@@ -25,9 +25,12 @@ MAX_REQUEST_ID = 2**32 - 1
 class RequestCode(IntEnum):
     """What a frame asks for; responses carry the code of their request.
 
-    10-29 are the core mesh (send, pull, offsets, queries, membership). 30 and
-    above are kept for later families: queue locks, transactions, replication.
+    1-9 are about the connection itself (IDENTIFY). 10-29 are the core mesh (send,
+    pull, offsets, queries, membership). 30 and above are kept for later families:
+    queue locks, transactions, replication.
     """
+
+    IDENTIFY = 1        # which broker this is: the target a client signs for (never signed)
 
     SEND = 10
     PULL = 11

@@ -11,6 +11,7 @@ from ferry_broker.handlers.clients import (
     handle_unregister,
 )
 from ferry_broker.handlers.deliver import handle_deliver_due
+from ferry_broker.handlers.identify import handle_identify
 from ferry_broker.handlers.locks import handle_lock, handle_unlock
 from ferry_broker.handlers.offsets import (
     handle_commit_offset,
@@ -44,6 +45,7 @@ def hide_store_errors(handler: Handler) -> Handler:
 # SEND, SEND_BACK and DELIVER_DUE handle store failures themselves, in the put
 # pipeline (StoreUnavailableError); the clients' handlers do not touch the store.
 HANDLERS: dict[int, Handler] = {
+    RequestCode.IDENTIFY: handle_identify,
     RequestCode.SEND: handle_send,
     RequestCode.SEND_BACK: handle_send_back,
     RequestCode.DELIVER_DUE: handle_deliver_due,

@@ -45,7 +45,7 @@ class SlaveAuth(Protocol):
     def authenticate_slave(self, auth: p.Auth, master: str) -> str:
         """The access key that signed `auth` for `master`; raises FerryError to refuse."""
 
-    def authorize_slave(self, access_key: str, name: str, broker_id: int) -> None:
+    def authorize_slave(self, auth: p.Auth, name: str, broker_id: int) -> None:
         """Raise FerryError unless `access_key` may replicate as broker `name`/`broker_id`."""
 
 
@@ -85,7 +85,7 @@ class SlaveAdmission:
                                  f"{ftype.name} first, not AUTH")
         auth = p.decode_auth(await p.read_payload(reader, ftype, size, p.MAX_AUTH_BYTES))
         try:
-            access_key = self._auth.authenticate_slave(auth, self.target)
+            self._auth.authenticate_slave(auth, self.target)
         except FerryError as exc:
             return Opening(None, str(exc))
         trusted()
@@ -95,7 +95,7 @@ class SlaveAdmission:
             return Opening(None, "the HELLO is not the one the AUTH frame signed")
         hello = p.decode_hello(payload)
         try:
-            self._auth.authorize_slave(access_key, self.name, hello.broker_id)
+            self._auth.authorize_slave(auth, self.name, hello.broker_id)
         except FerryError as exc:
             return Opening(hello, str(exc))
         return Opening(hello)

@@ -1,7 +1,10 @@
 """One multiplexed TCP connection to a broker, and a pool of them by address.
 
 A connection given `credentials` signs every request it sends (header key
-`a`, docs/security.md); without them requests go unsigned, as before.
+`a`, docs/security.md); without them requests go unsigned, as before. A
+signature names its target, the broker it is for: on connecting, a connection
+with credentials asks the broker which it is (IDENTIFY, unsigned, one round
+trip per connection) and folds the answer into every signature after.
 
 Many requests share one connection: each carries a request id, and the
 connection's protocol matches every response to the future waiting for it. A
@@ -40,6 +43,7 @@ from typing import Any
 from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_wire
 from ferry.auth.tls import client_context_from_env
+from ferry.client.core.conn_protocol import ConnProtocol
 from ferry.cork import Cork
 from ferry.errors import (
     ConnectionLostError,
@@ -54,6 +58,7 @@ from ferry.wire import (
     Frame,
     FrameDecoder,
     MalformedFrameError,
+    RequestCode,
     encode_frame_parts,
     error_response,
 )
@@ -86,38 +91,6 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Protocol(asyncio.Protocol):
-    """Feeds received bytes to the connection and tracks write flow control."""
-
-    def __init__(self, conn: BrokerConnection) -> None:
-        self.conn = conn
-        self.paused = False
-        self.drained: asyncio.Future[None] | None = None
-        #: Done once the transport is closed for good (a TLS one after its close_notify).
-        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def data_received(self, data: bytes) -> None:
-        self.conn._data_received(data)
-
-    def eof_received(self) -> bool:
-        return False  # close the transport; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._shutdown(repr(exc) if exc is not None else "closed by the broker")
-        self.resume_writing()
-        if not self.gone.done():
-            self.gone.set_result(None)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        waiter, self.drained = self.drained, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
 class BrokerConnection:
     """A connection to one broker address. Use `await BrokerConnection.open(addr)`."""
 
@@ -128,6 +101,9 @@ class BrokerConnection:
                  tls: ssl.SSLContext | None = None) -> None:
         self.addr = addr
         self.credentials = credentials
+        #: The broker's identity (`cluster/name/id`) that signatures name; learned by
+        #: IDENTIFY on connecting when there are credentials ("" until then).
+        self.target = ""
         self.tls = tls  # TLS to the broker (FERRY_TLS_CA); None: plain TCP
         # The pool passes its own dict: handlers it registers later apply here too.
         self.request_handlers: Mapping[int, RequestHandler] = (
@@ -136,7 +112,7 @@ class BrokerConnection:
         self._max_frame_bytes = max_frame_bytes
         self._decoder = FrameDecoder(max_frame_bytes=max_frame_bytes)
         self._transport: asyncio.Transport | None = None
-        self._protocol: _Protocol | None = None
+        self._protocol: ConnProtocol | None = None
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         self._ids = itertools.count(1)
         self._closed = True
@@ -167,7 +143,7 @@ class BrokerConnection:
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
                 transport, protocol = await loop.create_connection(
-                    lambda: _Protocol(self), host, port, ssl=self.tls,
+                    lambda: ConnProtocol(self._data_received, self._shutdown), host, port, ssl=self.tls,
                     server_hostname=host if self.tls is not None else None)
         except (OSError, TimeoutError) as exc:
             raise ConnectionLostError(f"cannot connect to broker {self.addr}: {exc!r}") from exc
@@ -177,6 +153,24 @@ class BrokerConnection:
         self._decoder = FrameDecoder(max_frame_bytes=self._max_frame_bytes)
         self._closed = False
         self.last_sent_at = time.monotonic()
+        if self.credentials is not None:
+            await self._identify(connect_timeout_ms)
+
+    async def _identify(self, timeout_ms: int) -> None:
+        """Learn the broker's target (IDENTIFY, unsigned) before the first signed request;
+        the connection is closed when that fails (or is cancelled)."""
+        target: object = None
+        try:
+            answer = await self._exchange(
+                make_request(RequestCode.IDENTIFY, self._next_id(), {}), timeout_ms)
+            target = answer.fields.get("target")
+            if type(target) is not str or not target:
+                raise ConnectionLostError(f"broker {self.addr} did not say which broker it is "
+                                          f"(IDENTIFY answered {answer.fields!r})")
+        finally:
+            if type(target) is not str or not target:
+                self._shutdown("IDENTIFY failed")
+        self.target = target
 
     def _next_id(self) -> int:
         rid = next(self._ids)
@@ -217,12 +211,16 @@ class BrokerConnection:
     async def request(self, code: int, fields: Mapping[str, Any], body: bytes = b"",
                       *, timeout_ms: int | None = None) -> Frame:
         """Send a request and return its response frame; error responses raise."""
-        rid = self._next_id()
+        frame = make_request(code, self._next_id(), dict(fields), body)
+        if self.credentials is not None:  # inline: an unsigned request pays one test
+            frame.auth = sign_wire(self.credentials, self.target, code, frame.fields, body)
+        return await self._exchange(frame, timeout_ms)
+
+    async def _exchange(self, frame: Frame, timeout_ms: int | None) -> Frame:
+        """Write `frame` (signed already, or not to be) and wait for its answer."""
+        rid, code = frame.request_id, frame.code
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Frame] = loop.create_future()
-        frame = make_request(code, rid, dict(fields), body)
-        if self.credentials is not None:  # inline: an unsigned request pays one test
-            frame.auth = sign_wire(self.credentials, code, frame.fields, body)
         self._write(frame)
         self._pending[rid] = fut
         timeout_s = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
@@ -254,7 +252,8 @@ class BrokerConnection:
     def _signed(self, frame: Frame) -> Frame:
         """`frame` with its signature when this connection has credentials."""
         if self.credentials is not None:
-            frame.auth = sign_wire(self.credentials, frame.code, frame.fields, frame.body)
+            frame.auth = sign_wire(self.credentials, self.target, frame.code, frame.fields,
+                                   frame.body)
         return frame
 
     def _data_received(self, data: bytes) -> None:

@@ -113,12 +113,20 @@ class _BrokerLink:
         self.sock = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
         self.decoder = FrameDecoder()
         self.next_id = 1
+        #: The broker's identity that signatures name (IDENTIFY, asked once, unsigned).
+        self.target = ""
+        if credentials is not None:
+            self.target = str(self._exchange(request(RequestCode.IDENTIFY, 0, {}))
+                              .fields.get("target", ""))
 
     def call(self, code: int, fields: dict[str, Any], body: bytes) -> Frame:
         req = request(code, self.next_id, fields, body)
         if self.credentials is not None:
-            req.auth = sign_wire(self.credentials, code, fields, body)
+            req.auth = sign_wire(self.credentials, self.target, code, fields, body)
         self.next_id += 1
+        return self._exchange(req)
+
+    def _exchange(self, req: Frame) -> Frame:
         self.sock.sendall(encode_frame(req))
         while True:
             chunk = self.sock.recv(65536)
