@@ -9,15 +9,14 @@ request, its anonymous memory (sampled all along) peaked less than
 RSS_GROWTH_MAX_BYTES over its start, and /v1/stats counted the closed
 connections. The counts are printed (`pytest -s` shows them).
 
-The main run is against the master of a broker group with FERRY_AUTH=on
-(tests/fuzz/conftest.py): every answered frame is signed one way or another
-(auth_frames.py: valid signatures of a few-rights and an all-rights identity,
-none, forged, wrong secret, stale, future, replayed), and each answer is
-checked: a bad signature is refused with AuthenticationError, a replay of a
-served request is refused, the few-rights identity is served nothing its
-rules do not allow. The valid client signs, and its sends are acknowledged
-through the slave (sync replication), so the replication link is served
-throughout too. A smaller run goes against a broker with auth off.
+The main run is against a broker with FERRY_AUTH=on (tests/fuzz/conftest.py):
+every answered frame is signed one way or another (auth_frames.py: valid
+signatures of a few-rights and an all-rights identity, none, forged, wrong
+secret, stale, future, replayed), and each answer is checked: a bad signature
+is refused with AuthenticationError, a replay of a served request is refused,
+the few-rights identity is served nothing its rules do not allow. The valid
+client signs. A smaller run goes against a broker with auth off. The
+replication port has its own fuzz (test_fuzz_repl.py).
 
 FERRY_FUZZ_FRAMES and FERRY_FUZZ_SEED change the run; a failure names its
 seed. `make test` runs DEFAULT_FRAMES, which still generates every frame kind,
@@ -52,7 +51,6 @@ from tests.fuzz.conftest import (
     VALID_GROUP,
     VALID_TOPIC,
     WIDE,
-    AuthGroup,
     signed_stats,
 )
 from tests.fuzz.frames import CLOSING_KINDS, CODES, PIPELINED_KINDS, FrameFuzzer
@@ -210,8 +208,7 @@ def _merge(fuzzers: list[FrameFuzzer]) -> tuple[dict[str, int], set[int], Counte
 
 
 async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None = None,
-               auth: AuthFactory | None = None, stats_as: Credentials | None = None,
-               also_watch: dict[str, int] | None = None
+               auth: AuthFactory | None = None, stats_as: Credentials | None = None
                ) -> tuple[Tally, dict[str, int], Counter[str], dict[str, Any]]:
     """Run the fuzz against `broker`; (what was sent and answered, kinds, auth kinds, stats)."""
     tally, stop = Tally(), asyncio.Event()
@@ -221,7 +218,7 @@ async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None =
     # Warm up first: the broker's baseline includes its caches and first store segment.
     await pipeline(broker.port, FrameFuzzer(SEED - 1, auth=auth), 20_000, Tally())
     started = time.monotonic()
-    async with RssSampler({"broker": broker.proc.popen.pid, **(also_watch or {})}) as rss:
+    async with RssSampler({"broker": broker.proc.popen.pid}) as rss:
         valid = asyncio.create_task(valid_client(broker, stop, tally, credentials))
         await asyncio.gather(
             *(pipeline(broker.port, fuzzers[i], frames // PIPELINES, tally)
@@ -267,16 +264,13 @@ async def test_hostile_frames_with_auth_off(fuzz_broker: Broker) -> None:
     await fuzz(fuzz_broker, AUTH_OFF_FRAMES)
 
 
-async def test_hostile_frames_with_auth_on(auth_group: AuthGroup) -> None:
+async def test_hostile_frames_with_auth_on(auth_broker: Broker) -> None:
     """Signed, unsigned, forged and replayed frames, each answered as it should be; the signing
-    client goes on, acknowledged through the slave, and the slave stays linked."""
+    client goes on."""
     mix = functools.partial(AuthMix, few=FEW, few_rules=FEW_RULES, wide=WIDE)
-    _, _, auth_kinds, stats = await fuzz(
-        auth_group.master, FRAMES, credentials=VALID, auth=mix, stats_as=STATS,
-        also_watch={"slave": auth_group.slave.proc.popen.pid})
+    _, _, auth_kinds, stats = await fuzz(auth_broker, FRAMES, credentials=VALID, auth=mix,
+                                         stats_as=STATS)
     refused = sum(auth_kinds[k] for k in ("unsigned", "forged", "wrong_secret", "stale",
                                          "future"))
     assert stats["auth"]["refused_unauthenticated"] >= refused
     assert stats["auth"]["refused_denied"] > 0
-    assert stats["replication"]["slaves"], stats["replication"]
-    assert auth_group.slave.proc.alive()
