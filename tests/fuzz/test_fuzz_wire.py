@@ -260,7 +260,7 @@ async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None =
     return tally, kinds, auth_kinds, stats
 
 
-async def test_hostile_frames_with_auth_off(fuzz_broker: Broker) -> None:
+async def test_hostile_frames(fuzz_broker: Broker) -> None:
     await fuzz(fuzz_broker, AUTH_OFF_FRAMES)
 
 
