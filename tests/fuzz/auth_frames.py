@@ -12,14 +12,19 @@ Each answered frame gets one kind, at random:
   each must be refused with AuthenticationError, whatever the request;
 - `replayed`: a signed frame sent before, again, byte for byte but for its
   request id (which the signature does not cover): a replay of a request the
-  broker served must be refused.
+  broker served must be refused;
+- `wrong_target` (once signatures name their target, issue 24): a valid
+  signature for another broker, which must be refused too.
 
 `Sent` records what each answered frame was, so the reader of the answers can
 check each one (`check_answer`). Signing goes through `sign_frame`, the one
-place that calls `ferry.auth.signing.sign_wire`, as the client does.
+place that calls `ferry.auth.signing.sign_wire`, as the client does; the codes
+a broker answers unsigned (`ferry_broker.permissions.OPEN_CODES`: IDENTIFY,
+which tells a client the target to sign for) are exempt from the refusals.
 """
 from __future__ import annotations
 
+import inspect
 import random
 import time
 from collections import Counter, deque
@@ -31,22 +36,34 @@ from ferry.auth.credentials import Credentials
 from ferry.auth.signing import sign_wire
 from ferry.errors import AccessDeniedError, AuthenticationError, FerryError
 from ferry.wire import request
+from ferry_broker import permissions as broker_permissions
 from ferry_broker.permissions import check_permission
 
+#: Whether a wire signature names its target (issue 24: `sign_wire(credentials, target,
+#: code, ...)`); the fuzz runs before and after that change. Drop once it is merged.
+TARGETED = "target" in inspect.signature(sign_wire).parameters
+#: Request codes a broker answers without a signature (none before targets existed).
+OPEN_CODES = frozenset(getattr(broker_permissions, "OPEN_CODES", ()))
 #: How far outside the replay window `stale` and `future` frames are (2 x the default).
 SKEW_MS = 120_000
 #: The kinds and their shares of the answered frames.
 AUTH_KINDS = {"signed_few": 0.25, "signed_wide": 0.30, "unsigned": 0.08, "forged": 0.08,
-              "wrong_secret": 0.08, "stale": 0.06, "future": 0.06, "replayed": 0.09}
+              "wrong_secret": 0.08, "stale": 0.06, "future": 0.06, "replayed": 0.09,
+              **({"wrong_target": 0.05} if TARGETED else {})}
 #: Kinds the broker must answer with AuthenticationError, whatever the request.
-REFUSED_KINDS = frozenset({"unsigned", "forged", "wrong_secret", "stale", "future"})
+REFUSED_KINDS = frozenset({"unsigned", "forged", "wrong_secret", "stale", "future",
+                           "wrong_target"})
 _REPLAYABLE = 64  # recently signed frames a replay is taken from
 
 
-def sign_frame(credentials: Credentials, code: int, fields: dict[str, Any], body: bytes, *,
-               ts_ms: int | None = None) -> dict[str, Any]:
-    """The `a` map a client with `credentials` sends (a fresh nonce; now unless `ts_ms`)."""
-    return sign_wire(credentials, code, fields, body, ts_ms=ts_ms)
+def sign_frame(credentials: Credentials, target: str, code: int, fields: dict[str, Any],
+               body: bytes, *, ts_ms: int | None = None) -> dict[str, Any]:
+    """The `a` map a client with `credentials` sends to the broker `target` (a fresh nonce;
+    now unless `ts_ms`)."""
+    if TARGETED:
+        return sign_wire(credentials, target, code, fields, body,  # type: ignore[call-arg]
+                         ts_ms=ts_ms)
+    return sign_wire(credentials, code, fields, body, ts_ms=ts_ms)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -63,8 +80,9 @@ class AuthMix:
     """Chooses and builds the `a` of each frame; remembers what it sent (`sent`, by id)."""
 
     def __init__(self, rng: random.Random, few: Credentials, few_rules: tuple[Rule, ...],
-                 wide: Credentials) -> None:
+                 wide: Credentials, target: str = "") -> None:
         self.rng, self.few, self.wide = rng, few, wide
+        self.target = target   # the broker's (its IDENTIFY answer; "" before targets)
         self.acl = Acl({few.access_key: few_rules})
         self._kinds, self._weights = list(AUTH_KINDS), list(AUTH_KINDS.values())
         self._recent: deque[tuple[int, int, dict[str, Any], bytes, dict[str, Any]]] = \
@@ -91,6 +109,8 @@ class AuthMix:
         auth = self._auth(kind, code, fields, body)
         if answered:
             self.counts[kind] += 1
+            if kind in REFUSED_KINDS and code not in OPEN_CODES:
+                self.counts["refusals_due"] += 1
             self.sent[request_id] = Sent(kind, code, fields)
             if kind in ("signed_few", "signed_wide"):
                 self.signed_codes.add(code)
@@ -120,19 +140,22 @@ class AuthMix:
         rng = self.rng
         now = int(time.time() * 1000)
         if kind == "signed_few":
-            return sign_frame(self.few, code, fields, body)
+            return sign_frame(self.few, self.target, code, fields, body)
         if kind == "signed_wide":
-            return sign_frame(self.wide, code, fields, body)
+            return sign_frame(self.wide, self.target, code, fields, body)
         if kind == "unsigned":
             return None
         if kind == "wrong_secret":
             who = rng.choice([self.few, self.wide])
             return sign_frame(Credentials(who.access_key, "not-the-secret-0123456789"),
-                              code, fields, body)
+                              self.target, code, fields, body)
+        if kind == "wrong_target":
+            other = rng.choice(["DefaultCluster/broker-b/0", self.target + "0", "", "x"])
+            return sign_frame(self.wide, other, code, fields, body)
         if kind in ("stale", "future"):
             skew = SKEW_MS + rng.randrange(0, 10**6)
-            return sign_frame(rng.choice([self.few, self.wide]), code, fields, body,
-                              ts_ms=now - skew if kind == "stale" else now + skew)
+            return sign_frame(rng.choice([self.few, self.wide]), self.target, code, fields,
+                              body, ts_ms=now - skew if kind == "stale" else now + skew)
         auth: dict[str, Any] = {
             "k": rng.choice([self.few.access_key, "root", "nobody", "", "x" * 100]),
             "t": rng.choice([now, 0, -1, 2**63 - 1]),
@@ -148,6 +171,8 @@ def check_answer(mix: AuthMix, request_id: int, error: int) -> str:
     sent = mix.sent.pop(request_id, None)
     if sent is None:
         return ""
+    if sent.code in OPEN_CODES:
+        return ""   # answered whoever asks
     if sent.kind in REFUSED_KINDS and error != AuthenticationError.code:
         return f"a {sent.kind} frame (code {sent.code}) was answered with error {error}"
     if sent.kind in ("signed_few", "signed_wide"):

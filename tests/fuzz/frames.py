@@ -31,6 +31,8 @@ from tests.fuzz.auth_frames import AuthMix
 PREFIX = struct.Struct("<II")
 RESPONSE, ONEWAY = 1, 2
 CODES = [int(c) for c in RequestCode]
+#: Codes no request has (checked against CODES: a new code leaves the list by itself).
+UNKNOWN_CODES = [c for c in (0, 1, 2, 9, 23, 29, 34, 99, 255, 2**31) if c not in CODES]
 #: Every kind `pipelined` and `closing` tally in `FrameFuzzer.counts`.
 PIPELINED_KINDS = ("unknown_code", "random_fields", "hostile_fields", "oneway", "stray_response")
 CLOSING_KINDS = ("oversized", "header_over_frame", "header_over_limit", "not_msgpack",
@@ -85,7 +87,9 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
     def q() -> int:
         return rng.randrange(0, 8)
 
+    identify = getattr(RequestCode, "IDENTIFY", None)   # issue 24: asks the broker's target
     return {
+        **({identify: dict} if identify is not None else {}),   # no fields: any are ignored
         RequestCode.SEND: lambda: {"topic": topic(), "queue_id": q()},
         RequestCode.PULL: lambda: {"group": group(), "topic": topic(), "queue_id": q(),
                                    "offset": rng.randrange(0, 50), "max_count": 8,
@@ -204,8 +208,8 @@ class FrameFuzzer:
         body = b""
         if roll < 0.15:
             self._count(kind or "unknown_code")
-            return rng.choice([0, 1, 9, 23, 29, 34, 99, 255, 2**31, rng.randrange(0, 2**32)]), \
-                {}, b""
+            code = rng.choice(UNKNOWN_CODES + [rng.randrange(100, 2**32)])
+            return code, {}, b""
         code = rng.choice(CODES)
         self.code_counts[code] = self.code_counts.get(code, 0) + 1
         if roll < 0.35:

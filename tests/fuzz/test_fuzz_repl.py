@@ -92,7 +92,8 @@ async def valid_sends(group: AuthGroup, stop: asyncio.Event, tally: Tally) -> No
 async def test_hostile_openings_of_the_replication_port(auth_group: AuthGroup) -> None:
     master = auth_group.master
     fuzzers = [OpeningFuzzer(SEED * 77 + i, cluster="DefaultCluster", name="broker-a",
-                             replica=REPLICA, few=FEW) for i in range(REPL_PARALLEL)]
+                             master_id=int(master.env["FERRY_BROKER_ID"]), replica=REPLICA,
+                             few=FEW) for i in range(REPL_PARALLEL)]
     before = (await asyncio.to_thread(auth_group.stats))["auth"]
     tally, stop = Tally(), asyncio.Event()
     started = time.monotonic()
