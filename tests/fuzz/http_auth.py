@@ -8,7 +8,9 @@ outside the window), `forged` (headers of the wrong shape: a made-up key,
 non-hex nonce, a huge or negative timestamp), `replayed` (a request sent
 before, headers and all) and, once signatures name their target (issue 24),
 `wrong_target` (a valid signature for another service instance). A request of a refused kind must never be served
-(no 2xx) on a guarded route, nor the replay of a request that was.
+(no 2xx) on a guarded route, nor the replay of a request that was, and the
+few-rights identities (whose rules name no name the generator uses) are
+served only on the routes any identity may call.
 
 The console signs nothing (it has sessions): its requests carry a logged-in
 session's cookie, a forged cookie, or none.
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import inspect
 import random
+import re
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -58,8 +62,12 @@ class HttpAuthMix:
     """Chooses each request's credentials; checks answers against what it chose."""
 
     def __init__(self, rng: random.Random, *, wide: Credentials, few: list[Credentials],
-                 cookie: str | None = None) -> None:
+                 cookie: str | None = None, anyone: Iterable[tuple[str, str]] = ()) -> None:
         self.rng, self.wide, self.few = rng, wide, few
+        # The routes any identity may call, as (method, path pattern): all a few-rights
+        # identity may be served on (its rules name no name the generator uses).
+        self._anyone = [(m, re.compile(re.sub(r"\\{\w+\\}", "[^/]+", re.escape(path))))
+                        for m, path in anyone]
         self.cookie = cookie   # the console: the session cookie (name=value) of a login
         kinds = COOKIE_KINDS if cookie is not None else HTTP_AUTH_KINDS
         self._kinds, self._weights = list(kinds), list(kinds.values())
@@ -116,16 +124,21 @@ class HttpAuthMix:
     def check(self, kind: str, request: Request, status: int) -> str:
         """What is wrong with answer `status`, or ""; remembers served signed requests."""
         served = 200 <= status < 300
+        path = urlsplit(request.url).path
         if kind in ("signed_wide", "signed_few"):
             self._recent.append((request, status))
+            if kind == "signed_few" and served and path not in OPEN_PATHS \
+                    and not self._for_anyone(request.method, path):
+                return f"a few-rights identity was served {request.method} {path} ({status})"
             return ""
-        if self.cookie is not None or not served:
-            return ""
-        path = urlsplit(request.url).path
-        if path in OPEN_PATHS:
+        if self.cookie is not None or not served or path in OPEN_PATHS:
             return ""
         if kind in REFUSED_KINDS:
             return f"{kind} {request.method} {path} was served ({status})"
         if kind == "replayed" and any(r is request and 200 <= s < 300 for r, s in self._recent):
             return f"a replay of {request.method} {path} was served twice ({status})"
         return ""
+
+    def _for_anyone(self, method: str, path: str) -> bool:
+        method = "GET" if method == "HEAD" else method
+        return any(m == method and pattern.fullmatch(path) for m, pattern in self._anyone)

@@ -19,6 +19,12 @@ from typing import Any
 
 import pytest
 from ferry.auth.http import signed_url_headers
+from ferry.service.auth import RouteTable
+from ferry_broker.permissions import HTTP_ROUTES as BROKER_ROUTES
+from ferry_dedup.permissions import ROUTES as DEDUP_ROUTES
+from ferry_delay_scheduler.permissions import ROUTES as SCHEDULER_ROUTES
+from ferry_namesrv.permissions import ROUTES as NAMESRV_ROUTES
+from ferry_txn_checker.permissions import ROUTES as CHECKER_ROUTES
 
 from tests.auth.http_support import ADMIN, CONSOLE, READER, auth_env, seed
 from tests.client.conftest import Mesh
@@ -30,6 +36,10 @@ from tests.txn_checker.conftest import start_txn_checker
 #: A failed request is a WARNING line: 20,000 of them would be the run.
 QUIET = "ERROR"
 COOKIE = "ferry_console_session"
+#: Each signed API's route -> permission table (the console has sessions instead).
+ROUTE_TABLES: dict[str, RouteTable] = {
+    "namesrv": NAMESRV_ROUTES, "broker": BROKER_ROUTES, "delay-scheduler": SCHEDULER_ROUTES,
+    "txn-checker": CHECKER_ROUTES, "dedup": DEDUP_ROUTES}
 
 
 @dataclass
@@ -54,6 +64,12 @@ class Target:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def anyone(self) -> list[tuple[str, str]]:
+        """(method, route) of the routes any identity may call (an empty rule)."""
+        table = ROUTE_TABLES.get(self.name, {})
+        return [route for route, rule in table.items() if not callable(rule) and not rule]
 
     def valid_headers(self, method: str, url: str) -> dict[str, str]:
         """What a valid client sends: READER's signature, or its session cookie."""

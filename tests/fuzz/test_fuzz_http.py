@@ -125,7 +125,7 @@ def auth_mixes(target: Target, seed: int, n: int) -> list[HttpAuthMix]:
     if target.cookie is not None:
         cookie = console_login(target.url, ADMIN.access_key, ADMIN.secret_key)
     return [HttpAuthMix(random.Random(seed + i), wide=ADMIN, few=[PUBLISHER, NOBODY],
-                        cookie=cookie) for i in range(n)]
+                        cookie=cookie, anyone=target.anyone) for i in range(n)]
 
 
 async def fuzz_one(target: Target, n: int) -> None:
