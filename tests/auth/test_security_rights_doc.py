@@ -9,9 +9,9 @@ says what it allows, and a row that claims more than the code grants fails too.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from types import SimpleNamespace
 from typing import Any
 
 from ferry.auth.acl import ACTIONS
@@ -35,6 +35,8 @@ SERVICES: dict[str, RouteTable] = {"namesrv": NAMESRV, "broker": BROKER,
 #: Names a probed rule may be given for a path parameter or a field: plain, and the
 #: internal names a rule may treat apart (a group's retry and dead-letter topics).
 _PROBE_NAMES = ("probe", "%RETRY%probe", "%DLQ%probe")
+#: Body fields a probed rule may read a name from.
+_BODY_NAME_FIELDS = ("scene", "topic", "group", "name")
 
 
 class _Any(dict):  # type: ignore[type-arg]
@@ -49,6 +51,18 @@ class _Any(dict):  # type: ignore[type-arg]
 
     def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
         return self.name
+
+
+class _ProbeRequest:
+    """What a rule chosen by the request reads: path parameters, query flags, and the body
+    (a request's mapping: a JSON object naming `name` under every usual name field)."""
+
+    def __init__(self, name: str, query: Any) -> None:
+        self.match_info, self.query = _Any(name), query
+        self._body = json.dumps({k: name for k in _BODY_NAME_FIELDS}).encode()
+
+    def get(self, key: str, default: Any = None) -> bytes:
+        return self._body
 
 
 def right(action: str, resource: str) -> str:
@@ -75,7 +89,7 @@ def _probe(rule: Callable[[Any], Iterable[tuple[str, str]]], where: str) -> set[
     for name in _PROBE_NAMES:
         for query in ({}, _Any("1")):
             try:
-                got |= set(rule(SimpleNamespace(match_info=_Any(name), query=query)))
+                got |= set(rule(_ProbeRequest(name, query)))
                 answered = True
             except (FerryError, KeyError, ValueError):
                 continue
@@ -110,21 +124,36 @@ def _documented() -> dict[str, tuple[set[str], set[str]]]:
     return rows
 
 
+def derived_row(name: str) -> str:
+    """The row for right `name` as the code has it (what a failure asks to paste)."""
+    kind, _, action = name.partition(" ")
+    label = (ANY_IDENTITY if name == ANY_IDENTITY
+             else f"`{kind}` `{action}`" if kind in ("admin", "broker")
+             else f"`{kind}:<glob>` `{action}`")
+    wire = sorted(wire_rights().get(name, set()), key=lambda e: (" (+" in e, e))
+    order = list(SERVICES)
+    http = sorted(http_rights().get(name, set()),
+                  key=lambda e: (order.index(e.split(" ")[0]), e.split(" ")[2], e))
+    return f"| {label} | {', '.join(wire) or '—'} | {', '.join(http) or '—'} | |"
+
+
 def test_every_right_has_a_row_and_no_row_names_another() -> None:
     rights = {f"{kind} {action}" for kind, actions in ACTIONS.items() for action in actions}
-    assert set(_documented()) == rights | {ANY_IDENTITY}
+    documented = set(_documented())
+    missing = "\n".join(derived_row(r) for r in sorted(rights - documented))
+    assert documented == rights | {ANY_IDENTITY}, f"rows to add:\n{missing}"
 
 
 def test_each_right_allows_the_wire_requests_its_row_lists() -> None:
     wire = wire_rights()
     for name, (documented, _) in _documented().items():
-        assert documented == wire.get(name, set()), name
+        assert documented == wire.get(name, set()), f"the row should be:\n{derived_row(name)}"
 
 
 def test_each_right_allows_the_http_routes_its_row_lists() -> None:
     http = http_rights()
     for name, (_, documented) in _documented().items():
-        assert documented == http.get(name, set()), name
+        assert documented == http.get(name, set()), f"the row should be:\n{derived_row(name)}"
 
 
 def test_every_request_code_and_route_is_in_the_table() -> None:
