@@ -53,8 +53,9 @@ TEST_WORKERS ?= 3
 test: setup
 	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The fuzz tests at their full issue-13 sizes (1,000,000 wire frames, 100,000
-# HTTP requests); `make test` runs them smaller (docs/security.md, Fuzzing).
+# The fuzz tests at their full sizes (issues 13 and 24), auth on: 1,000,000 wire frames
+# (200,000 more with auth off), 50,000 replication-port openings, 100,000 HTTP requests
+# over every service; `make test` runs a tenth (docs/security.md, Fuzzing).
 fuzz: setup
 	@FERRY_FUZZ_FRAMES=1000000 FERRY_FUZZ_HTTP_REQUESTS=100000 $(PY) -m pytest -q -s tests/fuzz $(PYTEST_ARGS)
 

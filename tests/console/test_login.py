@@ -172,6 +172,19 @@ def test_every_page_and_action_needs_a_login(secured: SecuredConsole) -> None:
         assert _fetch(secured.url + path)[0] == 200
 
 
+def test_an_unreadable_login_form_is_a_400_and_the_console_keeps_serving(
+        secured: SecuredConsole) -> None:
+    # a multipart body without its boundary (found by tests/fuzz: it was a 500)
+    req = urllib.request.Request(secured.url + "/console/login", data=b"access_key=x",
+                                 method="POST",
+                                 headers={"Content-Type": "multipart/form-data"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=15)
+    with err.value as resp:
+        assert resp.code == 400, resp.read()[:300]
+    _login_cookie(secured.url, READER)
+
+
 def test_the_cookie_is_httponly_samesite_strict_and_expires(secured: SecuredConsole) -> None:
     _, set_cookie = _login_cookie(secured.url, READER)
     flags = {f.strip().split("=")[0].lower(): f.strip() for f in set_cookie.split(";")[1:]}

@@ -133,3 +133,41 @@ def test_proxy_settings_are_checked() -> None:
                 {"FERRY_CONSOLE_MAX_SESSIONS_PER_IDENTITY": "0"}):
         with pytest.raises(ValueError):
             ConsoleConfig.from_env(bad)
+
+
+def test_a_logout_stops_the_sessions_clients_only_after_its_requests_in_flight() -> None:
+    # Found by tests/fuzz: a logout during a page of the same session closed the page's
+    # clients under it (a 500, "Session is closed").
+    import asyncio
+
+    from ferry_console.sessions import Session
+
+    class Clients:
+        stopped = 0
+
+        async def stop(self) -> None:
+            self.stopped += 1
+
+    async def scenario() -> None:
+        clients = Clients()
+        session = Session("sid", "alice", 0, clients)  # type: ignore[arg-type]
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def page() -> str:
+            started.set()
+            await release.wait()
+            assert clients.stopped == 0, "the clients stopped under a request in flight"
+            return "page"
+
+        request = asyncio.ensure_future(session.serve(page))
+        await started.wait()
+        await session.end()
+        assert clients.stopped == 0
+        release.set()
+        assert await request == "page"
+        assert clients.stopped == 1
+        idle = Session("sid2", "bob", 0, Clients())  # type: ignore[arg-type]
+        await idle.end()
+        assert idle.sources.stopped == 1  # type: ignore[attr-defined]
+
+    asyncio.run(scenario())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import struct
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,9 +26,13 @@ from ferry.store import encode_properties
 from ferry.wire import RequestCode, WireMessage, encode_messages
 from ferry.wire.codes import MAX_FRAME_BYTES, MAX_HEADER_BYTES, PROTOCOL_VERSION
 
+from tests.fuzz.auth_frames import AuthMix
+
 PREFIX = struct.Struct("<II")
 RESPONSE, ONEWAY = 1, 2
 CODES = [int(c) for c in RequestCode]
+#: Codes no request has (checked against CODES: a new code leaves the list by itself).
+UNKNOWN_CODES = [c for c in (0, 1, 2, 9, 23, 29, 34, 99, 255, 2**31) if c not in CODES]
 #: Every kind `pipelined` and `closing` tally in `FrameFuzzer.counts`.
 PIPELINED_KINDS = ("unknown_code", "random_fields", "hostile_fields", "oneway", "stray_response")
 CLOSING_KINDS = ("oversized", "header_over_frame", "header_over_limit", "not_msgpack",
@@ -84,8 +87,9 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
     def q() -> int:
         return rng.randrange(0, 8)
 
+    identify = getattr(RequestCode, "IDENTIFY", None)   # issue 24: asks the broker's target
     return {
-        RequestCode.IDENTIFY: dict,   # no fields: whatever comes is ignored
+        **({identify: dict} if identify is not None else {}),   # no fields: any are ignored
         RequestCode.SEND: lambda: {"topic": topic(), "queue_id": q()},
         RequestCode.PULL: lambda: {"group": group(), "topic": topic(), "queue_id": q(),
                                    "offset": rng.randrange(0, 50), "max_count": 8,
@@ -104,10 +108,9 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
                                         "topics": [topic()], "mode": "clustering"},
         RequestCode.UNREGISTER: lambda: {"client_id": rng.choice(CLIENTS), "group": group()},
         RequestCode.GET_CONSUMERS: lambda: {"group": group()},
-        RequestCode.SEND_BACK: lambda: {"group": group(), "topic": topic(), "queue_id": q(),
-                                        "queue_offset": rng.randrange(0, 50),
-                                        "msg_id": rng.randbytes(16), "reconsume_times": 1,
-                                        "delay_ms": 0, "max_reconsume_times": 3},
+        RequestCode.SEND_BACK: lambda: {"group": group(), "topic": topic(),
+                                        "reconsume_times": 1, "delay_ms": 0,
+                                        "max_reconsume_times": 3},
         RequestCode.DELIVER_DUE: lambda: {},
         RequestCode.END_TRANSACTION: lambda: {"group": group(), "msg_id": rng.randbytes(16),
                                               "action": rng.choice(["commit", "rollback", "x"]),
@@ -123,11 +126,11 @@ def _templates(rng: random.Random) -> dict[int, Callable[[], dict[str, Any]]]:
 class FrameFuzzer:
     """Deterministic hostile frames; `counts` tallies what was generated, by kind."""
 
-    def __init__(self, seed: int, *, forge_auth: bool = False) -> None:
+    def __init__(self, seed: int, *, auth: Callable[[random.Random], AuthMix] | None = None
+                 ) -> None:
         self.rng = random.Random(seed)
-        # Against a broker with auth on: give a share of frames a well-formed `a` map
-        # (signed-looking, but with a made-up key, old times and random signatures).
-        self.forge_auth = forge_auth
+        # Against a broker with auth on: how each frame is signed (or not), and what was sent.
+        self.auth = auth(self.rng) if auth is not None else None
         self.templates = _templates(self.rng)
         self.counts: dict[str, int] = {}
         self.code_counts: dict[int, int] = {}  # request codes given fields (all but unknown)
@@ -171,28 +174,33 @@ class FrameFuzzer:
             else:
                 answered += 1
                 kind = ""
+                if self.auth is not None and (replay := self.auth.replay()) is not None:
+                    parts.append(self._replay(*replay))
+                    continue
             code, fields, body = self._request(kind)
             header = self._header(code, flags, fields)
             if rng.random() < 0.05:  # header keys a request never carries
-                header[rng.choice(["e", "m", "zz", "a"])] = _any_value(rng)
+                header[rng.choice(["e", "m", "zz"] if self.auth else ["e", "m", "zz", "a"])] = \
+                    _any_value(rng)
                 if rng.random() < 0.3:
                     header.pop("x", None)
                 if type(header.get("e", 0)) is not int or type(header.get("m", "")) is not str:
                     header["e"], header["m"] = 0, ""  # those two would close: see closing()
-            if self.forge_auth and rng.random() < 0.4:
-                header["a"] = self._forged_auth()
+            if self.auth is not None:
+                auth = self.auth.sign(self._id, code, header.get("x") or {}, body, not flags)
+                if auth is not None:
+                    header["a"] = auth
             parts.append(self._frame(header, body))
         return b"".join(parts), answered
 
-    def _forged_auth(self) -> Any:
-        rng = self.rng
-        auth = {"k": rng.choice(["fuzz-valid", "root", "nobody", "", "x" * 100]),
-                "t": rng.choice([int(time.time() * 1000), 0, -1, 2**63 - 1]),
-                "n": rng.randbytes(rng.choice([16, 16, 0, 64])),
-                "s": rng.randbytes(rng.choice([32, 32, 0, 31]))}
-        if rng.random() < 0.2:
-            auth[rng.choice(list(auth))] = _any_value(rng)
-        return auth
+    def _replay(self, code: int, fields: dict[str, Any], body: bytes, auth: dict[str, Any],
+                original: int) -> bytes:
+        """A signed frame sent before, again: the same request and `a`, a new request id."""
+        header = self._header(code, 0, fields)
+        header["a"] = auth
+        assert self.auth is not None
+        self.auth.replayed(self._id, code, fields, original)
+        return self._frame(header, body)
 
     def _request(self, kind: str) -> tuple[int, dict[str, Any], bytes]:
         rng = self.rng
@@ -200,8 +208,8 @@ class FrameFuzzer:
         body = b""
         if roll < 0.15:
             self._count(kind or "unknown_code")
-            return rng.choice([0, 2, 9, 23, 29, 34, 99, 255, 2**31, rng.randrange(0, 2**32)]), \
-                {}, b""
+            code = rng.choice(UNKNOWN_CODES + [rng.randrange(100, 2**32)])
+            return code, {}, b""
         code = rng.choice(CODES)
         self.code_counts[code] = self.code_counts.get(code, 0) + 1
         if roll < 0.35:
@@ -215,7 +223,7 @@ class FrameFuzzer:
             for _ in range(rng.randrange(0, 3)):
                 if fields:
                     fields[rng.choice(list(fields))] = _any_value(rng)
-        if code in (RequestCode.SEND, RequestCode.DELIVER_DUE):
+        if code in (RequestCode.SEND, RequestCode.SEND_BACK, RequestCode.DELIVER_DUE):
             choice = rng.random()
             if choice < 0.5:
                 body = rng.choice(self._send_bodies)

@@ -5,45 +5,65 @@ each and keep the connection); about one in a hundred connections ends with a
 frame that must close it (oversized, malformed header, wrong version, ...) or is
 cut short. Meanwhile a well-behaved client sends and pulls, and must be served
 all along. At the end: the broker process lives, its log holds no crashed
-request, its anonymous memory grew by less than RSS_GROWTH_MAX_BYTES, and
-/v1/stats counted the closed connections. The counts are printed
-(`pytest -s` shows them). FERRY_FUZZ_FRAMES and FERRY_FUZZ_SEED change the
-run; a failure names its seed. `make test` runs DEFAULT_FRAMES, which still
-generates every frame kind and every request code (asserted); `make fuzz` runs
-the full FULL_FRAMES (docs/security.md, Fuzzing).
+request, its anonymous memory (sampled all along) peaked less than
+RSS_GROWTH_MAX_BYTES over its start, and /v1/stats counted the closed
+connections. The counts are printed (`pytest -s` shows them).
+
+The main run is against a broker with FERRY_AUTH=on (tests/fuzz/conftest.py):
+every answered frame is signed one way or another (auth_frames.py: valid
+signatures of a few-rights and an all-rights identity, none, forged, wrong
+secret, stale, future, replayed), and each answer is checked: a bad signature
+is refused with AuthenticationError, a replay of a served request is refused,
+the few-rights identity is served nothing its rules do not allow. The valid
+client signs. A smaller run goes against a broker with auth off. The
+replication port has its own fuzz (test_fuzz_repl.py).
+
+FERRY_FUZZ_FRAMES and FERRY_FUZZ_SEED change the run; a failure names its
+seed. `make test` runs DEFAULT_FRAMES, which still generates every frame kind,
+every auth kind and every request code, validly signed too (asserted); `make
+fuzz` runs the full FULL_FRAMES (docs/security.md, Fuzzing).
 """
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import os
+import random
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from ferry.auth.credentials import Credentials
-from ferry.auth.http import signed_url_headers
 from ferry.client.core.connection import BrokerConnection
 from ferry.store import iter_records
 from ferry.wire import FrameDecoder, RequestCode, encode_messages
 
-from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed
-from tests.broker.conftest import Broker, start_broker, unique_prefix
+from tests.broker.conftest import Broker, start_broker
 from tests.broker.wire_client import message
+from tests.fuzz.auth_frames import AUTH_KINDS, AuthMix, check_answer
+from tests.fuzz.conftest import (
+    FEW,
+    FEW_RULES,
+    STATS,
+    VALID,
+    VALID_GROUP,
+    VALID_TOPIC,
+    WIDE,
+    signed_stats,
+)
 from tests.fuzz.frames import CLOSING_KINDS, CODES, PIPELINED_KINDS, FrameFuzzer
-from tests.fuzz.support import rss_anon_bytes
-from tests.support.procs import Etcd
+from tests.fuzz.support import RssSampler
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 # The suite's size: each of the 5 pipelined kinds, 13 closing kinds (1,000 closing
-# connections) and every request code thousands of times, in a few seconds.
+# connections), 8 auth kinds and every request code thousands of times, in seconds.
 DEFAULT_FRAMES = 100_000
-FULL_FRAMES = 1_000_000  # `make fuzz`: the issue 13 run, for memory growth over time
+FULL_FRAMES = 1_000_000  # `make fuzz`: the issue 13 and 24 run, for memory growth over time
 FRAMES = int(os.environ.get("FERRY_FUZZ_FRAMES", str(DEFAULT_FRAMES)))
-AUTH_FRAMES = FRAMES // 5  # refusals are cheap; the point is that each is one
+AUTH_OFF_FRAMES = FRAMES // 5  # the same generator against a broker with auth off
 SEED = int(os.environ.get("FERRY_FUZZ_SEED", "13"))
 PIPELINES = 4           # long connections carrying most frames
 BATCH = 2000            # frames written at once on a pipeline
@@ -53,22 +73,7 @@ FRAMES_BEFORE_CLOSE = 5  # valid-shaped frames a closing connection sends first
 CLOSING_PARALLEL = 8
 RSS_GROWTH_MAX_BYTES = 96 << 20
 ANSWER_TIMEOUT_S = 60.0
-VALID_TOPIC, VALID_GROUP, VALID_USER = "fuzz-valid", "fuzz-valid-g", "fuzz-valid"
-STATS_USER = "fuzz-stats"  # with auth on, /v1/stats needs admin read
-
-
-@pytest.fixture(scope="module")
-def auth_fuzz_broker(tmp_path_factory: pytest.TempPathFactory, etcd: Etcd) -> Iterator[Broker]:
-    prefix = unique_prefix()
-    seed(etcd.endpoint, prefix, {VALID_USER: rules(
-        ("allow", f"topic:{VALID_TOPIC}", "pub,sub"), ("allow", f"group:{VALID_GROUP}", "consume")),
-        STATS_USER: ADMIN_RULES})
-    b = start_broker(tmp_path_factory.mktemp("auth-fuzz-broker"), etcd, prefix=prefix,
-                     FERRY_AUTH="on", FERRY_BROKER_LOG_LEVEL="WARNING",
-                     FERRY_BROKER_MAX_PULL_WAIT_MS="500")
-    yield b
-    b.proc.stop()
-    print(b.proc.log()[-3000:])
+AuthFactory = Callable[[random.Random], AuthMix]
 
 
 @pytest.fixture(scope="module")
@@ -82,18 +87,18 @@ def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 
 class Tally:
-    """What the run sent and got back."""
+    """What the run sent and got back, and any answer that broke a rule of auth."""
 
     def __init__(self) -> None:
         self.frames = 0
         self.answers = 0
-        self.identified = 0   # IDENTIFY answers: the one code served unsigned
         self.closing = 0
         self.valid_ops = 0
+        self.wrong: list[str] = []
 
 
 async def pipeline(port: int, fuzzer: FrameFuzzer, frames: int, tally: Tally) -> None:
-    """Write `frames` hostile frames in batches; every request must be answered in order."""
+    """Write `frames` hostile frames in batches; every request must be answered."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     expected, got = 0, 0
     progress = asyncio.Event()
@@ -105,8 +110,10 @@ async def pipeline(port: int, fuzzer: FrameFuzzer, frames: int, tally: Tally) ->
             for frame in decoder.feed(data):
                 assert frame.flags & 1, "the broker sent a request, not a response"
                 got += 1
-                if frame.code == RequestCode.IDENTIFY and not frame.error:
-                    tally.identified += 1
+                if fuzzer.auth is not None:
+                    wrong = check_answer(fuzzer.auth, frame.request_id, frame.error)
+                    if wrong and len(tally.wrong) < 20:
+                        tally.wrong.append(wrong)
             progress.set()
 
     reading = asyncio.create_task(read())
@@ -146,6 +153,8 @@ async def closing(port: int, fuzzer: FrameFuzzer, count: int, tally: Tally) -> N
     for _ in range(count):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         first, _ = fuzzer.pipelined(FRAMES_BEFORE_CLOSE)
+        if fuzzer.auth is not None:
+            fuzzer.auth.sent.clear()  # their answers are not read
         kind, bad = fuzzer.closing()
         writer.write(first + bad)
         if kind == "truncated":
@@ -183,70 +192,86 @@ async def valid_client(broker: Broker, stop: asyncio.Event, tally: Tally,
         await conn.close()
 
 
-async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None = None
-               ) -> tuple[Tally, dict[str, int], dict[str, Any]]:
-    """Run the fuzz against `broker`; (what was sent and answered, kinds, /v1/stats)."""
-    pid = broker.proc.popen.pid
+def _merge(fuzzers: list[FrameFuzzer]) -> tuple[dict[str, int], set[int], Counter[str], set[int]]:
+    """(frame kinds, codes, auth kinds, validly signed codes) over every fuzzer."""
+    kinds: Counter[str] = Counter()
+    codes: set[int] = set()
+    auth: Counter[str] = Counter()
+    signed: set[int] = set()
+    for f in fuzzers:
+        kinds.update(f.counts)
+        codes |= f.code_counts.keys()
+        if f.auth is not None:
+            auth.update(f.auth.counts)
+            signed |= f.auth.signed_codes
+    return dict(kinds), codes, auth, signed
+
+
+async def fuzz(broker: Broker, frames: int, *, credentials: Credentials | None = None,
+               auth: AuthFactory | None = None, stats_as: Credentials | None = None
+               ) -> tuple[Tally, dict[str, int], Counter[str], dict[str, Any]]:
+    """Run the fuzz against `broker`; (what was sent and answered, kinds, auth kinds, stats)."""
     tally, stop = Tally(), asyncio.Event()
-    forge = credentials is not None
-    fuzzers = [FrameFuzzer(SEED * 1000 + i, forge_auth=forge)
+    fuzzers = [FrameFuzzer(SEED * 1000 + i, auth=auth)
                for i in range(PIPELINES + CLOSING_PARALLEL)]
     closers = frames // CLOSING_EVERY // CLOSING_PARALLEL
     # Warm up first: the broker's baseline includes its caches and first store segment.
-    await pipeline(broker.port, FrameFuzzer(SEED - 1, forge_auth=forge), 20_000, tally)
-    rss_before = rss_anon_bytes(pid)
+    await pipeline(broker.port, FrameFuzzer(SEED - 1, auth=auth), 20_000, Tally())
     started = time.monotonic()
-    valid = asyncio.create_task(valid_client(broker, stop, tally, credentials))
-    await asyncio.gather(
-        *(pipeline(broker.port, fuzzers[i], frames // PIPELINES, tally)
-          for i in range(PIPELINES)),
-        *(closing(broker.port, fuzzers[PIPELINES + i], closers, tally)
-          for i in range(CLOSING_PARALLEL)))
-    stop.set()
-    await valid
+    async with RssSampler({"broker": broker.proc.popen.pid}) as rss:
+        valid = asyncio.create_task(valid_client(broker, stop, tally, credentials))
+        await asyncio.gather(
+            *(pipeline(broker.port, fuzzers[i], frames // PIPELINES, tally)
+              for i in range(PIPELINES)),
+            *(closing(broker.port, fuzzers[PIPELINES + i], closers, tally)
+              for i in range(CLOSING_PARALLEL)))
+        stop.set()
+        await valid
     elapsed = time.monotonic() - started
-    rss_after = rss_anon_bytes(pid)
-    kinds: dict[str, int] = {}
-    codes: set[int] = set()
-    for f in fuzzers:
-        for kind, n in f.counts.items():
-            kinds[kind] = kinds.get(kind, 0) + n
-        codes |= f.code_counts.keys()
-    stats = read_stats(broker, creds(STATS_USER) if forge else None)
-    print(f"\nwire fuzz (seed {SEED}, auth {'on' if forge else 'off'}): {tally.frames} frames "
+    kinds, codes, auth_kinds, signed_codes = _merge(fuzzers)
+    stats = await asyncio.to_thread(signed_stats, broker, stats_as)
+    print(f"\nwire fuzz (seed {SEED}, auth {'on' if auth else 'off'}): {tally.frames} frames "
           f"in {elapsed:.1f}s, {tally.answers} answers, {tally.closing} connections closed by "
-          f"bad frames, {tally.valid_ops} valid send+pull served; broker RssAnon "
-          f"{rss_before >> 20} -> {rss_after >> 20} MiB")
+          f"bad frames, {tally.valid_ops} valid send+pull served")
+    for name in rss.pids:
+        print(f"  {name}: {rss.report(name)}")
     print(f"kinds: {dict(sorted(kinds.items()))}")
+    if auth:
+        print(f"auth kinds: {dict(sorted(auth_kinds.items()))}")
     print(f"broker limits counts: {stats['limits']['counts']}; auth: {stats.get('auth')}")
     assert tally.frames >= frames
     assert broker.proc.alive()
     log = broker.proc.log()
     assert "request crashed" not in log and "Traceback" not in log, log[-5000:]
-    assert rss_after - rss_before < RSS_GROWTH_MAX_BYTES
+    for name in rss.pids:
+        assert rss.growth(name) < RSS_GROWTH_MAX_BYTES, (name, rss.report(name))
     truncated = kinds.get("closing_truncated", 0)
     assert stats["limits"]["counts"]["frames_malformed"] >= tally.closing - truncated
     assert tally.valid_ops > 0
+    assert not tally.wrong, "\n".join(tally.wrong)
     # However small the run, it threw every kind of frame and every request code.
     wanted = {*PIPELINED_KINDS, *("closing_" + k for k in CLOSING_KINDS)}
     assert wanted <= kinds.keys(), f"kinds never generated: {wanted - kinds.keys()}"
     assert set(CODES) <= codes, f"request codes never generated: {set(CODES) - codes}"
-    return tally, kinds, stats
-
-
-def read_stats(broker: Broker, credentials: Credentials | None) -> dict[str, Any]:
-    """The broker's /v1/stats, signed when auth is on."""
-    url = broker.http + "/v1/stats"
-    req = urllib.request.Request(url, headers=signed_url_headers(credentials, "GET", url))
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return dict(json.loads(resp.read()))
+    if auth:
+        assert set(AUTH_KINDS) <= auth_kinds.keys(), f"auth kinds: {auth_kinds}"
+        assert auth_kinds["replays_checked"], "no replay of a served request was checked"
+        assert set(CODES) <= signed_codes, f"never validly signed: {set(CODES) - signed_codes}"
+    return tally, kinds, auth_kinds, stats
 
 
 async def test_hostile_frames(fuzz_broker: Broker) -> None:
-    await fuzz(fuzz_broker, FRAMES)
+    await fuzz(fuzz_broker, AUTH_OFF_FRAMES)
 
 
-async def test_hostile_frames_with_auth_on(auth_fuzz_broker: Broker) -> None:
-    """Unsigned and forged frames are each refused with an error; the signed client goes on."""
-    tally, _, stats = await fuzz(auth_fuzz_broker, AUTH_FRAMES, credentials=creds(VALID_USER))
-    assert stats["auth"]["refused_unauthenticated"] >= tally.answers - tally.identified
+async def test_hostile_frames_with_auth_on(auth_broker: Broker) -> None:
+    """Signed, unsigned, forged and replayed frames, each answered as it should be; the signing
+    client goes on."""
+    conn = await BrokerConnection.open(f"127.0.0.1:{auth_broker.port}", credentials=VALID)
+    target = str(getattr(conn, "target", ""))   # what a client signs for (issue 24)
+    await conn.close()
+    mix = functools.partial(AuthMix, few=FEW, few_rules=FEW_RULES, wide=WIDE, target=target)
+    _, _, auth_kinds, stats = await fuzz(auth_broker, FRAMES, credentials=VALID, auth=mix,
+                                         stats_as=STATS)
+    assert stats["auth"]["refused_unauthenticated"] >= auth_kinds["refusals_due"]
+    assert stats["auth"]["refused_denied"] > 0

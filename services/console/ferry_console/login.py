@@ -32,6 +32,7 @@ from ferry.auth.credentials import Credentials
 from ferry.errors import AuthenticationError, BusyError, MalformedRequestError
 from ferry.log_limit import LogLimiter
 
+from ferry_console.forms import read_form
 from ferry_console.pages.common import SESSION, Console, console, render
 
 log = logging.getLogger("ferry_console")
@@ -77,7 +78,7 @@ async def login_required(request: web.Request, handler: Handler) -> web.StreamRe
                       message="Log in first: this action needs a login (the session may "
                               "have ended).")
     request[SESSION] = session
-    return await handler(request)
+    return await session.serve(lambda: handler(request))
 
 
 async def login_page(request: web.Request) -> web.Response:
@@ -99,7 +100,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     sessions, throttle = c.sessions, c.throttle
     if sessions is None or throttle is None:
         raise web.HTTPSeeOther("/console")
-    form = await request.post()
+    form = await read_form(request)
     access_key = str(form.get("access_key", "")).strip()[:MAX_ACCESS_KEY_CHARS]
     target = safe_next(str(form.get("next", "")))
     address = c.proxies.client_address(request)

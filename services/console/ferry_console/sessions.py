@@ -25,13 +25,16 @@ import hmac
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ferry.auth.credentials import Credentials
 from ferry.errors import AuthenticationError, BusyError
 
 from ferry_console.sources import Sources
+
+T = TypeVar("T")
 
 log = logging.getLogger("ferry_console")
 
@@ -52,6 +55,26 @@ class Session:
     access_key: str
     expires_ms: int
     sources: Sources
+    #: Requests of this session being served; its clients stop only once none is.
+    in_flight: int = 0
+    ended: bool = False
+
+    async def serve(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one request of this session; a logout meanwhile stops its clients after it
+        (not under it: a page in flight would fail with a closed client)."""
+        self.in_flight += 1
+        try:
+            return await call()
+        finally:
+            self.in_flight -= 1
+            if self.ended and not self.in_flight:
+                await self.sources.stop()
+
+    async def end(self) -> None:
+        """End the session: its clients stop now, or after its last request in flight."""
+        self.ended = True
+        if not self.in_flight:
+            await self.sources.stop()
 
 
 class SessionStore:
@@ -149,7 +172,7 @@ class SessionStore:
                 own.pop(sid, None)
                 if not own:
                     del self._by_identity[session.access_key]
-            await session.sources.stop()
+            await session.end()
             log.info("logout", extra={"access_key": session.access_key})
 
     async def close(self) -> None:

@@ -16,6 +16,7 @@ from ferry.codec import ORIGIN_TOPIC
 from ferry.errors import MalformedRequestError
 from ferry.names import validate_group
 
+from ferry_console.forms import read_form
 from ferry_console.pages.common import console, render, sources
 from ferry_console.sources import BrokerView
 
@@ -109,10 +110,7 @@ async def dlq(request: web.Request) -> web.Response:
 
 async def dlq_resend(request: web.Request) -> web.Response:
     name = validate_group(request.match_info["group"])
-    try:
-        form = await request.post()
-    except ValueError as exc:  # a multipart body without its boundary (found by tests/fuzz)
-        raise MalformedRequestError(f"the form cannot be read: {exc}") from None
+    form = await read_form(request)
     every = form.get("all") == "1"
     ids = [str(v) for v in form.getall("id", [])]
     if not every and not ids:
