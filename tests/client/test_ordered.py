@@ -384,7 +384,7 @@ async def test_per_key_order_holds_when_a_member_is_killed(lock_mesh: Mesh,
                         await producer.send_and_wait(topic, f"{key}:{seq}".encode(), key=key,
                                                      ordered=True)
                     if seq == rounds // 2:
-                        await _until(lambda: len(child_calls()) > 0, 20, "the child consumes")
+                        await _until(lambda: len(child_calls()) > 0, 60, "the child consumes")
                         child.kill9()   # mid-stream, with records in its handlers
                     await asyncio.sleep(0.05)
             want = {(k, s) for k in keys for s in range(rounds)}
