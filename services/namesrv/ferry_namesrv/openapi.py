@@ -8,10 +8,14 @@ from ferry.routing.models import (
     CONSUME_FROM,
     DEFAULT_RETRY_BACKOFF_MS,
     MAX_PRIORITY_LEVELS,
+    MAX_RETENTION_BYTES,
+    MAX_RETENTION_MS,
     MAX_RETRY,
     MAX_RETRY_BACKOFF_MS,
     MAX_RETRY_BACKOFF_STEPS,
     MIN_PRIORITY_LEVELS,
+    MIN_RETENTION_BYTES,
+    MIN_RETENTION_MS,
     TOPIC_PERMS,
     TOPIC_TYPES,
 )
@@ -45,7 +49,16 @@ _SCHEMAS: dict[str, Any] = {
             "type": {"type": "string", "enum": list(TOPIC_TYPES), "default": "normal"},
             "brokers": {"type": "array", "items": _NAME, "uniqueItems": True, "default": [],
                         "description": "broker groups serving the topic; empty = every master"},
-            "priority_levels": _PRIORITY_LEVELS}},
+            "priority_levels": _PRIORITY_LEVELS,
+            "retention_ms": {"type": "integer", "nullable": True, "minimum": MIN_RETENTION_MS,
+                             "maximum": MAX_RETENTION_MS,
+                             "description": "the topic's own time retention; absent = the "
+                                            "broker's retention_hours"},
+            "retention_bytes": {"type": "integer", "nullable": True,
+                                "minimum": MIN_RETENTION_BYTES,
+                                "maximum": MAX_RETENTION_BYTES,
+                                "description": "bytes kept per queue (Kafka's retention.bytes);"
+                                               " absent = no size limit"}}},
     "GroupConfig": {
         "type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {

@@ -70,14 +70,29 @@ class Admin(AsyncClient):
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(self, name: str, *, queues: int = 8, perm: str = "rw",
                            type: str = "normal", brokers: Sequence[str] = (),
-                           priority_levels: int = 1) -> dict[str, Any]:
+                           priority_levels: int = 1, retention_ms: int | None = None,
+                           retention_bytes: int | None = None) -> dict[str, Any]:
         """Create a topic (AlreadyExistsError if it exists); returns its config.
 
         `priority_levels` (1..4, at most `queues`): see `Producer.send(priority=)`.
+        `retention_ms`, `retention_bytes` (per queue): the topic's own retention
+        (None: the broker's; docs/broker.md, "Per-topic retention").
         """
         body = {"name": validate_topic(name), "queues": queues, "perm": perm, "type": type,
-                "brokers": list(brokers), "priority_levels": priority_levels}
+                "brokers": list(brokers), "priority_levels": priority_levels,
+                "retention_ms": retention_ms, "retention_bytes": retention_bytes}
         return await self._namesrv.call("POST", "/v1/topics", json=body)  # type: ignore[no-any-return]
+
+    async def update_topic(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Change some fields of an existing topic's config (TopicNotFoundError if none).
+
+        `changes` are TopicConfig fields (`queues`, `perm`, `retention_ms`,
+        `retention_bytes`, ...); the others keep their values, and None sets a
+        retention back to the broker's. Returns the new config.
+        """
+        current = await self._namesrv.call("GET", f"/v1/topics/{validate_topic(name)}")
+        body = {**current, **changes, "name": name}
+        return await self._namesrv.call("PUT", f"/v1/topics/{name}", json=body)  # type: ignore[no-any-return]
 
     async def delete_topic(self, name: str) -> None:
         await self._namesrv.call("DELETE", f"/v1/topics/{validate_topic(name)}")
