@@ -51,6 +51,9 @@ class TopicRetention:
             raise StoreError(f"retention_bytes must be >= 0, got {self.retention_bytes}")
 
 
+_NONE = TopicRetention()
+
+
 def expired_end(segments: list[SegmentInfo], now_ms: int, retention_ms: int) -> int | None:
     """End phy offset of the longest prefix of non-active segments expired at `retention_ms`."""
     end = None
@@ -61,22 +64,54 @@ def expired_end(segments: list[SegmentInfo], now_ms: int, retention_ms: int) -> 
     return end
 
 
-def _keep_bytes_from(cq: ConsumeQueue, limit: int) -> int:
-    """The first queue offset from which the queue's records total at most `limit` bytes."""
-    lo, hi = cq.min_offset, cq.max_offset
-    first, last = cq.get(lo, 1), cq.last_entry()
-    if not first or last is None or last[0] + last[1] - first[0][0] <= limit:
-        return lo  # all its records lie within fewer bytes of the log than the limit
-    total, pos = 0, hi
+def _sizes(cq: ConsumeQueue, lo: int, hi: int) -> int:
+    total = 0
+    while lo < hi:
+        entries = cq.get(lo, min(_SIZE_SCAN_ENTRIES, hi - lo))
+        total += sum(size for _phy, size, _tag in entries)
+        lo += len(entries) or hi - lo
+    return total
+
+
+def _tail_within(cq: ConsumeQueue, limit: int) -> tuple[int, int]:
+    """(first offset, bytes from it to the end): the newest records totalling <= `limit`."""
+    lo, total, pos = cq.min_offset, 0, cq.max_offset
     while pos > lo:
         start = max(lo, pos - _SIZE_SCAN_ENTRIES)
         entries = cq.get(start, pos - start)
         for i in range(len(entries) - 1, -1, -1):
+            if total + entries[i][1] > limit:
+                return start + i + 1, total
             total += entries[i][1]
-            if total > limit:
-                return start + i + 1
         pos = start
-    return lo
+    return lo, total
+
+
+def _keep_bytes_from(cq: ConsumeQueue, limit: int, known: dict[tuple[str, int],
+                     tuple[int, int, int]]) -> int:
+    """The first queue offset from which the queue's records total at most `limit` bytes.
+
+    With the last run's total (`known`, still valid when the minimum did not move
+    since) only the entries added and those dropped are read; otherwise the newest
+    are summed back from the end, at most `limit` bytes' worth."""
+    key, lo, hi = (cq.topic, cq.queue_id), cq.min_offset, cq.max_offset
+    first, last = cq.get(lo, 1), cq.last_entry()
+    if not first or last is None or last[0] + last[1] - first[0][0] <= limit:
+        known.pop(key, None)
+        return lo  # all its records lie within fewer bytes of the log than the limit
+    prev = known.get(key)
+    if prev is None or prev[0] != lo or not prev[1] <= hi:
+        start, total = _tail_within(cq, limit)
+    else:
+        start, total = lo, prev[2] + _sizes(cq, prev[1], hi)
+        while total > limit and start < hi:
+            for _phy, size, _tag in cq.get(start, min(_SIZE_SCAN_ENTRIES, hi - start)):
+                if total <= limit:
+                    break
+                total -= size
+                start += 1
+    known[key] = (start, hi, total)
+    return start
 
 
 def trim_topics(cqs: ConsumeQueues, segments: list[SegmentInfo], now_ms: int,
@@ -98,8 +133,10 @@ def trim_topics(cqs: ConsumeQueues, segments: list[SegmentInfo], now_ms: int,
             if end is not None:
                 target = cq.first_offset_at_phy(cq.min_offset, cq.max_offset, end)
         if own.retention_bytes is not None:
-            target = max(target, _keep_bytes_from(cq, own.retention_bytes))
+            target = max(target, _keep_bytes_from(cq, own.retention_bytes, cqs.kept_bytes))
         deleted += cq.advance_min(target)
+    for key in [k for k in cqs.kept_bytes if topics.get(k[0], _NONE).retention_bytes is None]:
+        del cqs.kept_bytes[key]  # no size limit any more: forget its total
     return deleted
 
 
