@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,12 +67,13 @@ async def _read_all(mesh: Mesh, topic: str) -> list[int]:
 
 
 @pytest.fixture
-def mesh(etcd: Etcd, tmp_path: Path) -> Mesh:
+def mesh(etcd: Etcd, tmp_path: Path) -> Iterator[Mesh]:
+    """One broker with 1 MiB segments and a retention run every 300 ms (this module's own)."""
     m = start_mesh(etcd, tmp_path / "mesh", ("broker-a",), broker_env={
         "FERRY_BROKER_SEGMENT_BYTES": str(1 << 20),
         "FERRY_BROKER_MAX_MESSAGE_BYTES": str(64 << 10),
         "FERRY_BROKER_RETENTION_CHECK_INTERVAL_MS": "300"})  # the default 72 h stays
-    yield m  # type: ignore[misc]
+    yield m
     m.stop()
 
 
