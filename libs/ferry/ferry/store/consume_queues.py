@@ -58,6 +58,7 @@ class ConsumeQueues:
 
     def truncate_from_phy(self, phy_offset: int) -> None:
         """truncate_from_phy on every queue."""
+        self.kept_bytes.clear()  # entries from the cut on will be new ones: count afresh
         for cq in self._queues.values():
             cq.truncate_from_phy(phy_offset)
 
