@@ -113,6 +113,39 @@ async def test_a_topic_keeping_1h_loses_old_messages_the_default_topic_keeps(mes
         assert "retention_ms" not in reverted
 
 
+async def test_a_topic_keeping_longer_holds_shared_segments_size_bounds_a_queue(
+        mesh: Mesh) -> None:
+    short, long, plain, sized = (unique(n) for n in ("short", "long", "plain", "sized"))
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_topic(short, queues=1, retention_ms=HOUR_MS)
+        await admin.create_topic(long, queues=1, retention_ms=100 * HOUR_MS)
+        await admin.create_topic(plain, queues=1)
+        await admin.create_topic(sized, queues=1, retention_bytes=100_000)
+        async with Producer(namesrv=mesh.namesrv) as producer:
+            for _ in range(PER_TOPIC // 10):
+                for topic in (short, long, plain):
+                    await producer.send_batch(topic, [Message(BODY) for _ in range(10)])
+            await producer.send_batch(sized, [Message(BODY) for _ in range(10)])
+        before = _segments(mesh)
+        _age_segments(mesh, 80)  # past the broker's 72 h, within the long topic's 100 h
+        # The short topic's minimum moving says a run has happened (one run does it all).
+        assert (await _wait_min_moves(admin, short))[0] > 0
+        assert await _bounds(admin, long) == (0, PER_TOPIC)
+        assert await _bounds(admin, plain) == (0, PER_TOPIC)  # it shares the long one's segments
+        assert _segments(mesh) == before
+        # Three 32 KiB records (with their headers) fit in 100,000 bytes, four do not.
+        assert await _bounds(admin, sized) == (7, 10)
+        assert await _read_all(mesh, long) == list(range(PER_TOPIC))
+
+        await admin.update_topic(long, retention_ms=None)  # back to the broker's 72 h
+        assert (await _wait_min_moves(admin, plain))[0] > 0
+        assert (await _bounds(admin, long))[0] > 0
+        deadline = time.monotonic() + 20
+        while len(_segments(mesh)) == len(before) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert len(_segments(mesh)) < len(before)
+
+
 async def test_bad_retention_is_refused_and_namesrv_keeps_serving(mesh: Mesh) -> None:
     topic = unique("bad")
     async with Admin(namesrv=mesh.namesrv) as admin:
