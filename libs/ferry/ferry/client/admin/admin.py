@@ -79,8 +79,10 @@ class Admin(AsyncClient):
         (None: the broker's; docs/broker.md, "Per-topic retention").
         """
         body = {"name": validate_topic(name), "queues": queues, "perm": perm, "type": type,
-                "brokers": list(brokers), "priority_levels": priority_levels,
-                "retention_ms": retention_ms, "retention_bytes": retention_bytes}
+                "brokers": list(brokers), "priority_levels": priority_levels}
+        # Only when set: a namesrv from before per-topic retention refuses unknown fields.
+        body.update({k: v for k, v in (("retention_ms", retention_ms),
+                                       ("retention_bytes", retention_bytes)) if v is not None})
         return await self._namesrv.call("POST", "/v1/topics", json=body)  # type: ignore[no-any-return]
 
     async def update_topic(self, name: str, **changes: Any) -> dict[str, Any]:
