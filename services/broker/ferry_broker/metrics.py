@@ -59,9 +59,12 @@ def _transactions(ctx: BrokerContext) -> Reading:
             *((n, {"event": f"check_{kind}"}) for kind, n in t.checks.items())]
 
 
+def _flush_lag(ctx: BrokerContext) -> Reading:
+    return single(max(0, ctx.store.commit_log_max_offset - ctx.store.flushed_offset))
+
+
 def register(metrics: Metrics, ctx: BrokerContext) -> None:
-    """The broker's instruments on its app's `metrics`."""
-    store = ctx.store
+    """The broker's instruments on its app's `metrics` (reading `ctx` only at scrape time)."""
     metrics.observe("ferry.broker.topic.messages", "counter", "{message}",
                     "Messages stored per topic (sum of its queues' max offsets)",
                     lambda: _per_topic(ctx))
@@ -73,13 +76,13 @@ def register(metrics: Metrics, ctx: BrokerContext) -> None:
                     lambda: _per_group(ctx, lag=True))
     metrics.observe("ferry.broker.store.size", "gauge", "By",
                     "Bytes held in the commit log (max - min offset)",
-                    lambda: single(store.commit_log_max_offset - store.commit_log_min_offset))
+                    lambda: single(ctx.store.commit_log_max_offset - ctx.store.commit_log_min_offset))
     metrics.observe("ferry.broker.store.written", "counter", "By",
                     "Bytes written to the commit log since it was created (its max offset)",
-                    lambda: single(store.commit_log_max_offset))
+                    lambda: single(ctx.store.commit_log_max_offset))
     metrics.observe("ferry.broker.flush.lag", "gauge", "By",
                     "Bytes written but not yet flushed to disk",
-                    lambda: single(max(0, store.commit_log_max_offset - store.flushed_offset)))
+                    lambda: _flush_lag(ctx))
     metrics.observe("ferry.broker.disk.used_ratio", "gauge", "1",
                     "Used share of the data directory's disk (0..1)",
                     lambda: _disk_used_ratio(ctx))
