@@ -7,7 +7,9 @@ counts, and the lag of the group once it has stopped and more was sent.
 """
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -56,5 +58,33 @@ def test_prometheus_counts_what_was_sent_and_consumed(mesh: dict[str, str],  # n
         # The brokers' store and the services' kit metrics are there too.
         assert prom.value('count(ferry_broker_store_size_bytes > 0)') == 2
         assert prom.value('count(count by (job) (target_info))') == len(SERVICES)
+        assert prom.wait_value("ferry_namesrv_brokers", 2) == 2
+    finally:
+        prom.proc.stop()
+
+
+def test_the_other_services_count_what_they_did(mesh: dict[str, str],  # noqa: F811
+                                                tmp_path: Path) -> None:
+    """A delayed message: the scheduler's lateness histogram counts it; two claims of one key
+    at dedup: one claimed, one processing; the txn-checker and console series exist."""
+    prom = start_prometheus(tmp_path / "prometheus", banner_targets(mesh))
+    try:
+        ferry(mesh, "topic", "create", "delayed-metered")
+        ferry(mesh, "send", "delayed-metered", "soon", "--delay-ms", "1000")
+        ferry(mesh, "consume", "delayed-metered", "--group", "d", "--from", "earliest",
+              "--count", "1", "--timeout-ms", "30000")
+        assert prom.wait_value("sum(ferry_scheduler_delivered_total)", 1) == 1
+        assert prom.wait_value("sum(ferry_scheduler_lateness_seconds_count)", 1) == 1
+        assert prom.value("sum(ferry_scheduler_pending)") == 0
+        url = f"http://127.0.0.1:{mesh['FERRY_MESH_DEDUP_PORT']}/v1/claims"
+        for _ in range(2):
+            body = json.dumps({"scene": "metered", "biz_key": "k1"}).encode()
+            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=5).close()
+        for outcome in ("claimed", "processing"):
+            assert prom.wait_value(f'ferry_dedup_claims_total{{outcome="{outcome}"}}', 1) == 1
+        assert prom.value("ferry_txn_checker_open") == 0
+        assert prom.value('ferry_txn_checker_events_total{event="checked"}') == 0
+        assert prom.value("ferry_console_sessions") == 0
     finally:
         prom.proc.stop()

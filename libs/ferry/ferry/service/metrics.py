@@ -155,3 +155,24 @@ class Metrics:
 def single(value: float, **attributes: Any) -> Reading:
     """One observation (a gauge or counter without per-topic labels)."""
     return [(value, attributes)]
+
+
+#: One instrument read from a statistics document: its field, kind, unit and description.
+Field = tuple[str, Kind, str, str]
+
+
+def observe_fields(metrics: Metrics, prefix: str, read: Callable[[], Mapping[str, Any]],
+                   fields: Mapping[str, Field]) -> None:
+    """Instruments `<prefix>.<name>` each reading one numeric field of `read()` (a service's
+    /v1/stats document or part of it) at scrape time."""
+    for name, (key, kind, unit, description) in fields.items():
+        metrics.observe(f"{prefix}.{name}", kind, unit, description,
+                        lambda key=key: single(read().get(key, 0)))  # type: ignore[misc]
+
+
+def observe_counts(metrics: Metrics, name: str, label: str, description: str,
+                   read: Callable[[], Mapping[str, int]], unit: str = "{event}") -> None:
+    """A counter `name` with one series per key of `read()` (a Counter of outcomes), the key
+    as `label`."""
+    metrics.observe(name, "counter", unit, description,
+                    lambda: [(n, {label: key}) for key, n in read().items()])
