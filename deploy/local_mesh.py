@@ -20,6 +20,9 @@ auth on (docs/security.md).
 Tracing: every process gets `FERRY_TRACE_DIR=var/traces` (JSON-lines spans,
 one file per process; a value already in the environment wins), and the
 brokers write their spans to the `%TRACE%` topic through namesrv too.
+
+Metrics: the banner lists each service's `GET /metrics` (Prometheus text,
+docs/metrics.md) for a scrape config.
 """
 from __future__ import annotations
 
