@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_newcomer import ferry, mesh  # noqa: F401 - the module's mesh fixture
-from tests.support.prometheus import start_prometheus
+from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,14 +30,19 @@ def banner_targets(env: dict[str, str]) -> dict[str, str]:
     return dict(re.findall(r"^  (\S+)\s+(http://127\.0\.0\.1:\d+/metrics)$", text, re.M))
 
 
+def wait_every_service_scraped(prom: Prometheus) -> None:
+    """Until every service has answered a scrape (`up` is 1 for its job)."""
+    for job in SERVICES:
+        assert prom.wait_value(f'up{{job="{job}"}}', 1) == 1, job
+
+
 def test_prometheus_counts_what_was_sent_and_consumed(mesh: dict[str, str],  # noqa: F811
                                                       tmp_path: Path) -> None:
     targets = banner_targets(mesh)
     assert sorted(targets) == SERVICES
     prom = start_prometheus(tmp_path / "prometheus", targets)
     try:
-        for job in SERVICES:   # every service answers its scrapes
-            assert prom.wait_value(f'up{{job="{job}"}}', 1) == 1, job
+        wait_every_service_scraped(prom)
         ferry(mesh, "topic", "create", TOPIC)
         ferry(mesh, "send", TOPIC, "hello", "--count", str(SENT_FIRST))
         ferry(mesh, "consume", TOPIC, "--group", GROUP, "--from", "earliest",
@@ -69,6 +74,7 @@ def test_the_other_services_count_what_they_did(mesh: dict[str, str],  # noqa: F
     at dedup: one claimed, one processing; the txn-checker and console series exist."""
     prom = start_prometheus(tmp_path / "prometheus", banner_targets(mesh))
     try:
+        wait_every_service_scraped(prom)
         ferry(mesh, "topic", "create", "delayed-metered")
         ferry(mesh, "send", "delayed-metered", "soon", "--delay-ms", "1000")
         ferry(mesh, "consume", "delayed-metered", "--group", "d", "--from", "earliest",
