@@ -89,6 +89,7 @@ OPEN_CODES = frozenset({RequestCode.IDENTIFY})
 #: The broker's HTTP routes with auth on (ferry.auth.http); probes and OpenAPI stay open.
 HTTP_ROUTES: RouteTable = {
     ("GET", "/v1/stats"): (admin("read"),),
+    ("GET", "/metrics"): (admin("read"),),
 }
 
 

@@ -31,8 +31,9 @@ from ferry.errors import (
 )
 from ferry.log_limit import LogLimiter
 from ferry.service import errors as http_errors
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import observe_fields
 from ferry.service.openapi import document, stats_path
 
 from ferry_console import login
@@ -114,6 +115,11 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str,
                       stats=lambda: {"login": login.login_stats(console)},
                       middlewares=[same_origin_only, login.login_required])
     app[CONSOLE] = console
+    # /metrics (docs/metrics.md): sessions and logins (with auth on; a session to read it).
+    observe_fields(app[METRICS], "ferry.console", lambda: login.login_stats(console), {
+        "sessions": ("sessions", "gauge", "{session}", "Sessions held"),
+        "logins": ("logins", "counter", "{login}", "Logins accepted"),
+        "failed_logins": ("failed_logins", "counter", "{login}", "Logins refused")})
     for family in (login, cluster, topics, groups, messages, services):
         family.register(app.router)
     return app

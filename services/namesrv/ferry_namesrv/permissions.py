@@ -39,6 +39,7 @@ ROUTES: RouteTable = {
     ("GET", "/v1/brokers"): AUTHENTICATED,
     ("GET", "/v1/whoami"): AUTHENTICATED,
     ("GET", "/v1/stats"): (admin("read"),),   # the HTTP limits counters
+    ("GET", "/metrics"): (admin("read"),),
     ("GET", "/console"): AUTHENTICATED,
     ("GET", "/v1/topics"): (admin("read"),),
     ("POST", "/v1/topics"): (admin("topics"),),
