@@ -226,3 +226,18 @@ def test_a_logout_stops_the_sessions_clients_only_after_its_requests_in_flight()
         assert idle.sources.stopped == 1  # type: ignore[attr-defined]
 
     asyncio.run(scenario())
+
+
+def test_charts_need_the_stats_read_as_the_user() -> None:
+    """With a login, a group or cluster page draws charts only if it read some broker's stats
+    with the user's credentials (the samples were read as the console)."""
+    from aiohttp.test_utils import make_mocked_request
+    from ferry_console.pages.charts import stats_were_read
+    from ferry_console.pages.common import SESSION
+
+    refused = [BrokerView({"name": "a"}, None), BrokerView({"name": "b"}, None)]
+    request = make_mocked_request("GET", "/console/groups/g")
+    assert stats_were_read(request, refused)          # auth off: the console's own reads
+    request[SESSION] = object()  # type: ignore[assignment]
+    assert not stats_were_read(request, refused)
+    assert stats_were_read(request, [*refused, BrokerView({"name": "c"}, {})])
