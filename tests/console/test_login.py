@@ -28,7 +28,7 @@ from tests.auth.http_support import ADMIN, CONSOLE, PUBLISHER, READER, auth_env,
 from tests.client.conftest import Mesh
 from tests.client.util import FAST
 from tests.console.conftest import READY_TIMEOUT_S, shoot
-from tests.console.test_pages import _click, _open
+from tests.console.test_pages import _click, _open, _until
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 from tests.txn_checker.conftest import start_txn_checker
 
@@ -253,6 +253,51 @@ def test_pages_act_with_the_users_rights(secured: SecuredConsole, driver: Any,
     # a service that refuses the user is shown as such, not as down
     _open(driver, secured.url + "/console/services")
     assert driver.find_element(By.CSS_SELECTOR, "main .state").text == "not permitted (HTTP 403)"
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+
+
+async def _publish(namesrv: str, topic: str, creds: Credentials) -> None:
+    async with Producer(namesrv=namesrv, credentials=creds) as producer:
+        await producer.send_and_wait(topic, b"charted")
+
+
+def _series(driver: Any, url: str) -> list[str]:
+    """The lines the topic chart at `url` draws."""
+    _open(driver, url)
+    return [p.get_attribute("data-series") for p in driver.find_elements(
+        By.CSS_SELECTOR, "#chart-topic-rate path.chart-line")]
+
+
+def test_charts_are_shown_with_the_users_rights(secured: SecuredConsole, driver: Any,
+                                                shots: Path) -> None:
+    """The charts come from the console's own samples, but a page shows only those its user
+    may read the data of: the publisher of orders (no admin read, so no brokers' stats) sees
+    the topic's produce rate and no consume rate, lag, disk or flush chart."""
+    asyncio.run(_publish(secured.mesh.namesrv, "orders", PUBLISHER))
+    driver.delete_all_cookies()
+    _open(driver, secured.url + "/console/topics/orders")
+    _log_in(driver, PUBLISHER)
+    chart = driver.find_element(By.ID, "chart-topic-rate")
+    assert chart.find_element(By.CSS_SELECTOR, ".chart-title").text == "Produce rate of orders"
+    assert _until(lambda: _series(driver, secured.url + "/console/topics/orders") == [
+        "produced"]), driver.find_element(By.ID, "charts").text
+    shoot(driver, shots, "login-charts-publisher")
+    for path in ("/console/groups/payments", "/console/cluster"):
+        _open(driver, secured.url + path)
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.chart") == [], path
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+    _open(driver, secured.url + "/console/topics/payments")
+    _log_in(driver, READER)
+    chart = driver.find_element(By.ID, "chart-topic-rate")
+    assert chart.find_element(By.CSS_SELECTOR, ".chart-title").text == \
+        "Produce and consume rate of payments"
+    assert _until(lambda: _series(driver, secured.url + "/console/topics/payments") == [
+        "produced", "consumed"]), driver.find_element(By.ID, "charts").text
+    for path, chart_id in (("/console/groups/payments", "chart-group-lag"),
+                           ("/console/cluster", "chart-disk")):
+        _open(driver, secured.url + path)
+        assert driver.find_element(By.ID, chart_id).tag_name == "svg", path
+    shoot(driver, shots, "login-charts")
     _click(driver, driver.find_element(By.ID, "logout-button"))
 
 

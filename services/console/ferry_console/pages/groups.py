@@ -17,6 +17,7 @@ from ferry.errors import MalformedRequestError
 from ferry.names import validate_group
 
 from ferry_console.forms import read_form
+from ferry_console.pages.charts import group_charts, stats_were_read
 from ferry_console.pages.common import console, render, sources
 from ferry_console.sources import BrokerView
 
@@ -92,7 +93,9 @@ async def group(request: web.Request) -> web.Response:
     return render(request, "group.html", title=f"Group {name}", group=name,
                   config=await sources(request).group_config(name), lags=lags,
                   total_lag=sum(int(r["lag"]) for r in lags), members=member_rows,
-                  subscriptions=subscriptions(member_rows))
+                  subscriptions=subscriptions(member_rows),
+                  charts=group_charts(console(request), name)
+                  if stats_were_read(request, brokers) else None)
 
 
 async def dlq(request: web.Request) -> web.Response:
