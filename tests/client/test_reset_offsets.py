@@ -22,6 +22,15 @@ async def _send(mesh: Mesh, topic: str, bodies: list[str]) -> None:
         await asyncio.gather(*futs)
 
 
+async def _topic(mesh: Mesh, bodies: list[str]) -> tuple[str, str]:
+    """A new topic of 2 queues per broker holding `bodies`, and a new group name."""
+    topic = unique("reset")
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_topic(topic, queues=2)
+    await _send(mesh, topic, bodies)
+    return topic, unique("g")
+
+
 async def _committed(mesh: Mesh, group: str, topic: str) -> dict[tuple[str, int], int]:
     async with Admin(namesrv=mesh.namesrv) as admin:
         return {(q.tq.broker, q.tq.queue_id): q.committed
@@ -38,11 +47,7 @@ async def _drain(mesh: Mesh, topic: str, group: str, n: int) -> list[ConsumerRec
 
 
 async def test_reset_by_time_replays_from_there_and_dry_run_changes_nothing(mesh: Mesh) -> None:
-    topic, group = unique("reset"), unique("g")
-    async with Admin(namesrv=mesh.namesrv) as admin:
-        await admin.create_topic(topic, queues=2)
-    before = [f"a{i}" for i in range(12)]
-    await _send(mesh, topic, before)
+    topic, group = await _topic(mesh, [f"a{i}" for i in range(12)])
     await asyncio.sleep(0.05)   # a store time strictly after every earlier message
     t_ms = int(time.time() * 1000)
     await asyncio.sleep(0.05)
@@ -84,11 +89,8 @@ async def test_reset_by_time_replays_from_there_and_dry_run_changes_nothing(mesh
 
 
 async def test_reset_refused_with_live_members_and_forced_members_follow(mesh: Mesh) -> None:
-    topic, group = unique("reset"), unique("g")
-    async with Admin(namesrv=mesh.namesrv) as admin:
-        await admin.create_topic(topic, queues=2)
     bodies = [f"m{i}" for i in range(16)]
-    await _send(mesh, topic, bodies)
+    topic, group = await _topic(mesh, bodies)
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
                         **FAST) as member:
         first = (await collect([member], 16, timeout_s=30, settle_s=1.0))[0]

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from ferry.cli.commands import _print_json, config_delete
 from ferry.client import Admin
 from ferry.client.admin.offset_reset import ResetPlan, ResetSpec, ResetTo, parse_time_ms
 
@@ -34,7 +34,7 @@ def add_group_actions(gsub: SubParsers) -> None:
     describe.set_defaults(func=group_describe)
     delete = gsub.add_parser("delete", help="delete a group's config (committed offsets stay)")
     delete.add_argument("name")
-    delete.set_defaults(func=group_delete)
+    delete.set_defaults(func=config_delete)
     reset = gsub.add_parser(
         "reset-offsets", help="move a group's committed offsets on a topic (refused while "
                               "the group has live members, unless --force)")
@@ -80,10 +80,6 @@ def spec_of(args: argparse.Namespace) -> ResetSpec:
     return ResetSpec(ResetTo.SHIFT, args.shift_by)
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True))
-
-
 async def group_create(args: argparse.Namespace) -> int:
     config: dict[str, Any] = {"retry_max": args.retry_max, "consume_from": args.consume_from,
                               "consume_timestamp_ms": args.consume_timestamp_ms}
@@ -106,13 +102,6 @@ async def group_describe(args: argparse.Namespace) -> int:
                  "queues": [{"topic": q.tq.topic, "broker": q.tq.broker,
                              "queue_id": q.tq.queue_id, "committed": q.committed,
                              "max_offset": q.max_offset, "lag": q.lag} for q in lags]})
-    return 0
-
-
-async def group_delete(args: argparse.Namespace) -> int:
-    async with Admin(namesrv=args.namesrv) as admin:
-        await admin.delete_group(args.name)
-    print(f"deleted {args.name}")
     return 0
 
 

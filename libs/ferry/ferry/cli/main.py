@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe.set_defaults(func=commands.topic_describe)
     delete = tsub.add_parser("delete", help="delete a topic's config")
     delete.add_argument("name")
-    delete.set_defaults(func=commands.topic_delete)
+    delete.set_defaults(func=commands.config_delete)
     add_topic_update(tsub)
 
     send = sub.add_parser("send", help="send a message (or --count copies) and print results")
