@@ -321,3 +321,37 @@ def test_actions_run_with_the_users_rights_at_the_broker(secured: SecuredConsole
     _click(driver, driver.find_element(By.ID, "resend-all"))
     assert driver.find_element(By.ID, "resent").text.startswith("Resent 1 message")
     _click(driver, driver.find_element(By.ID, "logout-button"))
+
+
+def test_offset_reset_form_runs_with_the_users_rights(secured: SecuredConsole) -> None:
+    """The group page's reset form (issue 25): a reader (admin read) gets the dry-run plan
+    but the reset itself is refused at the broker (it needs `reset` on the group) and
+    nothing moves; the admin resets, and the group page lists the record with who did it."""
+    form = {"topic": "payments", "to": "earliest", "dry_run": "1"}
+    reader, _ = _login_cookie(secured.url, READER)
+    status, _, body = _fetch(secured.url + "/console/groups/payments", cookie=reader)
+    assert status == 200 and 'id="reset-form"' in body and "No offset reset recorded" in body
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data=form, cookie=reader)
+    assert status == 200 and "Dry run: nothing changed" in body, body[:500]
+    assert 'data-queue="broker-a#0"' in body
+    committed_before = body.split('data-queue="broker-a#0"')[1].split("</tr>")[0]
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data={**form, "dry_run": "0"}, cookie=reader)
+    assert status == 403 and "AccessDeniedError" in body and "reset" in body, body[:500]
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data={**form, "to": "time", "value": "not a time"}, cookie=reader)
+    assert status == 400 and "not a time" in body, body[:500]
+
+    admin, _ = _login_cookie(secured.url, ADMIN)
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data=form, cookie=admin)
+    assert status == 200 and body.split('data-queue="broker-a#0"')[1].split("</tr>")[0] == \
+        committed_before   # the reader's refused reset changed nothing
+    status, headers, _ = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                                data={**form, "dry_run": "0"}, cookie=admin)
+    assert status == 303 and headers["Location"] == "/console/groups/payments?reset=payments"
+    status, _, body = _fetch(secured.url + headers["Location"], cookie=admin)
+    assert status == 200 and 'id="reset-done"' in body
+    resets = body.split('id="resets"')[1].split("</table>")[0]
+    assert ">admin<" in resets and "payments" in resets and "broker-a#0: 1 → 0" in resets

@@ -31,7 +31,7 @@ from ferry.service.limits import HttpGuard
 from ferry.service.metrics import observe_fields
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
-from ferry_namesrv.handlers import brokers, groups, routes, topics, users
+from ferry_namesrv.handlers import brokers, groups, resets, routes, topics, users
 from ferry_namesrv.openapi import openapi_document
 
 log = logging.getLogger("ferry_namesrv.api")
@@ -96,6 +96,8 @@ def build_app(context: NamesrvContext, version: str,
     app.router.add_get("/v1/groups/{group}", groups.get_group)
     app.router.add_put("/v1/groups/{group}", groups.put_group)
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
+    app.router.add_get("/v1/groups/{group}/resets", resets.get_resets)
+    app.router.add_post("/v1/groups/{group}/resets", resets.post_reset)
     # /v1/users, /v1/acl (identities and permissions): refused with auth off
     users.add_routes(app, auth_on=auth is not None)
     app.router.add_get("/console", console)

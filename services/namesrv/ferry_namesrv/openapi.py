@@ -137,6 +137,34 @@ def _crud(kind: str, schema: str, not_found: str) -> dict[str, Any]:
     }
 
 
+def _resets_path() -> dict[str, Any]:
+    """The record of a group's offset resets (handlers/resets.py)."""
+    queue = {"type": "object", "properties": {
+        "broker": {"type": "string"}, "queue_id": {"type": "integer"},
+        "from": {"type": "integer"}, "to": {"type": "integer"}}}
+    record = {"type": "object", "properties": {
+        "topic": _TOPIC_NAME, "to": {"type": "string", "enum": [
+            "earliest", "latest", "time", "offset", "shift"]},
+        "value": {"type": "integer"}, "force": {"type": "boolean"},
+        "queues": {"type": "array", "items": queue}}}
+    stamped = {"allOf": [record, {"type": "object", "properties": {
+        "group": _NAME, "who": {"type": "string", "nullable": True},
+        "at_ms": {"type": "integer"}}}]}
+    return {
+        "parameters": [{"name": "group", "in": "path", "required": True, "schema": _NAME}],
+        "get": {"summary": "The group's offset resets, newest first (at most 50)",
+                "operationId": "list_group_resets",
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "resets": {"type": "array", "items": stamped}}}, "resets"),
+                    "400": _BAD, "503": _BUSY}},
+        "post": {"summary": "Record an offset reset (who and when are stamped here)",
+                 "operationId": "record_group_reset",
+                 "requestBody": {"required": True,
+                                 "content": {"application/json": {"schema": record}}},
+                 "responses": {"201": _json(stamped, "recorded"), "400": _BAD,
+                               "503": _BUSY}}}
+
+
 def openapi_document(version: str) -> dict[str, Any]:
     """The whole document; `version` is the namesrv package version."""
     paths: dict[str, Any] = {
@@ -169,6 +197,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     }
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))
+    paths["/v1/groups/{group}/resets"] = _resets_path()
     paths.update(users.openapi_paths())
     return document("Ferry namesrv", version,
                     "Topic routes, topic and group config, and live brokers, answered from a "
