@@ -24,6 +24,7 @@ system-deps:
 	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = "0" ]; then \
 	    echo "setup: installing$$missing"; \

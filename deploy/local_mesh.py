@@ -20,6 +20,9 @@ auth on (docs/security.md).
 Tracing: every process gets `FERRY_TRACE_DIR=var/traces` (JSON-lines spans,
 one file per process; a value already in the environment wins), and the
 brokers write their spans to the `%TRACE%` topic through namesrv too.
+
+Metrics: the banner lists each service's `GET /metrics` (Prometheus text,
+docs/metrics.md) for a scrape config.
 """
 from __future__ import annotations
 
@@ -314,7 +317,22 @@ def up(ha: bool = False) -> int:
         PIDFILE.unlink(missing_ok=True)
 
 
-def banner() -> str:
+def metrics_urls(ha: bool = False) -> dict[str, str]:
+    """Each service's GET /metrics (Prometheus text, docs/metrics.md), by component name."""
+    brokers = [(f"{n}-{i}", h) for n, i, _, _, h in HA_BROKERS] if ha else \
+        [(n, h) for n, _, h in BROKERS]
+    ports = [("namesrv", NAMESRV_PORT), *brokers, ("scheduler", SCHEDULER_PORT),
+             ("txn-checker", TXN_CHECKER_PORT), ("dedup", DEDUP_PORT), ("console", CONSOLE_PORT)]
+    return {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports}
+
+
+def metrics_lines(ha: bool = False) -> str:
+    """The banner's lines saying where each service's /metrics is."""
+    return "Metrics (Prometheus, docs/metrics.md):\n" + "".join(
+        f"  {name:<12} {url}\n" for name, url in metrics_urls(ha).items())
+
+
+def banner(ha: bool = False) -> str:
     return (
         f"\nFerry is up. namesrv: 127.0.0.1:{NAMESRV_PORT} (export FERRY_NAMESRV=127.0.0.1:{NAMESRV_PORT})\n"
         "Brokers: " + ", ".join(f"{n} 127.0.0.1:{p} (HTTP {h})" for n, p, h in BROKERS) + "\n"
@@ -322,7 +340,7 @@ def banner() -> str:
         f"txn-checker: HTTP 127.0.0.1:{TXN_CHECKER_PORT}   "
         f"dedup: HTTP 127.0.0.1:{DEDUP_PORT} (ledger var/dedup/ledger.db)\n"
         f"Console: http://127.0.0.1:{CONSOLE_PORT}/console\n"
-        + AUTH_OFF_NOTICE + "\n"
+        + metrics_lines(ha) + AUTH_OFF_NOTICE + "\n"
         "Data and logs: ./var/   Traces: ./var/traces/ (JSON lines; `export "
         "FERRY_TRACE_DIR=var/traces` for your clients too)\n"
         "Stop: Ctrl-C here, or `make down` from another shell.\n\n"
@@ -343,7 +361,7 @@ def ha_banner(roles: dict[str, str]) -> str:
     lines = [f"  {name}-{bid} 127.0.0.1:{port} (repl {repl}, HTTP {http}): "
              f"{roles.get(f'{name}-{bid}', '?')}"
              for name, bid, port, repl, http in HA_BROKERS]
-    text = banner()
+    text = banner(ha=True)
     head, _, rest = text.partition("Brokers: ")
     rest = rest.partition("\n")[2]
     return (f"{head}Brokers ({HA_REPLICATION} replication; roles come from the election in "

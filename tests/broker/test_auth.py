@@ -17,6 +17,7 @@ from ferry.client.core.connection import BrokerConnection
 from ferry.errors import AccessDeniedError, AuthenticationError, error_for_code
 from ferry.wire import Frame, RequestCode
 from ferry_broker.permissions import PERMISSIONS
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.auth.http_support import uncovered_routes
 from tests.broker.auth_support import ADMIN_RULES, creds, rules, seed, send_frame, signed
@@ -247,3 +248,31 @@ async def test_a_flood_of_refused_frames_writes_a_bounded_number_of_log_lines(
     await still_serving(raw, auth_broker)
     after = auth_broker.proc.log().count('"request refused')
     assert 1 <= after and after - before <= 10  # LogLimiter's burst per kind and minute
+
+
+def _get(url: str, access_key: str | None) -> tuple[int, bytes]:
+    headers = signed_url_headers(creds(access_key), "GET", url) if access_key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+async def test_metrics_need_admin_read_and_count_the_refusals(auth_broker: Broker,
+                                                              raw: WireClient) -> None:
+    """GET /metrics with auth on: unsigned 401, without admin read 403; admin read gets the
+    refusals of both transports (docs/metrics.md)."""
+    await send_frame(raw, signed(RequestCode.GET_MIN_MAX, FIELDS[RequestCode.GET_MIN_MAX]))
+    url = auth_broker.http + "/metrics"
+    assert _get(url, None)[0] == 401
+    assert _get(url, "orders-pub")[0] == 403
+    status, body = _get(url, "root")
+    assert status == 200
+    refused = {(s.labels["transport"], s.labels["reason"]): s.value
+               for family in text_string_to_metric_families(body.decode())
+               if family.name == "ferry_auth_refused" for s in family.samples}
+    assert refused[("http", "unauthenticated")] >= 1 and refused[("http", "denied")] >= 1
+    assert refused[("wire", "unauthenticated")] >= 1

@@ -1,4 +1,5 @@
-"""Consumer-offset commits with FERRY_AUTH=on on a real broker process (issue 24).
+"""Consumer-offset commits with FERRY_AUTH=on on a real broker process (issue 24), and
+reset commits (COMMIT_OFFSET with `reset`, issue 25).
 
 `consume` on one group must not let an identity fill the broker's shared offset
 table: commits name only queues that exist here, never past their end, and the
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from ferry.client.core.connection import BrokerConnection
-from ferry.errors import AccessDeniedError, TopicNotFoundError
+from ferry.errors import AccessDeniedError, BusyError, MalformedRequestError, TopicNotFoundError
 from ferry.wire import RequestCode
 
 from tests.broker.auth_support import creds, rules, seed
@@ -26,6 +27,9 @@ IDENTITIES = {
     "producer": rules(("allow", "topic:*", "pub")),
     "flooder": rules(("allow", "group:gf", "consume")),
     "other": rules(("allow", "group:go", "consume")),
+    # Offset resets (issue 25): a member of group g, and an operator who may reset it.
+    "member": rules(("allow", "group:g", "consume"), ("allow", "topic:t", "sub")),
+    "operator": rules(("allow", "group:g", "reset")),
 }
 
 
@@ -106,3 +110,58 @@ async def test_an_identity_that_floods_is_refused_alone(
     assert await committed(flooder, "gf", "flood0", 0) == 1
     await commit(other, "go", "flood0", 0, 1)    # another group's first commit
     assert await committed(other, "go", "flood0", 0) == 1
+
+
+# -- offset resets (issue 25): the right they need, the refusal while the group has live
+# members, and the PULL answer that moves a live member while its stale commits are ignored.
+
+async def reset(conn: BrokerConnection, offset: int, **flags: object) -> dict[str, object]:
+    resp = await conn.request(RequestCode.COMMIT_OFFSET,
+                              {"group": "g", "topic": "t", "queue_id": 0, "offset": offset,
+                               "reset": True, **flags})
+    return dict(resp.fields)
+
+
+async def pull(conn: BrokerConnection, offset: int) -> dict[str, object]:
+    resp = await conn.request(RequestCode.PULL, {"group": "g", "topic": "t", "queue_id": 0,
+                                                 "offset": offset, "max_count": 32})
+    return dict(resp.fields)
+
+
+async def test_a_reset_needs_the_reset_right_and_answers_from_and_to(
+        conns: dict[str, BrokerConnection]) -> None:
+    await put(conns, "t", 0, 5)
+    await commit(conns["member"], "g", "t", 0, 5)
+    with pytest.raises(AccessDeniedError, match="'reset'"):   # consume is not enough
+        await reset(conns["member"], 0)
+    with pytest.raises(MalformedRequestError):
+        await reset(conns["operator"], 0, force="yes")
+    assert await committed(conns["member"], "g", "t", 0) == 5
+    assert await reset(conns["operator"], 2) == {"from": 5, "to": 2}
+    assert await committed(conns["member"], "g", "t", 0) == 2
+    assert (await reset(conns["operator"], 99))["to"] == 5   # held to the queue's end
+
+
+async def test_live_members_refuse_a_reset_unless_forced_then_follow_it(
+        conns: dict[str, BrokerConnection]) -> None:
+    member, operator = conns["member"], conns["operator"]
+    await put(conns, "t", 0, 6)
+    await member.request(RequestCode.HEARTBEAT, {"client_id": "m1", "group": "g",
+                                                 "topics": ["t"], "mode": "clustering"})
+    await commit(member, "g", "t", 0, 6)
+    with pytest.raises(BusyError, match="live member"):
+        await reset(operator, 1)
+    assert await committed(member, "g", "t", 0) == 6
+    assert await reset(operator, 1, force=True) == {"from": 6, "to": 1}
+    # The member's stale commit is ignored; its PULL elsewhere is sent to the reset offset.
+    resp = await member.request(RequestCode.COMMIT_OFFSET, {"group": "g", "topic": "t",
+                                                            "queue_id": 0, "offset": 6})
+    assert resp.fields == {"reset_pending": 1}
+    assert await committed(member, "g", "t", 0) == 1
+    answer = await pull(member, 6)
+    assert answer["status"] == "OFFSET_RESET" and answer["next_offset"] == 1
+    # Once it pulls from there, it reads and its commits count again.
+    answer = await pull(member, 1)
+    assert answer["status"] == "FOUND" and answer["next_offset"] == 6
+    await commit(member, "g", "t", 0, 6)
+    assert await committed(member, "g", "t", 0) == 6

@@ -32,7 +32,9 @@ def test_help_for_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert res.returncode == 0, res.stderr
     assert "usage: ferry" in res.stdout
     for args in (["topic"], ["topic", "create"], ["topic", "list"], ["topic", "describe"],
-                 ["topic", "delete"], ["send"], ["consume"], ["group", "lag"],
+                 ["topic", "delete"], ["topic", "update"], ["send"], ["consume"],
+                 ["group", "lag"], ["group", "create"], ["group", "describe"],
+                 ["group", "delete"], ["group", "reset-offsets"],
                  ["delay", "cancel"], ["dlq", "list"], ["dlq", "resend"], ["dlq", "purge"],
                  ["txn", "list"], ["txn", "describe"], ["user", "add"], ["user", "list"],
                  ["user", "remove"], ["acl", "grant"], ["acl", "list"], ["acl", "revoke"]):
@@ -53,6 +55,30 @@ def test_topic_lifecycle(mesh: Mesh) -> None:
     assert described.returncode == 0 and '"max_offset": 0' in described.stdout
     assert ferry(mesh, "topic", "delete", topic).returncode == 0
     assert topic not in ferry(mesh, "topic", "list").stdout
+
+
+def test_group_lifecycle_and_topic_update(mesh: Mesh) -> None:
+    topic, group = unique("cli"), unique("g")
+    res = ferry(mesh, "group", "create", group, "--retry-max", "3", "--consume-from", "earliest")
+    assert res.returncode == 0, res.stderr
+    assert '"retry_max": 3' in res.stdout and '"consume_from": "earliest"' in res.stdout
+    assert ferry(mesh, "group", "create", group).returncode == 1   # already exists
+    assert group in ferry(mesh, "group", "list").stdout
+    res = ferry(mesh, "group", "describe", group)
+    assert res.returncode == 0 and '"retry_max": 3' in res.stdout and '"resets": []' in res.stdout
+    assert ferry(mesh, "group", "delete", group).returncode == 0
+    res = ferry(mesh, "group", "describe", group)
+    assert res.returncode == 1 and "GroupNotFoundError" in res.stderr
+    assert ferry(mesh, "group", "create", "bad name!").returncode == 1
+
+    assert ferry(mesh, "topic", "create", topic, "--queues", "2").returncode == 0
+    res = ferry(mesh, "topic", "update", topic, "--queues", "3", "--perm", "r")
+    assert res.returncode == 0, res.stderr
+    described = ferry(mesh, "topic", "describe", topic).stdout
+    assert '"queues": 3' in described and '"perm": "r"' in described
+    res = ferry(mesh, "topic", "update", topic, "--queues", "0")
+    assert res.returncode == 1 and "queues" in res.stderr
+    assert ferry(mesh, "topic", "update", unique("none"), "--queues", "2").returncode == 1
 
 
 def test_send_consume_and_lag(mesh: Mesh) -> None:

@@ -28,7 +28,7 @@ from tests.auth.http_support import ADMIN, CONSOLE, PUBLISHER, READER, auth_env,
 from tests.client.conftest import Mesh
 from tests.client.util import FAST
 from tests.console.conftest import READY_TIMEOUT_S, shoot
-from tests.console.test_pages import _click, _open
+from tests.console.test_pages import _click, _open, _until
 from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
 from tests.txn_checker.conftest import start_txn_checker
 
@@ -256,6 +256,51 @@ def test_pages_act_with_the_users_rights(secured: SecuredConsole, driver: Any,
     _click(driver, driver.find_element(By.ID, "logout-button"))
 
 
+async def _publish(namesrv: str, topic: str, creds: Credentials) -> None:
+    async with Producer(namesrv=namesrv, credentials=creds) as producer:
+        await producer.send_and_wait(topic, b"charted")
+
+
+def _series(driver: Any, url: str) -> list[str]:
+    """The lines the topic chart at `url` draws."""
+    _open(driver, url)
+    return [p.get_attribute("data-series") for p in driver.find_elements(
+        By.CSS_SELECTOR, "#chart-topic-rate path.chart-line")]
+
+
+def test_charts_are_shown_with_the_users_rights(secured: SecuredConsole, driver: Any,
+                                                shots: Path) -> None:
+    """The charts come from the console's own samples, but a page shows only those its user
+    may read the data of: the publisher of orders (no admin read, so no brokers' stats) sees
+    the topic's produce rate and no consume rate, lag, disk or flush chart."""
+    asyncio.run(_publish(secured.mesh.namesrv, "orders", PUBLISHER))
+    driver.delete_all_cookies()
+    _open(driver, secured.url + "/console/topics/orders")
+    _log_in(driver, PUBLISHER)
+    chart = driver.find_element(By.ID, "chart-topic-rate")
+    assert chart.find_element(By.CSS_SELECTOR, ".chart-title").text == "Produce rate of orders"
+    assert _until(lambda: _series(driver, secured.url + "/console/topics/orders") == [
+        "produced"]), driver.find_element(By.ID, "charts").text
+    shoot(driver, shots, "login-charts-publisher")
+    for path in ("/console/groups/payments", "/console/cluster"):
+        _open(driver, secured.url + path)
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.chart") == [], path
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+    _open(driver, secured.url + "/console/topics/payments")
+    _log_in(driver, READER)
+    chart = driver.find_element(By.ID, "chart-topic-rate")
+    assert chart.find_element(By.CSS_SELECTOR, ".chart-title").text == \
+        "Produce and consume rate of payments"
+    assert _until(lambda: _series(driver, secured.url + "/console/topics/payments") == [
+        "produced", "consumed"]), driver.find_element(By.ID, "charts").text
+    for path, chart_id in (("/console/groups/payments", "chart-group-lag"),
+                           ("/console/cluster", "chart-disk")):
+        _open(driver, secured.url + path)
+        assert driver.find_element(By.ID, chart_id).tag_name == "svg", path
+    shoot(driver, shots, "login-charts")
+    _click(driver, driver.find_element(By.ID, "logout-button"))
+
+
 def test_actions_run_with_the_users_rights_at_the_broker(secured: SecuredConsole, driver: Any,
                                                          shots: Path) -> None:
     """A reader sees the DLQ (admin read) but may not resend it: the broker refuses the
@@ -276,3 +321,37 @@ def test_actions_run_with_the_users_rights_at_the_broker(secured: SecuredConsole
     _click(driver, driver.find_element(By.ID, "resend-all"))
     assert driver.find_element(By.ID, "resent").text.startswith("Resent 1 message")
     _click(driver, driver.find_element(By.ID, "logout-button"))
+
+
+def test_offset_reset_form_runs_with_the_users_rights(secured: SecuredConsole) -> None:
+    """The group page's reset form (issue 25): a reader (admin read) gets the dry-run plan
+    but the reset itself is refused at the broker (it needs `reset` on the group) and
+    nothing moves; the admin resets, and the group page lists the record with who did it."""
+    form = {"topic": "payments", "to": "earliest", "dry_run": "1"}
+    reader, _ = _login_cookie(secured.url, READER)
+    status, _, body = _fetch(secured.url + "/console/groups/payments", cookie=reader)
+    assert status == 200 and 'id="reset-form"' in body and "No offset reset recorded" in body
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data=form, cookie=reader)
+    assert status == 200 and "Dry run: nothing changed" in body, body[:500]
+    assert 'data-queue="broker-a#0"' in body
+    committed_before = body.split('data-queue="broker-a#0"')[1].split("</tr>")[0]
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data={**form, "dry_run": "0"}, cookie=reader)
+    assert status == 403 and "AccessDeniedError" in body and "reset" in body, body[:500]
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data={**form, "to": "time", "value": "not a time"}, cookie=reader)
+    assert status == 400 and "not a time" in body, body[:500]
+
+    admin, _ = _login_cookie(secured.url, ADMIN)
+    status, _, body = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                             data=form, cookie=admin)
+    assert status == 200 and body.split('data-queue="broker-a#0"')[1].split("</tr>")[0] == \
+        committed_before   # the reader's refused reset changed nothing
+    status, headers, _ = _fetch(secured.url + "/console/groups/payments/reset-offsets",
+                                data={**form, "dry_run": "0"}, cookie=admin)
+    assert status == 303 and headers["Location"] == "/console/groups/payments?reset=payments"
+    status, _, body = _fetch(secured.url + headers["Location"], cookie=admin)
+    assert status == 200 and 'id="reset-done"' in body
+    resets = body.split('id="resets"')[1].split("</table>")[0]
+    assert ">admin<" in resets and "payments" in resets and "broker-a#0: 1 → 0" in resets

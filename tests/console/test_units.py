@@ -8,6 +8,7 @@ from ferry_console.config import ConsoleConfig
 from ferry_console.pages.services import MAX_ROWS, flatten
 from ferry_console.proxies import parse_networks
 from ferry_console.rates import RateSampler, topic_totals
+from ferry_console.series import SeriesKey, SeriesStore
 from ferry_console.sources import BrokerView
 from ferry_console.throttle import FailureBudget, LoginThrottle
 from ferry_console.trace import timeline
@@ -29,7 +30,9 @@ def test_config_defaults_env_and_bad_values() -> None:
     cfg = ConsoleConfig.from_env({"FERRY_CONSOLE_HTTP_PORT": "0", "FERRY_CONSOLE_DEDUP": ""})
     assert cfg.http_port == 0 and cfg.dedup == ""
     for env in ({"FERRY_CONSOLE_HTTP_PORT": "70000"}, {"FERRY_CONSOLE_LIST_ROWS": "0"},
-                {"FERRY_CONSOLE_PREVIEW_BYTES": str(1 << 20)}, {"FERRY_CONSOLE_LOG_LEVEL": "x"}):
+                {"FERRY_CONSOLE_PREVIEW_BYTES": str(1 << 20)}, {"FERRY_CONSOLE_LOG_LEVEL": "x"},
+                {"FERRY_CONSOLE_CHART_POINTS": "0"}, {"FERRY_CONSOLE_CHART_POINTS": "10001"},
+                {"FERRY_CONSOLE_CHART_SERIES": "100001"}, {"FERRY_CONSOLE_RATE_INTERVAL_MS": "0"}):
         with pytest.raises(ValueError):
             ConsoleConfig.from_env(env)
 
@@ -52,6 +55,14 @@ def test_timeline_orders_hops_and_scales_bars() -> None:
     assert timeline([]) == []
 
 
+def _broker(name: str, topics: dict[str, Any], groups: dict[str, Any] | None = None,
+            role: str = "master") -> BrokerView:
+    return BrokerView({"name": name, "id": 0 if role == "master" else 1},
+                      {"topics": topics, "groups": groups or {}, "replication": {"role": role},
+                       "store": {"commit_log_min_offset": 0, "commit_log_max_offset": 900,
+                                 "flushed_offset": 600, "disk_used_ratio": 0.25}})
+
+
 def test_rates_from_two_samples() -> None:
     brokers = [BrokerView({"name": "a"}, {"topics": {"t": {"0": {"max_offset": 4},
                                                            "1": {"max_offset": 6}}}}),
@@ -61,9 +72,53 @@ def test_rates_from_two_samples() -> None:
     assert topic_totals(brokers) == {"t": 10}
     rates = RateSampler(None, 1000)  # type: ignore[arg-type]
     assert rates.rate("t") is None
-    rates.add(1.0, {"t": 10})
-    rates.add(3.0, {"t": 30, "u": 1})
+    rates.sample(1.0, [_broker("a", {"t": {"0": {"max_offset": 4}, "1": {"max_offset": 6}}})])
+    assert rates.rate("t") is None   # one sample: no rate yet
+    rates.sample(3.0, [_broker("a", {"t": {"0": {"max_offset": 14}, "1": {"max_offset": 16}},
+                                     "u": {"0": {"max_offset": 1}}})])
     assert rates.rate("t") == 10.0 and rates.rate("u") is None
+
+
+def test_chart_series_from_samples() -> None:
+    """Rates count only the queues seen in both rounds: a broker missing from a round or a
+    group that appears adds no spike; a reset backwards counts as zero."""
+    rates = RateSampler(None, 1000, max_points=3)  # type: ignore[arg-type]
+    g = {"c": {"t": {"0": {"committed_offset": 5, "lag": 5}}}}
+    rates.sample(10.0, [_broker("a", {"t": {"0": {"max_offset": 10}}}, g),
+                        _broker("b", {"t": {"0": {"max_offset": 100}}})])
+    g2 = {"c": {"t": {"0": {"committed_offset": 9, "lag": 3}}},
+          "new": {"t": {"0": {"committed_offset": 500, "lag": 0}}}}
+    rates.sample(12.0, [_broker("a", {"t": {"0": {"max_offset": 12}}}, g2),
+                        _broker("a", {"t": {"0": {"max_offset": 999}}}, role="slave")])
+    series = rates.series
+    assert series.points(SeriesKey("topic.produce_rate", "t")) == [(12.0, 1.0)]
+    assert series.points(SeriesKey("group.consume_rate", "c")) == [(12.0, 2.0)]
+    assert series.points(SeriesKey("topic.consume_rate", "t")) == [(12.0, 2.0)]
+    assert series.points(SeriesKey("group.consume_rate", "new")) == []
+    assert series.points(SeriesKey("group.lag", "c")) == [(10.0, 5), (12.0, 3)]
+    assert series.points(SeriesKey("broker.flush_lag_bytes", "a/0"))[-1] == (12.0, 300)
+    assert series.points(SeriesKey("broker.disk_used_percent", "a/1"))[-1] == (12.0, 25.0)
+    assert series.points(SeriesKey("broker.commit_log_bytes", "b/0")) == [(10.0, 900)]
+    g3 = {"c": {"t": {"0": {"committed_offset": 1, "lag": 11}}}}   # reset to an earlier offset
+    for at in (14.0, 16.0, 18.0):
+        rates.sample(at, [_broker("a", {"t": {"0": {"max_offset": 12}}}, g3)])
+    assert series.points(SeriesKey("group.consume_rate", "c")) == [
+        (14.0, 0.0), (16.0, 0.0), (18.0, 0.0)]   # the last max_points only
+    assert len(series.points(SeriesKey("group.lag", "c"))) == 3
+
+
+def test_the_series_store_is_bounded() -> None:
+    store = SeriesStore(max_points=2, max_series=2)
+    for i in range(3):
+        store.add(SeriesKey("m", "a"), i, i)
+    store.add(SeriesKey("m", "b"), 3, 1)
+    store.add(SeriesKey("m", "a"), 4, 1)   # a is now the freshest
+    store.add(SeriesKey("m", "c"), 5, 1)   # over the cap: b, the stalest, goes
+    assert len(store) == 2 and store.dropped_series == 1
+    assert store.points(SeriesKey("m", "b")) == []
+    assert store.points(SeriesKey("m", "a")) == [(2, 2), (4, 1)]
+    with pytest.raises(ValueError):
+        SeriesStore(0, 1)
 
 
 def test_flatten_stats() -> None:
@@ -171,3 +226,18 @@ def test_a_logout_stops_the_sessions_clients_only_after_its_requests_in_flight()
         assert idle.sources.stopped == 1  # type: ignore[attr-defined]
 
     asyncio.run(scenario())
+
+
+def test_charts_need_the_stats_read_as_the_user() -> None:
+    """With a login, a group or cluster page draws charts only if it read some broker's stats
+    with the user's credentials (the samples were read as the console)."""
+    from aiohttp.test_utils import make_mocked_request
+    from ferry_console.pages.charts import stats_were_read
+    from ferry_console.pages.common import SESSION
+
+    refused = [BrokerView({"name": "a"}, None), BrokerView({"name": "b"}, None)]
+    request = make_mocked_request("GET", "/console/groups/g")
+    assert stats_were_read(request, refused)          # auth off: the console's own reads
+    request[SESSION] = object()  # type: ignore[assignment]
+    assert not stats_were_read(request, refused)
+    assert stats_were_read(request, [*refused, BrokerView({"name": "c"}, {})])

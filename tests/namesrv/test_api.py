@@ -160,6 +160,18 @@ async def test_invalid_names_are_400(namesrv: Namesrv, http: aiohttp.ClientSessi
     ("PUT", "/v1/topics/t1", b'{"name": "t2"}'),
     ("POST", "/v1/groups", b'{"name": "g", "broadcast_allowed": "yes"}'),
     ("PUT", "/v1/groups/g", b'{"retry_max": null}'),
+    # the record of offset resets (issue 25)
+    ("POST", "/v1/groups/g/resets", b'{"to": "yesterday", "topic": "t1", "value": 0, '
+                                    b'"queues": []}'),
+    ("POST", "/v1/groups/g/resets", b'{"to": "time", "topic": "t1", "value": "1", '
+                                    b'"queues": []}'),
+    ("POST", "/v1/groups/g/resets", b'{"to": "earliest", "topic": "bad name", "value": 0, '
+                                    b'"queues": []}'),
+    ("POST", "/v1/groups/g/resets", b'{"to": "latest", "topic": "t1", "value": 0, '
+                                    b'"queues": [{"broker": "b", "queue_id": 0, "from": 1}]}'),
+    ("POST", "/v1/groups/g/resets", b'{"to": "latest", "topic": "t1", "value": 0, '
+                                    b'"queues": {"broker": "b"}}'),
+    ("POST", "/v1/groups/g/resets", b'[]'),
 ])
 async def test_bad_bodies_are_400_and_service_keeps_serving(
         namesrv: Namesrv, http: aiohttp.ClientSession, method: str, path: str,
@@ -170,6 +182,21 @@ async def test_bad_bodies_are_400_and_service_keeps_serving(
     assert set(body["error"]) == {"code", "type", "message"} and body["error"]["code"] in (4, 5)
     assert (await call(http, "GET", namesrv.url + "/healthz"))[0] == 200
     assert (await call(http, "GET", namesrv.url + "/v1/topics/t1"))[0] == 404
+
+
+async def test_offset_resets_are_recorded_newest_first(namesrv: Namesrv,
+                                                       http: aiohttp.ClientSession) -> None:
+    url = namesrv.url + "/v1/groups/g-resets/resets"
+    assert await call(http, "GET", url) == (200, {"resets": []})
+    for value in (1, 2):
+        record = {"to": "offset", "topic": "t1", "value": value, "force": True, "extra": "x",
+                  "queues": [{"broker": "b", "queue_id": 0, "from": 5, "to": value}]}
+        status, body = await call(http, "POST", url, json=record)
+        assert status == 201 and body["who"] is None and body["at_ms"] > 0, body
+        assert "extra" not in body and body["group"] == "g-resets"
+    status, body = await call(http, "GET", url)
+    assert status == 200 and [r["value"] for r in body["resets"]] == [2, 1]
+    assert body["resets"][0]["queues"] == [{"broker": "b", "queue_id": 0, "from": 5, "to": 2}]
 
 
 async def test_http_errors_are_json(namesrv: Namesrv, http: aiohttp.ClientSession) -> None:

@@ -117,3 +117,16 @@ def test_broker_role_and_epoch_round_trip_and_decide_the_master() -> None:
         BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1", role="leader")
     with pytest.raises(InvalidConfigError):
         BrokerInfo("c1", "broker-a", 0, "127.0.0.1:1", epoch=-1)
+
+
+def test_topic_retention_fields() -> None:
+    cfg = TopicConfig.from_dict({"name": "t", "retention_ms": 3_600_000,
+                                 "retention_bytes": 1 << 30}, strict=True)
+    assert (cfg.retention_ms, cfg.retention_bytes) == (3_600_000, 1 << 30)
+    assert TopicConfig.from_json(cfg.to_json()) == cfg
+    plain = TopicConfig.from_dict({"name": "t", "retention_ms": None}, strict=True)
+    assert plain.retention_ms is None and "retention_ms" not in plain.to_dict()
+    for bad in ({"retention_ms": 0}, {"retention_ms": 1.5}, {"retention_ms": False},
+                {"retention_bytes": "1"}, {"retention_bytes": 2**53 + 1}):
+        with pytest.raises(InvalidConfigError, match="retention_"):
+            TopicConfig.from_dict({"name": "t", **bad}, strict=True)

@@ -16,8 +16,10 @@ def _record(queue_offset: int, body: bytes = b"x") -> bytes:
 
 
 def test_every_status_the_store_answers_is_a_pull_status() -> None:
-    """The broker answers with the store's GetStatus names, plus HISTORY_DIVERGED."""
-    assert {s.name for s in GetStatus} | {"HISTORY_DIVERGED"} == {s.value for s in PullStatus}
+    """The broker answers with the store's GetStatus names, plus HISTORY_DIVERGED and
+    OFFSET_RESET (an operator reset the group's offset, issue 25)."""
+    assert {s.name for s in GetStatus} | {"HISTORY_DIVERGED", "OFFSET_RESET"} == \
+        {s.value for s in PullStatus}
 
 
 def test_the_broker_handler_uses_the_limits_declared_here() -> None:

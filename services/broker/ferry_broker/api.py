@@ -19,6 +19,7 @@
   `limits`: the wire limits, what is in use and how often each refused
   (limits.py), and `http_limits` the same for this HTTP API; `disk`: the disk
   alarm (disk.py: whether writes are refused, used ratio, water marks).
+- `GET /metrics`: the same for Prometheus (metrics.py; admin read with auth on).
 """
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ from aiohttp import web
 from ferry.errors import BusyError
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard, HttpLimits
 from ferry.service.openapi import document, stats_path
 
+from ferry_broker import metrics
 from ferry_broker.consumers import ConsumerInfo
 from ferry_broker.context import BrokerContext
 from ferry_broker.permissions import HTTP_ROUTES
@@ -109,7 +111,9 @@ def build_app(ctx: BrokerContext, is_ready: Callable[[], bool],
     if ctx.auth is not None:
         auth = HttpAuth(ctx.auth.registry.signing_key, ctx.auth.registry.allows,
                         HTTP_ROUTES, ctx.auth.guard, service="broker")
-    return service_app(guard or HttpGuard(HttpLimits()), errors_and_logs, OPENAPI,
-                       ready=is_ready, not_ready="not ready: starting, not registered, store "
-                       "failed or stopping", stats=lambda: stats(ctx), limits_key="http_limits",
-                       auth=auth)
+    app = service_app(guard or HttpGuard(HttpLimits()), errors_and_logs, OPENAPI,
+                      ready=is_ready, not_ready="not ready: starting, not registered, store "
+                      "failed or stopping", stats=lambda: stats(ctx), limits_key="http_limits",
+                      auth=auth)
+    metrics.register(app[METRICS], ctx)
+    return app

@@ -137,9 +137,11 @@ class BrokerApp(ServiceApp):
         ctx.disk.check()  # disk pressure (disk.py): the alarm is right from the start
         self._tasks = [loop.create_task(self._save_offsets_loop()),
                        loop.create_task(retention_loop(ctx.disk, ctx.store,
-                                                       cfg.retention_check_interval_ms, floor)),
+                                                       cfg.retention_check_interval_ms, floor,
+                                                       ctx.topics.retention)),
                        loop.create_task(disk_loop(ctx.disk, ctx.store,
-                                                  cfg.disk_check_interval_ms, floor)),
+                                                  cfg.disk_check_interval_ms, floor,
+                                                  ctx.topics.retention)),
                        loop.create_task(self._expire_consumers_loop()),
                        loop.create_task(flush_watchdog_loop(
                            FlushWatchdog(self.ctx.store, self.ctx.health)))]

@@ -30,6 +30,7 @@ from ferry_broker.hooks.ttl import ExpiryFilter, TtlHook, TtlQueues
 from ferry_broker.hooks.txn import TxnHook
 from ferry_broker.limits import WireLimits
 from ferry_broker.long_poll import LongPollManager
+from ferry_broker.offset_resets import PendingResets
 from ferry_broker.producers import ProducerManager, Push
 from ferry_broker.put_pipeline import DurabilityHook, PutHook, PutPipeline, WakePullsHook
 from ferry_broker.queue_locks import QueueLockTable
@@ -74,6 +75,8 @@ class BrokerContext:
     filters: FilterCache = field(default_factory=FilterCache)  # compiled PULL/HEARTBEAT filters
     auth: BrokerAuth | None = None  # request verification (FERRY_AUTH=on), else None
     histories: HistoryStats = field(default_factory=HistoryStats)  # replaced-history answers
+    # Operator resets the group's members have not picked up yet (offset_resets.py).
+    resets: PendingResets = field(default_factory=PendingResets)
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)

@@ -3,6 +3,8 @@
 The store deletes whole segments older than `retention_hours`, and from
 `disk_retention_ratio` on (disk.py) the oldest ones that every reader has
 passed even if not expired; consume queues and index files follow (see docs/store-format.md).
+A topic's own retention (`retention_ms`, `retention_bytes` in its etcd config) trims
+its queues and holds shared segments (ferry/store/topic_retention.py, docs/broker.md).
 The broker runs it every `retention_check_interval_ms` on its event loop, where
 all store writes happen (a run unlinks files and moves minimum offsets, which is
 quick), and after every disk check that finds the alarm up.
@@ -19,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ferry.errors import FerryError
-from ferry.store import MessageStore, RetentionFloor
+from ferry.store import MessageStore, RetentionFloor, TopicRetention
 
 from ferry_broker.disk import DiskAlarm
 from ferry_broker.health import StoreHealth
@@ -87,15 +89,23 @@ async def flush_watchdog_loop(watchdog: FlushWatchdog,
 
 
 FloorFn = Callable[[], RetentionFloor | None]
+#: Per-topic retention (TopicManager.retention); None while the topic config is not loaded.
+TopicsFn = Callable[[], Mapping[str, TopicRetention] | None]
 
 
-def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None,
-                       alarm: DiskAlarm | None = None) -> None:
+def run_retention_once(store: MessageStore, topics: TopicsFn,
+                       floor: RetentionFloor | None = None, alarm: DiskAlarm | None = None) -> None:
     """One retention pass; failures are logged, never raised (the broker keeps serving).
 
-    `alarm` learns whether the floor kept segments the disk wanted gone (/v1/stats)."""
+    `alarm` learns whether the floor kept segments the disk wanted gone (/v1/stats).
+    No pass runs before the topic config is loaded: a topic keeping its records
+    longer than the broker could lose them to the broker's default."""
+    retention = topics()
+    if retention is None:
+        log.info("retention waits for the topic config")
+        return
     try:
-        report = store.run_retention(floor=floor)
+        report = store.run_retention(floor=floor, topics=retention)
     except (FerryError, OSError) as exc:
         log.warning("retention run failed: %s", exc, extra={"error": type(exc).__name__})
         return
@@ -109,17 +119,17 @@ def run_retention_once(store: MessageStore, floor: RetentionFloor | None = None,
 
 
 async def retention_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
-                         floor: FloorFn) -> None:
+                         floor: FloorFn, topics: TopicsFn) -> None:
     """Run retention every `interval_ms`, with the floor `floor()` gives, until cancelled."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        run_retention_once(store, floor(), alarm)
+        run_retention_once(store, topics, floor(), alarm)
 
 
 async def disk_loop(alarm: DiskAlarm, store: MessageStore, interval_ms: int,
-                    floor: FloorFn) -> None:
+                    floor: FloorFn, topics: TopicsFn) -> None:
     """Check the disk every `interval_ms`; while the alarm is up, run retention each time."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
         if alarm.check():
-            run_retention_once(store, floor(), alarm)
+            run_retention_once(store, topics, floor(), alarm)

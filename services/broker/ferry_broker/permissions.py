@@ -46,6 +46,13 @@ def _reset(fields: dict[str, Any]) -> tuple[str, str]:
     return "reset", group_resource(group_field(fields))
 
 
+def _commit(fields: dict[str, Any]) -> tuple[str, str]:
+    """A member's commit is consuming; an operator's reset (`reset: true`, which moves
+    the live members too) needs `reset` whoever sends it."""
+    return ("reset" if fields.get("reset") is True else "consume"), \
+        group_resource(group_field(fields))
+
+
 def _admin(area: str) -> Need:
     def need(fields: dict[str, Any]) -> tuple[str, str]:
         return area, ADMIN
@@ -59,9 +66,10 @@ _READ = (_admin("read"),)
 PERMISSIONS: dict[int, Alternatives] = {
     RequestCode.SEND: ((_pub,),),
     RequestCode.PULL: ((_sub, _consume), _READ),
-    # The group's own progress (consume), or an operator moving it (reset).
-    RequestCode.COMMIT_OFFSET: ((_consume,), (_reset,)),
-    RequestCode.QUERY_OFFSET: ((_consume,), _READ),
+    # The group's own progress (consume), or an operator moving it (reset; a commit
+    # flagged `reset`, which live members must follow, always needs reset).
+    RequestCode.COMMIT_OFFSET: ((_commit,), (_reset,)),
+    RequestCode.QUERY_OFFSET: ((_consume,), (_reset,), _READ),
     RequestCode.GET_MIN_MAX: ((_sub,), _READ),
     RequestCode.OFFSET_FOR_TIME: ((_sub,), _READ),
     RequestCode.QUERY_BY_ID: (_READ,),   # names no topic: an operator's query
@@ -70,7 +78,7 @@ PERMISSIONS: dict[int, Alternatives] = {
     # group (HEARTBEAT role producer, END_TRANSACTION) is a group resource too.
     RequestCode.HEARTBEAT: ((_consume,),),
     RequestCode.UNREGISTER: ((_consume,),),
-    RequestCode.GET_CONSUMERS: ((_consume,), _READ),
+    RequestCode.GET_CONSUMERS: ((_consume,), (_reset,), _READ),
     RequestCode.LOCK: ((_consume,),),
     RequestCode.UNLOCK: ((_consume,),),
     # A nack names a stored message of the topic: reading it as the group (handlers/send_back).
@@ -89,6 +97,7 @@ OPEN_CODES = frozenset({RequestCode.IDENTIFY})
 #: The broker's HTTP routes with auth on (ferry.auth.http); probes and OpenAPI stay open.
 HTTP_ROUTES: RouteTable = {
     ("GET", "/v1/stats"): (admin("read"),),
+    ("GET", "/metrics"): (admin("read"),),
 }
 
 

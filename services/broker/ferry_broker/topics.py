@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ferry.errors import BusyError, NoPermissionError, TopicNotFoundError
 from ferry.names import HALF_TOPIC, OP_TOPIC, SCHEDULE_TOPIC, TRACE_TOPIC, is_internal
+from ferry.store import TopicRetention
 from ferry.wire import Frame
 
 from ferry_broker.config import BrokerConfig
@@ -75,6 +76,19 @@ class TopicManager:
         """The topic's `type` (topic_types.py); "normal" for a topic etcd does not configure."""
         cfg = self.configured(topic)
         return cfg.type if cfg is not None else "normal"
+
+    def retention(self) -> dict[str, TopicRetention] | None:
+        """Per-topic retention for the store: the topics whose etcd config sets one.
+
+        None until the topic config is loaded: a run then could not know which
+        topics keep their records longer than the broker (housekeeping.py waits)."""
+        if not self._loaded:
+            return None
+        if self._cache is None:
+            return {}
+        return {name: TopicRetention(cfg.retention_ms, cfg.retention_bytes)
+                for name, cfg in self._cache.topics.items()
+                if cfg.retention_ms is not None or cfg.retention_bytes is not None}
 
     def configured_group(self, group: str) -> GroupConfig | None:
         """The group's config from etcd, if the cache has it (the topic config's neighbour)."""

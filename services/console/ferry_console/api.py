@@ -31,13 +31,14 @@ from ferry.errors import (
 )
 from ferry.log_limit import LogLimiter
 from ferry.service import errors as http_errors
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import observe_fields
 from ferry.service.openapi import document, stats_path
 
 from ferry_console import login
 from ferry_console.csrf import same_origin_only
-from ferry_console.pages import cluster, groups, messages, services, topics
+from ferry_console.pages import cluster, groups, messages, offset_resets, services, topics
 from ferry_console.pages.common import CONSOLE, Console, render
 
 log = logging.getLogger("ferry_console")
@@ -98,6 +99,11 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths["/console/groups/{group}/dlq/resend"] = {"post": {
         "summary": "Resend dead letters (form: id=... repeated, or all=1)",
         "responses": {"303": {"description": "back to the DLQ page"}}}}
+    paths["/console/groups/{group}/reset-offsets"] = {"post": {
+        "summary": "Reset the group's offsets on a topic (form: topic, to=earliest|latest|"
+                   "time|offset|shift, value, dry_run=1, force=1)",
+        "responses": {"200": {"description": "a dry run: the plan per queue"},
+                      "303": {"description": "reset: back to the group page"}}}}
     paths.update(stats_path("The HTTP limits and how often each refused; logins and "
                             "sessions"))
     return document("ferry-console", version, "Server-rendered pages for operators; "
@@ -114,6 +120,11 @@ def build_app(console: Console, is_ready: Callable[[], bool], version: str,
                       stats=lambda: {"login": login.login_stats(console)},
                       middlewares=[same_origin_only, login.login_required])
     app[CONSOLE] = console
-    for family in (login, cluster, topics, groups, messages, services):
+    # /metrics (docs/metrics.md): sessions and logins (with auth on; a session to read it).
+    observe_fields(app[METRICS], "ferry.console", lambda: login.login_stats(console), {
+        "sessions": ("sessions", "gauge", "{session}", "Sessions held"),
+        "logins": ("logins", "counter", "{login}", "Logins accepted"),
+        "failed_logins": ("failed_logins", "counter", "{login}", "Logins refused")})
+    for family in (login, cluster, topics, groups, offset_resets, messages, services):
         family.register(app.router)
     return app

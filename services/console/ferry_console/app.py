@@ -1,4 +1,4 @@
-"""ConsoleApp: starts the console's clients, the rate sampler and the HTTP server; stops them.
+"""ConsoleApp: starts the console's clients, the rate and chart sampler and HTTP; stops them.
 
 Start: the Admin and namesrv clients and the HTTP session, then HTTP, then
 the topic-rate sampler. Stop (SIGTERM or SIGINT): the sampler, HTTP, the
@@ -36,7 +36,8 @@ class ConsoleApp(ServiceApp):
         super().__init__(HttpServer("console", ENV_PREFIX, MAX_CONSOLE_HTTP_BODY_BYTES), config.http_port)
         self.config = config
         self.sources = Sources(config)
-        self.rates = RateSampler(self.sources, config.rate_interval_ms)
+        self.rates = RateSampler(self.sources, config.rate_interval_ms, config.chart_points,
+                                 config.chart_series)
         # FERRY_AUTH=on: a login per user; pages act through that user's own clients.
         sessions = (SessionStore(lambda creds: Sources(config, creds), config.session_ttl_ms,
                                  config.max_sessions, config.max_sessions_per_identity)

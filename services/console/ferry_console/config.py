@@ -15,6 +15,8 @@ ENV_PREFIX = "FERRY_CONSOLE_"
 MAX_LIST_ROWS = 1000  # no page lists more messages than this
 MAX_PREVIEW_BYTES = 64 * 1024
 MAX_SESSIONS = 100_000  # each holds a user's clients in memory
+MAX_CHART_POINTS = 10_000   # samples kept per chart series
+MAX_CHART_SERIES = 100_000  # chart series held at once (about 100 bytes a point)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,9 @@ class ConsoleConfig(ServiceConfig):
     request_timeout_ms: int = 5000     # one broker or service call
     preview_bytes: int = 4096          # of a message body on its page
     list_rows: int = 100               # messages per search or DLQ page
-    rate_interval_ms: int = 10_000     # topic rates: max offsets sampled this often
+    rate_interval_ms: int = 10_000     # rates and charts: the brokers sampled this often
+    chart_points: int = 360            # samples kept per chart series (1 h at 10 s)
+    chart_series: int = 1000           # series held at once; past it the stalest is dropped
     # With auth on (FERRY_AUTH=on) every page and action needs a login, and acts with the
     # logged-in user's own rights (sessions.py).
     session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
@@ -58,7 +62,11 @@ class ConsoleConfig(ServiceConfig):
             raise ValueError(f"preview_bytes cannot exceed {MAX_PREVIEW_BYTES}")
         if self.max_sessions > MAX_SESSIONS:
             raise ValueError(f"max_sessions cannot exceed {MAX_SESSIONS}")
-        for name in ("max_sessions", "max_sessions_per_identity", "login_failures_per_address",
+        if self.chart_points > MAX_CHART_POINTS or self.chart_series > MAX_CHART_SERIES:
+            raise ValueError(f"chart_points cannot exceed {MAX_CHART_POINTS}, chart_series "
+                             f"{MAX_CHART_SERIES}")
+        for name in ("rate_interval_ms", "chart_points", "chart_series", "max_sessions",
+                     "max_sessions_per_identity", "login_failures_per_address",
                      "login_failures_per_identity", "login_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")

@@ -35,8 +35,9 @@ from ferry.errors import (
 )
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import observe_counts
 from ferry.telemetry import extract, hop_span, tracing
 from opentelemetry.trace import SpanKind
 
@@ -119,6 +120,16 @@ def build_app(backend: Backend,
     app = service_app(guard, errors_and_logs, openapi_document(backend.version),
                       ready=lambda: backend.ready, not_ready="not ready: starting or stopping",
                       stats=lambda: backend.stats_document(), auth=auth)
+    metrics = app[METRICS]   # docs/metrics.md
+    observe_counts(metrics, "ferry.dedup.claims", "outcome",
+                   "Claims answered, per outcome (claimed, done, processing, unavailable)",
+                   lambda: backend.stats_document()["claims"]["outcomes"], "{claim}")
+    observe_counts(metrics, "ferry.dedup.confirms", "outcome", "Claims confirmed (ok, lost)",
+                   lambda: backend.stats_document()["claims"]["confirms"], "{claim}")
+    observe_counts(metrics, "ferry.dedup.releases", "outcome", "Claims released",
+                   lambda: backend.stats_document()["claims"]["releases"], "{claim}")
+    observe_counts(metrics, "ferry.dedup.reconciliations", "outcome", "Reconciliation runs",
+                   lambda: backend.stats_document()["reconciliations"], "{run}")
 
     async def health(_: web.Request) -> web.Response:
         ok, doc = await backend.health()

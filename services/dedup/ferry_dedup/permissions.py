@@ -49,4 +49,5 @@ ROUTES: RouteTable = {
     ("GET", "/v1/reports"): _READ,
     ("GET", "/v1/reports/{report_id}"): _READ,
     ("GET", "/v1/stats"): _READ,
+    ("GET", "/metrics"): _READ,
 }

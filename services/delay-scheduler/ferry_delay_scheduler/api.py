@@ -26,8 +26,9 @@ from ferry.errors import (
 )
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import Field, observe_fields
 
 from ferry_delay_scheduler.cancel import Canceller, NotLeaderError
 from ferry_delay_scheduler.openapi import openapi_document
@@ -48,6 +49,16 @@ def _leader(exc: FerryError) -> dict[str, Any]:
 
 
 errors_and_logs = error_middleware(_STATUS, log, "scheduler", _leader)
+#: The /metrics instruments read from /v1/stats (`ferry.scheduler.<name>`, docs/metrics.md).
+METRIC_FIELDS: dict[str, Field] = {
+    "pending": ("pending", "gauge", "{message}", "Delayed messages waiting (this term)"),
+    "due_next_minute": ("due_next_minute", "gauge", "{message}",
+                        "Delayed messages due within the next minute"),
+    "taken": ("taken", "counter", "{message}", "Delayed messages taken over from brokers"),
+    "delivered": ("delivered", "counter", "{message}", "Delayed messages delivered"),
+    "cancelled": ("cancelled", "counter", "{message}", "Delayed messages cancelled"),
+    "delivery_errors": ("delivery_errors", "counter", "{error}", "Failed delivery attempts"),
+}
 
 
 def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
@@ -66,4 +77,5 @@ def build_app(stats: Callable[[], dict[str, Any]], is_ready: Callable[[], bool],
         return json_response(await canceller.cancel(request.match_info["msg_id"]))
 
     app.router.add_post("/v1/delayed/{msg_id}/cancel", cancel)
+    observe_fields(app[METRICS], "ferry.scheduler", stats, METRIC_FIELDS)
     return app

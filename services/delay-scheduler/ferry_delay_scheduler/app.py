@@ -14,7 +14,7 @@ from typing import Any
 
 from ferry.service.app import ServiceApp
 from ferry.service.auth import auth_stats, start_service_auth
-from ferry.service.http import HttpServer
+from ferry.service.http import METRICS, HttpServer
 from ferry.service.lifecycle import (
     cancel_task,
     cancel_tasks,
@@ -31,7 +31,7 @@ from ferry_delay_scheduler.cancels import CancelBook
 from ferry_delay_scheduler.config import ENV_PREFIX, SchedulerConfig
 from ferry_delay_scheduler.leader import LeaderElection
 from ferry_delay_scheduler.permissions import ROUTES
-from ferry_delay_scheduler.stats import Stats
+from ferry_delay_scheduler.stats import LATENESS_BOUNDS_MS, Stats
 from ferry_delay_scheduler.term import Terms
 from ferry_delay_scheduler.wheel import now_ms
 
@@ -98,6 +98,9 @@ class SchedulerApp(ServiceApp):
         app = build_app(self.stats_document, lambda: self.ready, self.role, canceller,
                         package_version("ferry-delay-scheduler"),
                         auth=await start_service_auth(self.auth), guard=self.http.guard)
+        self.stats.lateness.sink = app[METRICS].histogram(
+            "ferry.scheduler.lateness", "s", "Delivery time - due time of delayed messages",
+            tuple(b / 1000 for b in LATENESS_BOUNDS_MS))
         await self.serve_http(app, cfg.host)
         if cfg.etcd:
             http_addr = f"{cfg.advertise_host or cfg.host}:{self.port}"

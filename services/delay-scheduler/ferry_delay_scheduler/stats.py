@@ -1,8 +1,10 @@
-"""Counters and the lateness histogram shown by /v1/stats."""
+"""Counters and the lateness histogram shown by /v1/stats (and /metrics)."""
 from __future__ import annotations
 
 import bisect
 from typing import Any
+
+from opentelemetry.metrics import Histogram
 
 #: Upper bounds (ms, inclusive) of the lateness histogram's buckets; the last is open.
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000)
@@ -15,9 +17,13 @@ class LatenessHistogram:
         self.counts = [0] * (len(LATENESS_BOUNDS_MS) + 1)
         self.total = 0
         self.max_ms = 0
+        #: The /metrics histogram (seconds) each lateness is recorded in too, when set.
+        self.sink: Histogram | None = None
 
     def add(self, lateness_ms: int) -> None:
         lateness_ms = max(0, lateness_ms)
+        if self.sink is not None:
+            self.sink.record(lateness_ms / 1000)
         self.counts[bisect.bisect_left(LATENESS_BOUNDS_MS, lateness_ms)] += 1
         self.total += 1
         if lateness_ms > self.max_ms:

@@ -26,11 +26,12 @@ from ferry.errors import (
 from ferry.routing import EtcdUnavailable
 from ferry.service.auth import HttpAuth, access_key_of
 from ferry.service.errors import error_middleware, json_response
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import observe_fields
 
 from ferry_namesrv.context import CONTEXT, NamesrvContext
-from ferry_namesrv.handlers import brokers, groups, routes, topics, users
+from ferry_namesrv.handlers import brokers, groups, resets, routes, topics, users
 from ferry_namesrv.openapi import openapi_document
 
 log = logging.getLogger("ferry_namesrv.api")
@@ -68,6 +69,11 @@ def build_app(context: NamesrvContext, version: str,
                       not_ready="routes not loaded from etcd yet",
                       ready_fields=lambda: _cache_state(context), stats=dict, auth=auth)
     app[CONTEXT] = context
+    # /metrics (docs/metrics.md): what the route cache holds.
+    observe_fields(app[METRICS], "ferry.namesrv", lambda: _cache_state(context), {
+        "brokers": ("brokers", "gauge", "{broker}", "Brokers registered"),
+        "topics": ("topics", "gauge", "{topic}", "Topics known"),
+        "groups": ("groups", "gauge", "{group}", "Consumer groups known")})
 
     async def whoami(request: web.Request) -> web.Response:
         # Who the request was signed by: the console checks a login with it.
@@ -90,6 +96,8 @@ def build_app(context: NamesrvContext, version: str,
     app.router.add_get("/v1/groups/{group}", groups.get_group)
     app.router.add_put("/v1/groups/{group}", groups.put_group)
     app.router.add_delete("/v1/groups/{group}", groups.delete_group)
+    app.router.add_get("/v1/groups/{group}/resets", resets.get_resets)
+    app.router.add_post("/v1/groups/{group}/resets", resets.post_reset)
     # /v1/users, /v1/acl (identities and permissions): refused with auth off
     users.add_routes(app, auth_on=auth is not None)
     app.router.add_get("/console", console)

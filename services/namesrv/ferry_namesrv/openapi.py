@@ -8,10 +8,14 @@ from ferry.routing.models import (
     CONSUME_FROM,
     DEFAULT_RETRY_BACKOFF_MS,
     MAX_PRIORITY_LEVELS,
+    MAX_RETENTION_BYTES,
+    MAX_RETENTION_MS,
     MAX_RETRY,
     MAX_RETRY_BACKOFF_MS,
     MAX_RETRY_BACKOFF_STEPS,
     MIN_PRIORITY_LEVELS,
+    MIN_RETENTION_BYTES,
+    MIN_RETENTION_MS,
     TOPIC_PERMS,
     TOPIC_TYPES,
 )
@@ -45,7 +49,16 @@ _SCHEMAS: dict[str, Any] = {
             "type": {"type": "string", "enum": list(TOPIC_TYPES), "default": "normal"},
             "brokers": {"type": "array", "items": _NAME, "uniqueItems": True, "default": [],
                         "description": "broker groups serving the topic; empty = every master"},
-            "priority_levels": _PRIORITY_LEVELS}},
+            "priority_levels": _PRIORITY_LEVELS,
+            "retention_ms": {"type": "integer", "nullable": True, "minimum": MIN_RETENTION_MS,
+                             "maximum": MAX_RETENTION_MS,
+                             "description": "the topic's own time retention; absent = the "
+                                            "broker's retention_hours"},
+            "retention_bytes": {"type": "integer", "nullable": True,
+                                "minimum": MIN_RETENTION_BYTES,
+                                "maximum": MAX_RETENTION_BYTES,
+                                "description": "bytes kept per queue (Kafka's retention.bytes);"
+                                               " absent = no size limit"}}},
     "GroupConfig": {
         "type": "object", "additionalProperties": False, "required": ["name"],
         "properties": {
@@ -124,6 +137,34 @@ def _crud(kind: str, schema: str, not_found: str) -> dict[str, Any]:
     }
 
 
+def _resets_path() -> dict[str, Any]:
+    """The record of a group's offset resets (handlers/resets.py)."""
+    queue = {"type": "object", "properties": {
+        "broker": {"type": "string"}, "queue_id": {"type": "integer"},
+        "from": {"type": "integer"}, "to": {"type": "integer"}}}
+    record = {"type": "object", "properties": {
+        "topic": _TOPIC_NAME, "to": {"type": "string", "enum": [
+            "earliest", "latest", "time", "offset", "shift"]},
+        "value": {"type": "integer"}, "force": {"type": "boolean"},
+        "queues": {"type": "array", "items": queue}}}
+    stamped = {"allOf": [record, {"type": "object", "properties": {
+        "group": _NAME, "who": {"type": "string", "nullable": True},
+        "at_ms": {"type": "integer"}}}]}
+    return {
+        "parameters": [{"name": "group", "in": "path", "required": True, "schema": _NAME}],
+        "get": {"summary": "The group's offset resets, newest first (at most 50)",
+                "operationId": "list_group_resets",
+                "responses": {"200": _json({"type": "object", "properties": {
+                    "resets": {"type": "array", "items": stamped}}}, "resets"),
+                    "400": _BAD, "503": _BUSY}},
+        "post": {"summary": "Record an offset reset (who and when are stamped here)",
+                 "operationId": "record_group_reset",
+                 "requestBody": {"required": True,
+                                 "content": {"application/json": {"schema": record}}},
+                 "responses": {"201": _json(stamped, "recorded"), "400": _BAD,
+                               "503": _BUSY}}}
+
+
 def openapi_document(version: str) -> dict[str, Any]:
     """The whole document; `version` is the namesrv package version."""
     paths: dict[str, Any] = {
@@ -156,6 +197,7 @@ def openapi_document(version: str) -> dict[str, Any]:
     }
     paths.update(_crud("topic", "TopicConfig", "unknown topic"))
     paths.update(_crud("group", "GroupConfig", "unknown group"))
+    paths["/v1/groups/{group}/resets"] = _resets_path()
     paths.update(users.openapi_paths())
     return document("Ferry namesrv", version,
                     "Topic routes, topic and group config, and live brokers, answered from a "

@@ -19,6 +19,7 @@ _TRUE = ("1", "true", "yes")
 TOPIC_PUB = Permission("pub", "topic:{topic}")
 TOPIC_SUB = Permission("sub", "topic:{topic}")
 GROUP_CONSUME = Permission("consume", "group:{group}")
+GROUP_RESET = Permission("reset", "group:{group}")
 
 
 def route_rule(request: web.Request) -> Sequence[tuple[str, str]]:
@@ -39,6 +40,7 @@ ROUTES: RouteTable = {
     ("GET", "/v1/brokers"): AUTHENTICATED,
     ("GET", "/v1/whoami"): AUTHENTICATED,
     ("GET", "/v1/stats"): (admin("read"),),   # the HTTP limits counters
+    ("GET", "/metrics"): (admin("read"),),
     ("GET", "/console"): AUTHENTICATED,
     ("GET", "/v1/topics"): (admin("read"),),
     ("POST", "/v1/topics"): (admin("topics"),),
@@ -50,6 +52,9 @@ ROUTES: RouteTable = {
     ("GET", "/v1/groups/{group}"): (GROUP_CONSUME, admin("read")),
     ("PUT", "/v1/groups/{group}"): (admin("groups"),),
     ("DELETE", "/v1/groups/{group}"): (admin("groups"),),
+    # The record of offset resets (handlers/resets.py): written by whoever may reset.
+    ("GET", "/v1/groups/{group}/resets"): (GROUP_RESET, GROUP_CONSUME, admin("read")),
+    ("POST", "/v1/groups/{group}/resets"): (GROUP_RESET,),
     # Identities and their rules (the handlers are in handlers/users.py and handlers/acl.py).
     ("GET", "/v1/users"): (admin("users"),),
     ("POST", "/v1/users"): (admin("users"),),

@@ -26,8 +26,9 @@ from ferry.errors import (
 )
 from ferry.service.auth import HttpAuth
 from ferry.service.errors import error_middleware, json_response
-from ferry.service.http import service_app
+from ferry.service.http import METRICS, service_app
 from ferry.service.limits import HttpGuard
+from ferry.service.metrics import observe_counts, single
 
 from ferry_txn_checker.openapi import openapi_document
 from ferry_txn_checker.state import Book
@@ -67,6 +68,13 @@ def build_app(book: Book, stats: Callable[[], dict[str, Any]], is_ready: Callabl
     app = service_app(guard, errors_and_logs, openapi_document(version), ready=is_ready,
                       not_ready="not ready: loading the checkpoint or stopping", stats=stats,
                       auth=auth)
+    # /metrics (docs/metrics.md): open halves, and what became of the checked ones.
+    app[METRICS].observe("ferry.txn_checker.open", "gauge", "{transaction}",
+                         "Half messages neither committed nor rolled back yet",
+                         lambda: single(book.open_count))
+    observe_counts(app[METRICS], "ferry.txn_checker.events", "event",
+                   "Check-backs and how transactions ended (checked, committed_by_check, ...)",
+                   lambda: book.counters)
 
     async def list_transactions(request: web.Request) -> web.Response:
         state = request.query.get("state", "open")

@@ -11,6 +11,7 @@ _READ = (admin("read"), admin("txn"))
 
 ROUTES: RouteTable = {
     ("GET", "/v1/stats"): _READ,
+    ("GET", "/metrics"): _READ,
     ("GET", "/v1/transactions"): _READ,
     ("GET", "/v1/transactions/{msg_id}"): _READ,
 }

@@ -43,9 +43,14 @@ async def topic_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-async def topic_delete(args: argparse.Namespace) -> int:
+async def config_delete(args: argparse.Namespace) -> int:
+    """`ferry topic delete` and `ferry group delete`: the config in namesrv (a group's
+    committed offsets stay at the brokers)."""
     async with Admin(namesrv=args.namesrv) as admin:
-        await admin.delete_topic(args.name)
+        if args.command == "group":
+            await admin.delete_group(args.name)
+        else:
+            await admin.delete_topic(args.name)
     print(f"deleted {args.name}")
     return 0
 

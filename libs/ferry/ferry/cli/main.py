@@ -19,6 +19,7 @@ from ferry.cli import brokers, commands
 from ferry.cli import celery as celery_cli
 from ferry.cli.auth import add_auth
 from ferry.cli.dedup import add_dedup
+from ferry.cli.groups import add_group_actions, add_topic_update
 from ferry.cli.messages import add_messages
 from ferry.client.core.namesrv import DEFAULT_NAMESRV
 from ferry.client.producing.delay import DEFAULT_DELAY_SCHEDULER, DELAY_SCHEDULER_ENV
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                              f"default {DEFAULT_NAMESRV})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    topic = sub.add_parser("topic", help="create, list, describe or delete topics")
+    topic = sub.add_parser("topic", help="create, list, describe, update or delete topics")
     tsub = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = tsub.add_parser("create", help="create a topic")
     create.add_argument("name")
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     describe.set_defaults(func=commands.topic_describe)
     delete = tsub.add_parser("delete", help="delete a topic's config")
     delete.add_argument("name")
-    delete.set_defaults(func=commands.topic_delete)
+    delete.set_defaults(func=commands.config_delete)
+    add_topic_update(tsub)
 
     send = sub.add_parser("send", help="send a message (or --count copies) and print results")
     send.add_argument("topic")
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="topic to check (repeat; default every topic the group committed on)")
     lag.set_defaults(func=commands.group_lag)
     gsub.add_parser("list", help="list group configs").set_defaults(func=commands.group_list)
+    add_group_actions(gsub)
     _add_broker(sub)
     _add_delay(sub)
     _add_dlq(sub)

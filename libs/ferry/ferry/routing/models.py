@@ -39,6 +39,12 @@ MAX_ADDR_LENGTH = 255
 #: (queue q of Q serves level q * levels // Q), drained highest first by consumers.
 MIN_PRIORITY_LEVELS = 1
 MAX_PRIORITY_LEVELS = 4
+#: A topic's own retention (absent: the broker's): time up to ten years, size per queue
+#: up to 2**53 bytes (exact in every JSON reader).
+MIN_RETENTION_MS = 1
+MAX_RETENTION_MS = 10 * 365 * 24 * 3_600_000
+MIN_RETENTION_BYTES = 1
+MAX_RETENTION_BYTES = 2**53
 
 # Cluster and broker names follow the same rule as user topic names.
 _BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,127}")
@@ -195,6 +201,8 @@ class TopicConfig(Perm):
     `priority_levels` (1..4, at most `queues`) splits each broker's queues into
     that many levels: queue q serves level `q * priority_levels // queues`, and a
     consumer drains a higher level before a lower one (see docs/client.md).
+    `retention_ms` and `retention_bytes` (per queue) are the topic's own retention;
+    None (absent in JSON) keeps the broker's (docs/broker.md, "Per-topic retention").
     """
 
     name: str
@@ -203,9 +211,16 @@ class TopicConfig(Perm):
     type: str = "normal"
     brokers: tuple[str, ...] = ()
     priority_levels: int = MIN_PRIORITY_LEVELS
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
 
     def __post_init__(self) -> None:
         validate_topic(self.name, allow_internal=True)
+        if self.retention_ms is not None:
+            _int_in(self.retention_ms, "retention_ms", MIN_RETENTION_MS, MAX_RETENTION_MS)
+        if self.retention_bytes is not None:
+            _int_in(self.retention_bytes, "retention_bytes", MIN_RETENTION_BYTES,
+                    MAX_RETENTION_BYTES)
         _int_in(self.queues, "queues", MIN_QUEUES, MAX_QUEUES)
         _int_in(self.priority_levels, "priority_levels", MIN_PRIORITY_LEVELS,
                 MAX_PRIORITY_LEVELS)
@@ -222,7 +237,9 @@ class TopicConfig(Perm):
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "queues": self.queues, "perm": self.perm,
                 "type": self.type, "brokers": list(self.brokers),
-                "priority_levels": self.priority_levels}
+                "priority_levels": self.priority_levels,
+                **{k: v for k, v in (("retention_ms", self.retention_ms),
+                                     ("retention_bytes", self.retention_bytes)) if v is not None}}
 
     def to_json(self) -> bytes:
         return _dumps(self.to_dict())
@@ -241,14 +258,16 @@ class TopicConfig(Perm):
         return cls(name=body_name, queues=d.get("queues", DEFAULT_QUEUES),
                    perm=d.get("perm", "rw"), type=d.get("type", "normal"),
                    brokers=tuple(brokers),
-                   priority_levels=d.get("priority_levels", MIN_PRIORITY_LEVELS))
+                   priority_levels=d.get("priority_levels", MIN_PRIORITY_LEVELS),
+                   retention_ms=d.get("retention_ms"), retention_bytes=d.get("retention_bytes"))
 
     @classmethod
     def from_json(cls, raw: bytes | str, *, strict: bool = False) -> TopicConfig:
         return cls.from_dict(_loads(raw, "topic"), strict=strict)
 
 
-_TOPIC_FIELDS = frozenset({"name", "queues", "perm", "type", "brokers", "priority_levels"})
+_TOPIC_FIELDS = frozenset({"name", "queues", "perm", "type", "brokers", "priority_levels",
+                           "retention_ms", "retention_bytes"})
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def error_response(description: str) -> Doc:
 
 
 def probe_paths(ready: str, not_ready: str = "starting or stopping") -> Doc:
-    """/healthz, /readyz (summary `ready`; 503 `not_ready`) and /openapi.json."""
+    """/healthz, /readyz (summary `ready`; 503 `not_ready`), /openapi.json and /metrics."""
     obj = {"type": "object"}
     return {
         "/healthz": {"get": {"summary": "The process answers", "operationId": "healthz",
@@ -50,6 +50,9 @@ def probe_paths(ready: str, not_ready: str = "starting or stopping") -> Doc:
                                           "503": error_response(not_ready)}}},
         "/openapi.json": {"get": {"summary": "This document", "operationId": "openapi",
                                   "responses": {"200": json_response(obj, "OpenAPI 3")}}},
+        "/metrics": {"get": {"summary": "Metrics in Prometheus's text format (docs/metrics.md)",
+                             "operationId": "metrics", "responses": {"200": {
+                                 "description": "text/plain; version=0.0.4"}}}},
     }
 
 

@@ -17,6 +17,7 @@ from .message_store import MessageStore
 from .recovery import RecoveryReport
 from .results import BatchPutResult, GetResult, GetStatus, PutResult, PutStatus
 from .retention import RetentionFloor, RetentionReport
+from .topic_retention import TopicRetention
 
 __all__ = [
     # the store and its configuration
@@ -44,4 +45,5 @@ __all__ = [
     "RecoveryReport",
     "RetentionReport",
     "RetentionFloor",
+    "TopicRetention",
 ]

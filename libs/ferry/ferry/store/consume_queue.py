@@ -306,19 +306,44 @@ class ConsumeQueue:
         entry whose phy is >= `min_phy`. Returns the number of segment files deleted.
         """
         deleted = 0
-        while len(self._segments) > 1:
-            first = self._segments[0]
-            if self._phy_at(first.end - 1) >= min_phy:
-                break
-            self._segments.pop(0)
-            self._bases.pop(0)
-            first.unmap()
-            os.remove(first.path)
+        while len(self._segments) > 1 and self._phy_at(self._segments[0].end - 1) < min_phy:
+            self._drop_first_segment()
             deleted += 1
         if self._segments:
             lo = max(self._min, self._segments[0].base)
             self._min = self._first_with_phy_at_least(min(lo, self._max), self._max, min_phy)
         return deleted
+
+    def advance_min(self, queue_offset: int) -> int:
+        """Per-topic retention: entries below `queue_offset` (at most `max_offset`) are gone.
+
+        Whole segments below it are deleted (never the active one); in the first one
+        left, the entries below the new minimum are zeroed, so that a reopen finds
+        the same minimum, all but the newest entry: that one gives a reopen the
+        queue's end (a reopened queue whose entries all expired shows that one again
+        until the next retention run). Returns the segment files deleted.
+        """
+        target = min(queue_offset, self._max)
+        if target <= self._min:
+            return 0
+        old, deleted = self._min, 0
+        while len(self._segments) > 1 and self._segments[0].end <= target:
+            self._drop_first_segment()
+            deleted += 1
+        self._min = target
+        seg = self._segments[0]
+        start, stop = max(seg.base, old), min(target, seg.end, self._max - 1)
+        if stop > start:
+            self._map(seg)[(start - seg.base) * ENTRY_SIZE : (stop - seg.base) * ENTRY_SIZE] = \
+                bytes((stop - start) * ENTRY_SIZE)
+            seg.dirty = True
+        return deleted
+
+    def _drop_first_segment(self) -> None:
+        first = self._segments.pop(0)
+        self._bases.pop(0)
+        first.unmap()
+        os.remove(first.path)
 
     # -- durability --------------------------------------------------------------------
 

@@ -26,6 +26,9 @@ class ConsumeQueues:
         self.lru = MappingLru(max_mapped_segments)
         self._new_dirs: set[str] = set()
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # Size retention's running totals, per queue: (min offset, end, bytes in between),
+        # so that a run reads only the entries added or dropped since the last one.
+        self.kept_bytes: dict[tuple[str, int], tuple[int, int, int]] = {}
         base = os.path.join(root_dir, "consumequeue")
         os.makedirs(base, exist_ok=True)
         for topic in sorted(os.listdir(base)):
@@ -55,6 +58,7 @@ class ConsumeQueues:
 
     def truncate_from_phy(self, phy_offset: int) -> None:
         """truncate_from_phy on every queue."""
+        self.kept_bytes.clear()  # entries from the cut on will be new ones: count afresh
         for cq in self._queues.values():
             cq.truncate_from_phy(phy_offset)
 

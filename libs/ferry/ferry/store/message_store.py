@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 
 from ferry.codec.limits import MSG_ID_BYTES
@@ -38,6 +38,7 @@ from .recovery import RecoveryReport, recover
 from .results import BatchPutResult, GetResult, PutResult
 from .retention import RetentionFloor
 from .retention_runner import RetentionReport, run_retention
+from .topic_retention import TopicRetention
 from .writer import StoreWriter
 
 
@@ -352,14 +353,16 @@ class MessageStore:
     # -- maintenance ---------------------------------------------------------------------
 
     @os_errors_as_store_errors
-    def run_retention(self, now_ms: int | None = None,
-                      floor: RetentionFloor | None = None) -> RetentionReport:
+    def run_retention(self, now_ms: int | None = None, floor: RetentionFloor | None = None,
+                      topics: Mapping[str, TopicRetention] | None = None) -> RetentionReport:
         """Delete expired commit-log segments (or the oldest, over the disk high-water mark,
-        none holding a record `floor` protects: retention.py)."""
+        none holding a record `floor` protects: retention.py); `topics`: per-topic
+        retention (topic_retention.py)."""
         with self._lock:
             self._check_readable()
             self._writer.dispatch()
-            return run_retention(self.config, self._cl, self._cqs, self._index, now_ms, floor)
+            return run_retention(self.config, self._cl, self._cqs, self._index, now_ms, floor,
+                                 topics)
 
     def close(self) -> None:
         """Flush everything, resolve pending waiters, mark a clean shutdown.

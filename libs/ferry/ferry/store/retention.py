@@ -5,7 +5,8 @@ the segments ordered by start offset, and never includes the last (active) one.
 Two reasons delete a segment:
 
 - age: its last modification is at least `retention_ms` old (`retention_ms < 0`
-  turns age-based deletion off);
+  turns age-based deletion off); with `retention_of`, the segment's own retention
+  instead (per-topic retention: topic_retention.py);
 - disk: while the disk is at or above `high_water_ratio`, the oldest segments go
   even if they have not expired. With `disk_total_bytes` given, as many as needed to
   bring the projected ratio below the mark (each frees its own size); without it,
@@ -21,7 +22,7 @@ consume queues and index files past the new minimum phy offset.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ferry.errors import StoreError
@@ -87,6 +88,7 @@ def plan_retention(
     high_water_ratio: float,
     disk_total_bytes: int | None = None,
     protected_from: int | None = None,
+    retention_of: Callable[[SegmentInfo], int] | None = None,
 ) -> RetentionPlan:
     """Decide which segments to delete (see the module docstring for the rules)."""
     if not 0.0 < high_water_ratio <= 1.0:
@@ -97,11 +99,11 @@ def plan_retention(
         raise StoreError(f"disk_total_bytes must be > 0, got {disk_total_bytes}")
     candidates = sorted(segments, key=lambda s: s.start_offset)[:-1]  # never the active one
     chosen: list[SegmentInfo] = []
-    if retention_ms >= 0:
-        for seg in candidates:
-            if seg.last_modified_ms + retention_ms > now_ms:
-                break  # a younger segment: later ones stay too, the log has no holes
-            chosen.append(seg)
+    for seg in candidates:
+        ms = retention_ms if retention_of is None else retention_of(seg)
+        if ms < 0 or seg.last_modified_ms + ms > now_ms:
+            break  # a younger segment: later ones stay too, the log has no holes
+        chosen.append(seg)
     expired = len(chosen)
     ratio = disk_used_ratio
     if disk_total_bytes is not None:

@@ -5,12 +5,14 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Mapping
 
 from .commit_log import CommitLog
 from .config import StoreConfig
 from .consume_queues import ConsumeQueues
 from .index_file import IndexService
 from .retention import RetentionFloor, RetentionReport, SegmentInfo, plan_retention
+from .topic_retention import TopicRetention, segment_retention, trim_topics
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +38,14 @@ def floor_phy_offset(cqs: ConsumeQueues, floor: RetentionFloor, end: int) -> int
 
 
 def run_retention(config: StoreConfig, cl: CommitLog, cqs: ConsumeQueues, index: IndexService,
-                  now_ms: int | None = None, floor: RetentionFloor | None = None) -> RetentionReport:
+                  now_ms: int | None = None, floor: RetentionFloor | None = None,
+                  topics: Mapping[str, TopicRetention] | None = None) -> RetentionReport:
     """Delete what the policy selects, then move queues and index past the new minimum.
 
     The caller holds the store lock. The active segment is never deleted. With
     `floor`, disk pressure deletes no segment holding a record the floor protects.
+    With `topics` (per-topic retention, topic_retention.py), their queues are trimmed
+    first and a segment expires by age at the longest retention still holding it.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     infos = [SegmentInfo(seg.path, seg.start_offset, seg.end_offset,
@@ -50,18 +55,23 @@ def run_retention(config: StoreConfig, cl: CommitLog, cqs: ConsumeQueues, index:
     else:
         usage = shutil.disk_usage(config.root_dir)
         ratio, total = usage.used / usage.total, usage.total
+    trimmed, retention_of = 0, None
+    if topics:
+        trimmed = trim_topics(cqs, infos, now, topics)
+        retention_of = segment_retention(cqs, topics, config.retention_ms)
     protected = None if floor is None else floor_phy_offset(cqs, floor, cl.write_offset)
     plan = plan_retention(infos, now_ms=now, retention_ms=config.retention_ms,
                           disk_used_ratio=min(max(ratio, 0.0), 1.0),
                           high_water_ratio=config.disk_high_water_ratio, disk_total_bytes=total,
-                          protected_from=protected)
+                          protected_from=protected, retention_of=retention_of)
     if not plan.segments:
-        return RetentionReport(0, cl.min_offset, held_by_floor=plan.held_by_floor)
+        return RetentionReport(0, cl.min_offset, deleted_queue_segments=trimmed,
+                               held_by_floor=plan.held_by_floor)
     deleted = cl.delete_segments({s.start_offset for s in plan.segments})
     new_min = cl.min_offset
     cq_deleted = cqs.delete_below_phy(new_min)
     index_deleted = index.delete_below_phy(new_min)
     report = RetentionReport(deleted, new_min, deleted * cl.segment_bytes, plan.forced_by_disk,
-                             cq_deleted, index_deleted, plan.held_by_floor)
+                             trimmed + cq_deleted, index_deleted, plan.held_by_floor)
     log.info("retention: %s", report)
     return report

@@ -34,6 +34,9 @@ class PullStatus(enum.Enum):
     #: The broker's log is not the continuation of the history named by `hist` (issue 16):
     #: `next_offset` is where they part, perhaps before the asked offset.
     HISTORY_DIVERGED = "HISTORY_DIVERGED"
+    #: An operator reset the group's committed offset of this queue (issue 25):
+    #: `next_offset` is the new position; what the reader buffered is dropped.
+    OFFSET_RESET = "OFFSET_RESET"
 
     @property
     def reseeks(self) -> bool:
@@ -48,7 +51,7 @@ class PullStatus(enum.Enum):
 
 
 _RESEEK = frozenset({PullStatus.OFFSET_TOO_SMALL, PullStatus.OFFSET_OVERFLOW_BADLY,
-                     PullStatus.HISTORY_DIVERGED})
+                     PullStatus.HISTORY_DIVERGED, PullStatus.OFFSET_RESET})
 _CAUGHT_UP = frozenset({PullStatus.NO_MESSAGE_IN_QUEUE, PullStatus.OFFSET_OVERFLOW_ONE,
                         PullStatus.NO_MATCHED_MESSAGE})
 _STATUS = {s.value: s for s in PullStatus}

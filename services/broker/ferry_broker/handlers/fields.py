@@ -42,6 +42,14 @@ def str_field(fields: dict[str, Any], name: str, max_len: int = 1024,
     return value
 
 
+def flag_field(fields: dict[str, Any], name: str) -> bool:
+    """An optional boolean field, False when absent."""
+    value = fields.get(name, False)
+    if type(value) is not bool:
+        raise MalformedRequestError(f"field {name!r} must be true or false, not {value!r}")
+    return value
+
+
 def hist_field(fields: dict[str, Any]) -> str | None:
     """The optional `hist` field: a queue history id (issue 16), None when absent."""
     value = fields.get("hist")

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from ferry.auth.signing import parse_wire_auth
-from ferry.errors import TopicNotFoundError
+from ferry.errors import BusyError, TopicNotFoundError
 from ferry.wire import Frame, response
 
 from ferry_broker.context import BrokerContext, ConnInfo
 from ferry_broker.handlers.fields import (
+    flag_field,
     hist_field,
     offset_field,
     position_fields,
@@ -22,19 +23,41 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     must not fill the table): its topic configured here with more queues than
     `queue_id`, or the queue in the store. An offset past the queue's end is lowered
     to it (as the table does after a failover: a re-delivery, never a skip), without
-    its history. A new entry beyond the table's bounds is refused (consumer_offsets)."""
+    its history. A new entry beyond the table's bounds is refused (consumer_offsets).
+
+    With `reset: true` (an operator's reset, which needs `reset` on the group): refused
+    with BusyError while the group has live members on this broker, unless `force`;
+    the answer has the offset before (`from`, -1 for none) and after (`to`), and the
+    members' next PULL is told to move there (offset_resets.py). Until they do, their
+    own commits of that queue are ignored (the answer then says `reset_pending`)."""
     f = req.fields
     group, topic, queue_id = position_fields(f)
     offset, hist = offset_field(f), hist_field(f)
+    reset, force = flag_field(f, "reset"), flag_field(f, "force")
     top = ctx.store.max_offset(topic, queue_id)
     if top == 0 and queue_id >= ctx.topics.queue_count(topic):
         raise TopicNotFoundError(f"no queue {queue_id} of topic {topic} on broker "
                                  f"{ctx.config.name}: nothing to commit an offset for")
     if offset > top:
         offset, hist = top, None
+    key = (group, topic, queue_id)
+    if not reset and (pending := ctx.resets.get(key)) is not None:
+        return response(req, {"reset_pending": pending})
+    before = ctx.offsets.query(group, topic, queue_id)
+    if reset:
+        members = ctx.consumers.members(group)
+        if members and not force:
+            raise BusyError(f"group {group} has {len(members)} live member(s) on broker "
+                            f"{ctx.config.name}: stop them first, or force the reset (they "
+                            "are told to move to the new offsets)")
+        hist = None   # an operator's position names no history (like a user's seek)
     identity = parse_wire_auth(req.auth).access_key if ctx.auth is not None else None
     ctx.offsets.commit(group, topic, queue_id, offset, hist, identity)
-    return response(req)
+    if not reset:
+        return response(req)
+    ctx.resets.mark(key, offset)
+    ctx.long_poll.notify(topic, queue_id)   # a member's parked PULL is answered now
+    return response(req, {"from": before, "to": offset})
 
 
 async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:

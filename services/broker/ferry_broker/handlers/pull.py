@@ -112,12 +112,18 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     # and the probe cost it a quarter of its rate (filter.tag; docs/perf/backlog.md).
     if tag_hashes is None and match is None:
         await warm_for_read(ctx.store, topic, queue_id, offset, max_count, max_bytes)
-    got = get(offset)
     where = (group, topic, queue_id)
+    if (reset_to := ctx.resets.redirect(where, offset)) is not None:
+        return _reset_answer(ctx, req, reset_to)
+    got = get(offset)
     if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
         return answer
     if _caught_up(got) and max_wait_ms > 0 and not ctx.long_poll.closing:
-        got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get)
+        got = await _long_poll(ctx, conn, topic, queue_id, offset, got, max_wait_ms, get,
+                               lambda: ctx.resets.get(where) is not None)
+        # An operator may have reset the group's offset while the pull was parked.
+        if (reset_to := ctx.resets.redirect(where, offset)) is not None:
+            return _reset_answer(ctx, req, reset_to)
         # The log may have been truncated and rewritten while the pull was parked (a
         # demoted master rejoining): the reloaded history is checked again.
         if (answer := _history_answer(ctx, req, where, hist, offset, got, history)) is not None:
@@ -130,6 +136,16 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     # One copy out of the commit log's mmap: a view handed to the transport could
     # outlive the mapping (retention unmaps old segments).
     return response(req, fields, b"".join(got.records))
+
+
+def _reset_answer(ctx: BrokerContext, req: Frame, reset_to: int) -> Frame:
+    """OFFSET_RESET: an operator moved the group's offset of this queue to `reset_to`
+    (offset_resets.py); no records, no history (the reader drops what it buffered)."""
+    f = req.fields
+    topic, queue_id = f["topic"], f["queue_id"]
+    return response(req, {"status": PullStatus.OFFSET_RESET.value, "next_offset": reset_to,
+                          "min_offset": ctx.store.min_offset(topic, queue_id),
+                          "max_offset": ctx.store.max_offset(topic, queue_id)})
 
 
 def _history_answer(ctx: BrokerContext, req: Frame, where: tuple[str, str, int],
@@ -215,8 +231,9 @@ def _caught_up(got: GetResult) -> bool:
 
 async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: int,
                      offset: int, got: GetResult, max_wait_ms: int,
-                     get: Callable[[int], GetResult]) -> GetResult:
-    """Park until a matching message arrives or the wait runs out; the last result."""
+                     get: Callable[[int], GetResult], moved: Callable[[], bool]) -> GetResult:
+    """Park until a matching message arrives, the wait runs out or `moved()` (an
+    operator reset the position); the last result."""
     deadline = time.monotonic() + max_wait_ms / 1000.0
     # A sync master also looks again now and then: records become visible when a slave
     # confirms them, and a write whose wait failed (or a smaller in-sync set) wakes nobody.
@@ -231,6 +248,8 @@ async def _long_poll(ctx: BrokerContext, conn: ConnInfo, topic: str, queue_id: i
             offset = max(offset, got.next_queue_offset)
             woke = await ctx.long_poll.wait(
                 topic, queue_id, remaining if recheck_s is None else min(remaining, recheck_s))
+            if moved():
+                break
             got = get(offset)
             if not woke and recheck_s is None:
                 break

@@ -5,7 +5,9 @@ from typing import Any
 
 from aiohttp import web
 
+from ferry_console.pages.charts import cluster_charts, stats_were_read
 from ferry_console.pages.common import console, render, sources
+from ferry_console.rates import member_name
 from ferry_console.sources import BrokerView
 
 
@@ -44,7 +46,9 @@ async def cluster(request: web.Request) -> web.Response:
     groups = await sources(request).groups()
     return render(request, "cluster.html", title="Cluster", namesrv=c.config.namesrv,
                   brokers=[broker_row(b) for b in brokers], topic_count=len(topics),
-                  group_count=len(groups))
+                  group_count=len(groups),
+                  charts=cluster_charts(c, [member_name(b) for b in brokers])
+                  if stats_were_read(request, brokers) else None)
 
 
 def register(router: web.UrlDispatcher) -> None:

@@ -1,4 +1,5 @@
-"""The groups page, one group (per-queue lag, members, subscriptions), and its DLQ with resend.
+"""The groups page, one group (per-queue lag, members, subscriptions, offset resets), and its
+DLQ with resend.
 
 A group's committed offsets, lag and live members come from every broker's
 `/v1/stats` (`groups`, `members`); its config from namesrv. The DLQ is read
@@ -17,7 +18,9 @@ from ferry.errors import MalformedRequestError
 from ferry.names import validate_group
 
 from ferry_console.forms import read_form
+from ferry_console.pages.charts import group_charts, stats_were_read
 from ferry_console.pages.common import console, render, sources
+from ferry_console.pages.offset_resets import recorded
 from ferry_console.sources import BrokerView
 
 MAX_RESEND_IDS = 1000
@@ -89,10 +92,14 @@ async def group(request: web.Request) -> web.Response:
     brokers = await sources(request).brokers()
     lags = lag_rows(brokers, name)
     member_rows = members(brokers, name)
+    resets, resets_error = await recorded(request, name)
     return render(request, "group.html", title=f"Group {name}", group=name,
                   config=await sources(request).group_config(name), lags=lags,
                   total_lag=sum(int(r["lag"]) for r in lags), members=member_rows,
-                  subscriptions=subscriptions(member_rows))
+                  subscriptions=subscriptions(member_rows), resets=resets,
+                  resets_error=resets_error, reset_topic=request.query.get("reset"),
+                  charts=group_charts(console(request), name)
+                  if stats_were_read(request, brokers) else None)
 
 
 async def dlq(request: web.Request) -> web.Response:

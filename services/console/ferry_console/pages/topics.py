@@ -6,6 +6,7 @@ from typing import Any
 from aiohttp import web
 from ferry.names import validate_topic
 
+from ferry_console.pages.charts import topic_charts, user_reads_stats
 from ferry_console.pages.common import console, render, sources
 from ferry_console.rates import topic_totals
 
@@ -42,6 +43,7 @@ async def topic(request: web.Request) -> web.Response:
             q["stored"] = q["max_offset"] - q["min_offset"]
     return render(request, "topic.html", title=f"Topic {name}", topic=described,
                   queues=queues, rate=c.rates.rate(name),
+                  charts=topic_charts(c, name, await user_reads_stats(request, sources(request))),
                   total=sum(int(q.get("max_offset", 0)) for q in queues))
 
 

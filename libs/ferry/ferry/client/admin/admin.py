@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.admin.dlq import DeadLetterQueue
+from ferry.client.admin.offset_reset import (
+    OffsetResetter,
+    ResetPlan,
+    ResetSpec,
+    live_members,
+)
 from ferry.client.admin.query import (
     MAX_KEY_COUNT,
     MAX_TIME_COUNT,
@@ -70,14 +76,31 @@ class Admin(AsyncClient):
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(self, name: str, *, queues: int = 8, perm: str = "rw",
                            type: str = "normal", brokers: Sequence[str] = (),
-                           priority_levels: int = 1) -> dict[str, Any]:
+                           priority_levels: int = 1, retention_ms: int | None = None,
+                           retention_bytes: int | None = None) -> dict[str, Any]:
         """Create a topic (AlreadyExistsError if it exists); returns its config.
 
         `priority_levels` (1..4, at most `queues`): see `Producer.send(priority=)`.
+        `retention_ms`, `retention_bytes` (per queue): the topic's own retention
+        (None: the broker's; docs/broker.md, "Per-topic retention").
         """
         body = {"name": validate_topic(name), "queues": queues, "perm": perm, "type": type,
                 "brokers": list(brokers), "priority_levels": priority_levels}
+        # Only when set: a namesrv from before per-topic retention refuses unknown fields.
+        body.update({k: v for k, v in (("retention_ms", retention_ms),
+                                       ("retention_bytes", retention_bytes)) if v is not None})
         return await self._namesrv.call("POST", "/v1/topics", json=body)  # type: ignore[no-any-return]
+
+    async def update_topic(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Change some fields of an existing topic's config (TopicNotFoundError if none).
+
+        `changes` are TopicConfig fields (`queues`, `perm`, `retention_ms`,
+        `retention_bytes`, ...); the others keep their values, and None sets a
+        retention back to the broker's. Returns the new config.
+        """
+        current = await self._namesrv.call("GET", f"/v1/topics/{validate_topic(name)}")
+        body = {**current, **changes, "name": name}
+        return await self._namesrv.call("PUT", f"/v1/topics/{name}", json=body)  # type: ignore[no-any-return]
 
     async def delete_topic(self, name: str) -> None:
         await self._namesrv.call("DELETE", f"/v1/topics/{validate_topic(name)}")
@@ -123,6 +146,41 @@ class Admin(AsyncClient):
     async def create_group(self, name: str, **config: Any) -> dict[str, Any]:
         body = {"name": validate_group(name), **config}
         return await self._namesrv.call("POST", "/v1/groups", json=body)  # type: ignore[no-any-return]
+
+    async def describe_group(self, name: str) -> dict[str, Any]:
+        """The group's config (GroupNotFoundError when it has none)."""
+        return await self._namesrv.call("GET", f"/v1/groups/{validate_group(name)}")  # type: ignore[no-any-return]
+
+    async def delete_group(self, name: str) -> None:
+        """Delete the group's config (its committed offsets stay at the brokers)."""
+        await self._namesrv.call("DELETE", f"/v1/groups/{validate_group(name)}")
+
+    async def group_members(self, group: str, topic: str) -> list[str]:
+        """Client ids of `group`'s live members on the masters of `topic`."""
+        return await live_members(self._pool, self._routes, validate_group(group),
+                                  validate_topic(topic))
+
+    async def reset_offsets(self, group: str, topic: str, spec: ResetSpec, *,
+                            dry_run: bool = False, force: bool = False) -> ResetPlan:
+        """Move `group`'s committed offsets on every queue of `topic` (see
+        `ferry.client.admin.offset_reset`); with `dry_run` only the plan. BusyError
+        while the group has live members, unless `force`."""
+        resetter = OffsetResetter(self._pool, self._routes, validate_group(group),
+                                  validate_topic(topic))
+        plan = await resetter.run(spec, dry_run=dry_run, force=force)
+        if not plan.executed:
+            return plan
+        try:   # the offsets moved already: a failed record is reported, not raised
+            await self._namesrv.call("POST", f"/v1/groups/{group}/resets", json=plan.to_dict())
+        except FerryError as exc:
+            return replace(plan, unrecorded=f"{type(exc).__name__}: {exc}")
+        return plan
+
+    async def offset_resets(self, group: str) -> list[dict[str, Any]]:
+        """The group's recorded offset resets (who, when, each queue's from/to), newest
+        first."""
+        data = await self._namesrv.call("GET", f"/v1/groups/{validate_group(group)}/resets")
+        return list(data.get("resets", []))
 
     async def list_groups(self) -> list[dict[str, Any]]:
         data = await self._namesrv.call("GET", "/v1/groups")

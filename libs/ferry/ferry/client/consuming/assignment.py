@@ -204,7 +204,8 @@ class Assignment:
         # the commit sends the fetcher back (issue 16).
         fetcher = QueueFetcher(tq=tq, pool=self.pool, routes=self.routes,
                                config=self.fetch_config, wakeup=self.wakeup, fetch_offset=offset,
-                               hist=hist, on_rewind=self.positions.on_rewind)
+                               hist=hist, on_rewind=self.positions.on_rewind,
+                               on_reset=self.positions.on_reset)
         self.fetchers[tq] = fetcher
         self.positions.track(tq, offset)
         fetcher.start()

@@ -1,18 +1,17 @@
 """The asyncio Consumer: group membership, rebalance, per-queue fetchers, offsets.
 
-`async for rec in consumer` yields records one by one; `getmany()` returns a
-dict `{TopicQueue: [ConsumerRecord, ...]}` (the aiokafka shape). Positions are
-at-least-once: records handed out count as consumed once the application asks
-for more (the next `getmany()` / iteration step) or calls `commit()`; only
-consumed positions are auto-committed, so a crash re-delivers what was being
-processed instead of losing it.
+`async for rec in consumer` yields records one by one; `getmany()` returns a dict
+`{TopicQueue: [ConsumerRecord, ...]}` (the aiokafka shape). Positions are at-least-once:
+records handed out count as consumed once the application asks for more (the next
+`getmany()` / iteration step) or calls `commit()`; only consumed positions are
+auto-committed, so a crash re-delivers what was being processed instead of losing it.
 
 The consumer owns its parts: an `Assignment` (`assignment`: heartbeats and
 rebalance in clustering mode, every queue in broadcasting mode, fetchers
 started and stopped, an ordered consumer's queue locks) and its `Positions`
 (`positions`: commits, seeks, offsets by time), to which `commit`, `seek*`,
-`position`, `assignment` and `offsets_for_times` are forwarded. It keeps the
-per-record path itself: `getmany` and `async for` take from the fetchers inline.
+`position`, `assignment` and `offsets_for_times` are forwarded. It keeps the per-record
+path: `getmany` and `async for` take from the fetchers inline (counted per batch, metrics).
 
 Retries (clustering): records of the group's retry topic `%RETRY%<group>` are
 shown with the topic they were first consumed from (`record.topic`;
@@ -55,9 +54,10 @@ from ferry.client.consuming.subscriptions import Spec, compile_subscriptions, su
 from ferry.client.core.base import AsyncClient
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import ConsumerRecord, TopicQueue
+from ferry.client.core.metrics import ConsumeMetrics
 from ferry.client.core.namesrv import NamesrvClient, RouteCache, TopicRoute, default_namesrv
 from ferry.client.core.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from ferry.client.core.tracing import trace_received, traced_handler
+from ferry.client.core.tracing import traced_handler
 from ferry.errors import FerryError
 from ferry.names import validate_group, validate_topic
 from ferry.telemetry import client_service_name, setup_tracing, tracing
@@ -110,6 +110,7 @@ class Consumer(AsyncClient):
         self.credentials = credentials if credentials is not None else Credentials.from_env()
         self._namesrv = NamesrvClient(self._namesrv_addr, credentials=self.credentials)
         self._tracing = tracing()
+        self._metrics = ConsumeMetrics(self.group)
         self._routes = RouteCache(self._namesrv, refresh_interval_ms=route_refresh_interval_ms)
         # Long polls wait up to request_timeout_ms (passed per PULL); every other request
         # (heartbeats, offsets, members) gives up sooner so a hung broker cannot stall
@@ -269,14 +270,13 @@ class Consumer(AsyncClient):
                     break
             if taken == before:   # nothing to take after all: never spin
                 break
-        if out and self._tracing.enabled:
-            trace_received(self._tracing, out, self.group)
+        if out:
+            self._metrics.received(out, self._tracing)
         return out
 
     def note_received(self, tq: TopicQueue, records: list[ConsumerRecord]) -> None:
-        """`receive` spans for traced records a runner took from a fetcher itself."""
-        if self._tracing.enabled:
-            trace_received(self._tracing, {tq: records}, self.group)
+        """Counts and `receive` spans for records a runner took from a fetcher itself."""
+        self._metrics.received({tq: records}, self._tracing)
 
     # -- positions (forwarded to the Positions part) ------------------------------------------
     async def commit(self, offsets: dict[TopicQueue, int] | None = None) -> None:

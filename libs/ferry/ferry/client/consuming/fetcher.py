@@ -23,6 +23,10 @@ commits. Records are delivered again rather than skipped; each event is one
 WARNING with the old and new offset and the reason, and is counted in
 `FetchConfig.history_events`.
 
+OFFSET_RESET (issue 25): an operator reset the group's offset of this queue
+while this consumer held it; the fetcher drops its buffer and continues at
+`next_offset`, and the consumer's position moves there (`on_reset`).
+
 Each fetcher reads from its broker group's master, or from a slave while the
 group has no master, the master is unreachable, or the master answered with
 `suggest_slave` (see `replicas`, which decides). Records read from a slave
@@ -129,6 +133,8 @@ class QueueFetcher:
     hist: str | None = None      # history of the record at fetch_offset - 1 (None: unknown)
     # Called with (queue, offset) when the fetcher went back: the consumer lowers its position.
     on_rewind: Callable[[TopicQueue, int], None] | None = None
+    # Called with (queue, offset) when an operator reset the group's offset (OFFSET_RESET).
+    on_reset: Callable[[TopicQueue, int], None] | None = None
     # (first offset, history id) as answers named them, oldest first (see `hist_at`).
     _marks: list[tuple[int, str]] = field(default_factory=list)
 
@@ -253,6 +259,22 @@ class QueueFetcher:
         if self.on_rewind is not None:
             self.on_rewind(self.tq, offset)
 
+    def _reset(self, offset: int) -> None:
+        """Continue at `offset`, where an operator reset the group's committed offset
+        (`ferry group reset-offsets --force`): what was buffered is dropped, and the
+        consumer's position (what it commits next) moves there, forward or back."""
+        dropped = self._buffered
+        old = self.fetch_offset
+        self._chunks.clear()
+        self._buffered = 0
+        self._space.set()
+        self.hist, self._marks = None, []
+        self.fetch_offset = self.delivered = offset
+        log.warning("%s: the group's offset was reset: %d -> %d (%d buffered records "
+                    "dropped)", self.tq, old, offset, dropped)
+        if self.on_reset is not None:
+            self.on_reset(self.tq, offset)
+
     async def _run(self) -> None:
         while True:
             await self._space.wait()
@@ -317,6 +339,9 @@ class QueueFetcher:
             raise
         answer = PullAnswer.parse(resp.fields, resp.body, self.fetch_offset)
         status, next_offset, hist = answer.status, answer.next_offset, answer.hist
+        if status is PullStatus.OFFSET_RESET:
+            self._reset(next_offset)
+            return False
         if status in _REWIND_STATUSES and next_offset < self.fetch_offset:
             self._rewind(next_offset, hist, status.value)
             return False

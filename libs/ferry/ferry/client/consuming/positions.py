@@ -67,6 +67,11 @@ class Positions:
         if self.consumed.get(tq, offset) > offset:
             self.consumed[tq] = offset
 
+    def on_reset(self, tq: TopicQueue, offset: int) -> None:
+        """An operator reset the group's offset of `tq` to `offset` (the broker holds it
+        committed already): the position continues from there."""
+        self.consumed[tq] = self.committed[tq] = offset
+
     async def forget(self, tq: TopicQueue, commit: bool = True) -> None:
         """Commit a released queue's position (unless `commit` is False) and drop it."""
         if commit:

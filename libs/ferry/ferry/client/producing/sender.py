@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import Message, SendResult, TopicQueue
+from ferry.client.core.metrics import SendMetrics
 from ferry.client.core.namesrv import RouteCache
 from ferry.client.producing.accumulator import MAX_BATCH_MESSAGES, Batch, QueueBatcher
 from ferry.client.producing.buffer import ByteBudget
@@ -82,6 +83,7 @@ class Sender:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._oneway_dropped = 0
         self._oneway_drop_logged = 0.0
+        self.metrics = SendMetrics()
 
     # -- queueing -----------------------------------------------------------------------------
     def batcher(self, tq: TopicQueue) -> QueueBatcher:
@@ -174,10 +176,15 @@ class Sender:
             refresh = False
             while items:
                 addr = None
+                started = 0.0
                 try:
                     addr = await self._target(tq, refresh)
+                    started = time.monotonic()
                     resp = await self._request(tq, addr, items, batch.flags)
                 except FerryError as exc:
+                    if started:
+                        self.metrics.sent(tq.topic, sum(it.count for it in items),
+                                          time.monotonic() - started, type(exc).__name__)
                     again, moved_now = self._on_failure(tq, split_entries(items, tq.topic), exc,
                                                         addr)
                     items = list(again)
@@ -191,6 +198,8 @@ class Sender:
                     self._on_failure(tq, split_entries(items, tq.topic),
                                      SystemError_(f"unexpected client error: {exc!r}"))
                     return
+                self.metrics.sent(tq.topic, sum(it.count for it in items),
+                                  time.monotonic() - started)
                 complete(tq, items, resp.fields)
                 return
         finally:

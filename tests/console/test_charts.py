@@ -1,0 +1,156 @@
+"""The console's charts in headless Chromium: a topic's produce and consume rate, a group's lag
+and consume rate, the brokers' disk, commit log and flush lag, drawn from the console's own
+samples (FERRY_CONSOLE_RATE_INTERVAL_MS=1000 in the package's mesh) of real traffic.
+
+Each chart is checked in the page (an SVG with its title, both axes, tick labels, a path with
+points and a legend) and in a screenshot of it (pixels of its line colour); the PNGs are kept
+under the test's tmp dir.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ferry import Admin, Consumer, Producer
+from ferry_console.svg_chart import COLOURS
+from PIL import Image
+from selenium.webdriver.common.by import By
+
+from tests.client.util import FAST
+from tests.console.conftest import ConsoleMesh, shoot
+from tests.console.test_pages import _open, _until
+
+pytestmark = pytest.mark.integration
+
+TOPIC, GROUP = "charted", "charted-readers"
+WAVES, PER_WAVE, LEFT_UNREAD = 4, 10, 7
+
+
+async def _traffic(namesrv: str) -> None:
+    """Waves of messages over a few sampling rounds, consumed as they come (the group
+    commits as it goes), then LEFT_UNREAD more with the group stopped: a lag."""
+    async with Admin(namesrv=namesrv) as admin:
+        await admin.create_topic(TOPIC, queues=2)
+    async with Producer(namesrv=namesrv) as producer, \
+            Consumer(TOPIC, group=GROUP, namesrv=namesrv, auto_offset_reset="earliest",
+                     **FAST) as consumer:
+        got = 0
+        for wave in range(WAVES):
+            for i in range(PER_WAVE):
+                await producer.send_and_wait(TOPIC, f"{wave}-{i}".encode())
+            deadline = time.monotonic() + 30
+            while got < (wave + 1) * PER_WAVE:
+                assert time.monotonic() < deadline, f"consumed {got} of {(wave + 1) * PER_WAVE}"
+                batch = await consumer.getmany(timeout_ms=300)
+                got += sum(len(v) for v in batch.values())
+            await consumer.commit()
+            await asyncio.sleep(1.5)   # into the next sampling round (not a timing assertion)
+    async with Producer(namesrv=namesrv) as producer:
+        for i in range(LEFT_UNREAD):
+            await producer.send_and_wait(TOPIC, f"unread-{i}".encode())
+
+
+@pytest.fixture(scope="module")
+def traffic(console_mesh: ConsoleMesh) -> None:
+    asyncio.run(_traffic(console_mesh.mesh.namesrv))
+
+
+async def _create(namesrv: str, topic: str) -> None:
+    async with Admin(namesrv=namesrv) as admin:
+        await admin.create_topic(topic, queues=1)
+
+
+def _path_points(path: Any) -> list[tuple[float, float]]:
+    return [(float(x), float(y)) for x, y in
+            re.findall(r"[ML]([\d.]+),([\d.]+)", path.get_attribute("d") or "")]
+
+
+def _baseline(chart: Any) -> float:
+    """The y of the x axis: a value above 0 is drawn above it."""
+    return float(chart.find_element(By.CSS_SELECTOR, ".chart-axis-x").get_attribute("y1"))
+
+
+def _rises(driver: Any, url: str, chart_id: str, series: str) -> bool:
+    """The page at `url` draws `series` in `chart_id` with 2+ points, one of them above 0."""
+    _open(driver, url)
+    chart = driver.find_element(By.ID, chart_id)
+    paths = chart.find_elements(By.CSS_SELECTOR, f'path.chart-line[data-series="{series}"]')
+    if not paths:
+        return False
+    points = _path_points(paths[0])
+    return len(points) >= 2 and any(y < _baseline(chart) for _, y in points)
+
+
+def _check_chart(driver: Any, chart_id: str, title: str, series: list[str],
+                 shots: Path) -> None:
+    """The chart is an SVG with its title, axes, ticks, a non-empty path per series and its
+    legend; its screenshot shows each line's colour."""
+    chart = driver.find_element(By.ID, chart_id)
+    assert chart.tag_name == "svg"
+    assert chart.find_element(By.CSS_SELECTOR, ".chart-title").text == title
+    assert len(chart.find_elements(By.CSS_SELECTOR, ".chart-axis")) == 2
+    assert [t.text for t in chart.find_elements(By.CSS_SELECTOR, ".chart-tick-y")][0] == "0"
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t.text)
+               for t in chart.find_elements(By.CSS_SELECTOR, ".chart-tick-x"))
+    paths = chart.find_elements(By.CSS_SELECTOR, "path.chart-line")
+    assert [p.get_attribute("data-series") for p in paths] == series
+    assert all(_path_points(p) for p in paths)
+    legend = [t.text for t in chart.find_elements(By.CSS_SELECTOR, ".chart-legend")]
+    assert [s.split(" (")[0] for s in legend] == series
+    png = chart.screenshot_as_png
+    (shots / f"{chart_id}.png").write_bytes(png)
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    seen = {rgb for _, rgb in image.getcolors(maxcolors=1 << 24) or ()}
+    for colour in COLOURS[:len(series)]:
+        rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        assert any(all(abs(a - b) <= 40 for a, b in zip(px, rgb, strict=True)) for px in seen), \
+            f"{chart_id}: no pixel of {colour} ({series}) in its screenshot"
+
+
+def test_topic_chart(console_mesh: ConsoleMesh, traffic: None, driver: Any, shots: Path) -> None:
+    url = f"{console_mesh.url}/console/topics/{TOPIC}"
+    assert _until(lambda: _rises(driver, url, "chart-topic-rate", "produced"), 30)
+    assert _until(lambda: _rises(driver, url, "chart-topic-rate", "consumed"), 30)
+    _check_chart(driver, "chart-topic-rate", f"Produce and consume rate of {TOPIC}",
+                 ["produced", "consumed"], shots)
+    assert "Sampled by the console every 1 s" in driver.find_element(By.ID, "charts").text
+    shoot(driver, shots, "charts-topic")
+
+
+def test_group_charts(console_mesh: ConsoleMesh, traffic: None, driver: Any,
+                      shots: Path) -> None:
+    url = f"{console_mesh.url}/console/groups/{GROUP}"
+    assert _until(lambda: _rises(driver, url, "chart-group-rate", "consumed"), 30)
+    assert _until(lambda: _rises(driver, url, "chart-group-lag", "lag"), 30)
+    assert driver.find_element(By.ID, "total-lag").text == str(LEFT_UNREAD)
+    _check_chart(driver, "chart-group-lag", f"Lag of {GROUP}", ["lag"], shots)
+    _check_chart(driver, "chart-group-rate", f"Consume rate of {GROUP}", ["consumed"], shots)
+    shoot(driver, shots, "charts-group")
+
+
+def test_cluster_charts(console_mesh: ConsoleMesh, traffic: None, driver: Any,
+                        shots: Path) -> None:
+    members = ["broker-a/0", "broker-b/0"]
+    _open(driver, console_mesh.url + "/console/cluster")
+    for chart_id, title in (("chart-disk", "Disk used"), ("chart-commit-log", "Commit log size"),
+                            ("chart-flush-lag", "Flush lag (written, not yet on disk)")):
+        _check_chart(driver, chart_id, title, members, shots)
+    assert _until(lambda: _rises(driver, console_mesh.url + "/console/cluster",
+                                 "chart-commit-log", "broker-a/0"), 30)
+    shoot(driver, shots, "charts-cluster")
+
+
+def test_a_topic_without_samples_says_so(console_mesh: ConsoleMesh, driver: Any) -> None:
+    asyncio.run(_create(console_mesh.mesh.namesrv, "charted-empty"))
+    # no sample has seen it yet, or only its zero rates
+    _open(driver, f"{console_mesh.url}/console/topics/charted-empty")
+    chart = driver.find_element(By.ID, "chart-topic-rate")
+    empty = chart.find_elements(By.CSS_SELECTOR, ".chart-empty")
+    paths = chart.find_elements(By.CSS_SELECTOR, "path.chart-line")
+    assert (empty and empty[0].text == "no samples yet" and not paths) or \
+        all(y == _baseline(chart) for p in paths for _, y in _path_points(p))
