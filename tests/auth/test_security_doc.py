@@ -16,7 +16,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 TEXT = DOC.read_text(encoding="utf-8")
 # How each need of ferry_broker.permissions reads in the table.
 _NEED_WORDS = {"_pub": "pub topic", "_sub": "sub topic", "_consume": "consume group",
-               "_reset": "reset group"}
+               "_reset": "reset group",
+               "_commit": "consume group (reset group when flagged `reset`)"}
 
 
 def _table(heading: str) -> list[dict[str, str]]:
