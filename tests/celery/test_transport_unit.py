@@ -120,7 +120,8 @@ def test_docs_list_every_transport_option_and_its_default() -> None:
     defaults = {f: str(getattr(FeedConfig, f)) for f in FeedConfig.__dataclass_fields__
                 if f != "namesrv"}
     defaults.update(publish_timeout_s=f"{DEFAULT_PUBLISH_TIMEOUT_S:g}",
-                    polling_interval=f"{DEFAULT_POLLING_INTERVAL_S:g}")
+                    polling_interval=f"{DEFAULT_POLLING_INTERVAL_S:g}",
+                    visibility_timeout=f"{FeedConfig.visibility_timeout_s:g}")
     for option in TRANSPORT_OPTIONS:
         assert option in rows, f"docs/celery.md does not list transport option {option}"
         if option in defaults:

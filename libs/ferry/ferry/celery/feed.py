@@ -10,7 +10,11 @@ handler does not process anything: it puts the record in the feed's inbox
   still unsettled on its queue;
 - reject with requeue → `consumer.nack(record, delay_ms=0)`: a copy goes to
   `%RETRY%celery-<queue>` (after `max_reconsume_times` to `%DLQ%celery-<queue>`);
-- reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange.
+- reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange;
+- not settled within the visibility timeout (`visibility_timeout_s`, counted from
+  when kombu took the record) → the handler raises `ConsumeTimeoutError`: the
+  runner sends the record back with the group's back-off (`%RETRY%`, then `%DLQ%`)
+  and the queue's commit moves on; kombu's late ack or reject is ignored.
 
 Nothing else commits: a worker killed with -9 leaves every unsettled record
 uncommitted, and the member that gets the queue after the group rebalances
@@ -24,11 +28,13 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from enum import Enum
 
 from ferry.client import Admin, Consumer, ConsumerRecord
+from ferry.client.consuming.consume_timeout import ConsumeTimeoutError
 from ferry.errors import AlreadyExistsError, FerryError
 from ferry.names import validate_topic
 
@@ -36,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: The consumer group of kombu queue `q` is GROUP_PREFIX + the topic name.
 GROUP_PREFIX = "celery-"
+#: Redis's visibility timeout, the one Celery users know (`visibility_timeout` option).
+DEFAULT_VISIBILITY_TIMEOUT_S = 3_600.0
 
 
 class Settlement(Enum):
@@ -57,6 +65,12 @@ class FeedConfig:
     heartbeat_interval_ms: int = 2_000
     rebalance_interval_ms: int = 2_000
     pull_max_wait_ms: int = 2_000
+    visibility_timeout_s: float = DEFAULT_VISIBILITY_TIMEOUT_S   # taken, not settled: retried
+
+    def __post_init__(self) -> None:
+        if not 0 < self.visibility_timeout_s <= 86_400:
+            raise ValueError("visibility_timeout must be in (0, 86400] seconds, got "
+                             f"{self.visibility_timeout_s!r}")
 
 
 class QueueFeed:
@@ -70,6 +84,7 @@ class QueueFeed:
         # Filled by the loop, drained by kombu's thread: deque append/popleft are atomic.
         self._inbox: collections.deque[tuple[str, ConsumerRecord]] = collections.deque()
         self._waiting: dict[str, asyncio.Future[Settlement]] = {}
+        self._taken: dict[str, float] = {}        # tag -> when kombu took it (monotonic)
         self._consumer: Consumer | None = None
         self._run: asyncio.Task[None] | None = None
 
@@ -91,7 +106,9 @@ class QueueFeed:
         await consumer.start()
         self._consumer = consumer
         self._run = asyncio.get_running_loop().create_task(
-            consumer.run(self._hold, concurrency=c.window), name=f"ferry-celery-{self.topic}")
+            # The visibility timeout is the feed's own (from kombu's take, not the inbox).
+            consumer.run(self._hold, concurrency=c.window, consume_timeout_ms=None),
+            name=f"ferry-celery-{self.topic}")
 
     async def _hold(self, record: ConsumerRecord) -> None:
         """The run() handler: hand `record` to kombu and wait for its outcome."""
@@ -101,19 +118,39 @@ class QueueFeed:
         self._inbox.append((tag, record))
         self._ready.set()
         try:
-            outcome = await future
+            outcome = await self._settled(tag, future)
         finally:
             self._waiting.pop(tag, None)
+            self._taken.pop(tag, None)
         if outcome is Settlement.REQUEUE and self._consumer is not None:
             await self._consumer.nack(record, delay_ms=0)
+
+    async def _settled(self, tag: str, future: asyncio.Future[Settlement]) -> Settlement:
+        """kombu's outcome for `tag`; ConsumeTimeoutError once it is taken and not settled
+        within the visibility timeout (the time in the inbox does not count)."""
+        visibility_s = self.config.visibility_timeout_s
+        wait_s = visibility_s
+        while True:
+            done, _ = await asyncio.wait((future,), timeout=wait_s)
+            if done:
+                return future.result()
+            taken = self._taken.get(tag)   # set by kombu's thread
+            wait_s = visibility_s if taken is None else taken + visibility_s - time.monotonic()
+            if wait_s <= 0:
+                raise ConsumeTimeoutError(f"not acknowledged within the visibility timeout "
+                                          f"({visibility_s:g} s)")
 
     # -- called from kombu's thread ---------------------------------------------------------
     def take(self) -> tuple[str, ConsumerRecord] | None:
         """The next record for kombu and its delivery tag, or None."""
-        try:
-            return self._inbox.popleft()
-        except IndexError:
-            return None
+        while True:
+            try:
+                tag, record = self._inbox.popleft()
+            except IndexError:
+                return None
+            if tag in self._waiting:   # else its handler ended meanwhile (stopping)
+                self._taken[tag] = time.monotonic()
+                return tag, record
 
     def settle(self, tag: str, outcome: Settlement) -> None:
         """Record kombu's outcome for `tag` (call on the loop: `LoopThread.call_soon`)."""
