@@ -135,6 +135,7 @@ async def test_a_late_handler_that_ignores_the_cancel_is_ignored_and_sent_back_o
             await _until(late_done.is_set)
             await asyncio.sleep(1.5)   # room for a wrong second send-back to come back
         finally:
+            late_release.set()   # (a failing run must not leave the handler waiting)
             await _stop(task)
     assert sorted(calls) == [(b"next", 0), (b"stubborn", 0), (b"stubborn", 1)]
     assert await _retry_copies(mesh, group) == 1
