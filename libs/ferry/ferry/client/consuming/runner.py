@@ -204,6 +204,7 @@ class Runner:
         if tasks:
             await asyncio.wait(tasks, timeout=grace_ms / 1000)
         for task in list(self.running):
+            self.deadlines.disarm(task)   # cancelled here: not sent back by a timeout too
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
