@@ -169,7 +169,8 @@ class Transport(virtual.Transport):
         self.timeout_s = float(opts.get("publish_timeout_s", DEFAULT_PUBLISH_TIMEOUT_S))
         feed_opts: dict[str, Any] = {k: int(opts[k]) for k in FEED_OPTIONS if k in opts}
         if "visibility_timeout" in opts:
-            feed_opts["visibility_timeout_s"] = float(opts["visibility_timeout"])
+            feed_opts["visibility_timeout_s"] = _seconds("visibility_timeout",
+                                                         opts["visibility_timeout"])
         self.config = FeedConfig(namesrv=self.namesrv, **feed_opts)
         self._loop: LoopThread | None = None
         self._producer: Producer | None = None
@@ -373,6 +374,14 @@ async def _check_namesrv(addrs: str) -> None:
         await client.call("GET", "/v1/brokers")
     finally:
         await client.close()
+
+
+def _seconds(option: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"transport option {option} must be a number of seconds, "
+                         f"got {value!r}") from None
 
 
 def _shutdown_at_exit(ref: weakref.ref[Transport]) -> None:
