@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 from ferry.client import Admin
+from ferry.client.core.connection import ConnectionPool
+from ferry.client.core.namesrv import NamesrvClient
+from ferry.wire import RequestCode
 
 from tests.celery.app import make_app
 from tests.celery.conftest import CeleryMesh, notes_db, proc_env, query, start_worker, wait_for
@@ -32,6 +35,21 @@ def _runs(db: Path, label: str) -> list[tuple[str, str, str]]:
     return [(phase, host, text.rsplit("pid=", 1)[1]) for phase, host, text in rows]
 
 
+async def _members(namesrv: str, group: str, topic: str) -> int:
+    """How many members the broker of `topic` lists in `group`."""
+    names = NamesrvClient(namesrv)
+    await names.start()
+    pool = ConnectionPool()
+    try:
+        route = await names.get_route(topic)
+        resp = await pool.request(route.brokers[0].master, RequestCode.GET_CONSUMERS,
+                                  {"group": group, "topic": topic})
+        return len(resp.fields.get("members") or ())
+    finally:
+        await pool.close()
+        await names.close()
+
+
 async def _lag(namesrv: str, group: str, topic: str) -> int:
     async with Admin(namesrv=namesrv) as admin:
         return sum(q.lag for q in await admin.group_lag(group, [topic, f"%RETRY%{group}"]))
@@ -50,6 +68,11 @@ def test_a_task_hanging_past_the_visibility_timeout_runs_again_elsewhere(
     env = proc_env(celery_mesh, queue, db, FERRY_CELERY_TEST_VISIBILITY_S=str(VISIBILITY_S))
     procs.append(start_worker(celery_mesh, "va", env))
     procs.append(start_worker(celery_mesh, "vb", env))
+    # Both members in, and their rebalance settled (1 s rounds): a queue changing hands
+    # meanwhile would deliver some tasks twice (at least once), which is not under test here.
+    wait_for(lambda: asyncio.run(_members(celery_mesh.namesrv, group, queue)) == 2, 30,
+             "both workers in the group")
+    time.sleep(3)
     app = make_app(celery_mesh.namesrv, queue)
     try:
         app.send_task("tests.celery.app.hang_once", args=("h", HANG_S))
@@ -57,8 +80,8 @@ def test_a_task_hanging_past_the_visibility_timeout_runs_again_elsewhere(
         for n in range(AFTER):
             app.send_task("tests.celery.app.stamp", args=(f"after-{n}",))
         wait_for(lambda: len(_runs(db, "h")) == 2, 60, "the hanging task ran again")
-        wait_for(lambda: len(query(db, "SELECT 1 FROM notes WHERE phase = 'run'")) == AFTER,
-                 60, "the tasks sent after it ran")
+        wait_for(lambda: len(query(db, "SELECT DISTINCT label FROM notes WHERE phase = 'run'"))
+                 == AFTER, 60, "the tasks sent after it ran")
         # The commit moves past the hung message (acked by no one) once its copy is stored.
         wait_for(lambda: asyncio.run(_lag(celery_mesh.namesrv, group, queue)) == 0, 30,
                  "the group's commit passed every message, the hung one included")
