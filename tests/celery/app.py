@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from celery import Celery, current_task
+from celery.exceptions import Reject
 from celery.signals import task_received
 from ferry.celery import idempotent_task
 from ferry.idempotence import Ledger
@@ -78,14 +79,28 @@ def stamp(label: str) -> None:
 
 
 @app.task(name="tests.celery.app.hang_once")
-def hang_once(label: str, hang_s: float) -> None:
-    """Hangs `hang_s` the first time it runs for `label`, returns at once after that; notes
-    `hang` / `rerun` with the pool process's pid (`label pid=N`), and `done` after a hang."""
+def hang_once(label: str, hang_s: float, hang_on: str | None = None) -> None:
+    """Hangs `hang_s` the first time it runs for `label` (on worker `hang_on` only, when
+    given: elsewhere it notes `ran`), returns at once after that; notes `hang` / `rerun`
+    with the pool process's pid (`label pid=N`), and `done` after a hang."""
     first = not _noted("hang", label)
+    if first and hang_on not in (None, current_task.request.hostname):
+        note("ran", label)
+        return
     note("hang" if first else "rerun", f"{label} pid={os.getpid()}")
     if first:
         time.sleep(hang_s)
         note("done", label)
+
+
+@app.task(name="tests.celery.app.requeue_once")
+def requeue_once(label: str) -> None:
+    """Rejected with requeue the first time (back through the group's retry topic), noted
+    `requeued` where it runs then: the worker that serves the retry queue."""
+    if not _noted("rejected", label):
+        note("rejected", f"{label} pid={os.getpid()}")
+        raise Reject("probe", requeue=True)
+    note("requeued", label)
 
 
 def _noted(phase: str, label: str) -> bool:

@@ -1,8 +1,9 @@
 """The `ferry://` transport's visibility timeout, with real prefork workers on a real mesh.
 
-A task that hangs on its first run (acks late) is delivered again after the
-visibility timeout and runs in another worker process while the first run
-still hangs; the group's commit moves past it; the late run changes nothing.
+Tasks that hang on their first run in one worker (acks late) are delivered
+again after the visibility timeout and run on the other worker (the one that
+serves the group's retry queue) while the first runs still hang; the group's
+commit moves past them; the late runs change nothing.
 """
 from __future__ import annotations
 
@@ -25,14 +26,7 @@ pytestmark = pytest.mark.integration
 
 VISIBILITY_S = 3
 HANG_S = 600.0   # the first run outlives the test (its workers are killed at the end)
-AFTER = 6        # tasks sent after the hanging one
-
-
-def _runs(db: Path, label: str) -> list[tuple[str, str, str]]:
-    """(phase, host, pid) of each run of `label`, in order."""
-    rows = query(db, "SELECT phase, host, label FROM notes WHERE phase IN ('hang', 'rerun') "
-                     "AND label LIKE ? ORDER BY ts", f"{label} pid=%")
-    return [(phase, host, text.rsplit("pid=", 1)[1]) for phase, host, text in rows]
+TASKS = 8        # the test topic's queue count (topic_queues): some land on each worker
 
 
 async def _members(namesrv: str, group: str, topic: str) -> int:
@@ -75,20 +69,35 @@ def test_a_task_hanging_past_the_visibility_timeout_runs_again_elsewhere(
     time.sleep(3)
     app = make_app(celery_mesh.namesrv, queue)
     try:
-        app.send_task("tests.celery.app.hang_once", args=("h", HANG_S))
-        wait_for(lambda: len(_runs(db, "h")) == 1, 60, "the first run started (and hangs)")
-        for n in range(AFTER):
-            app.send_task("tests.celery.app.stamp", args=(f"after-{n}",))
-        wait_for(lambda: len(_runs(db, "h")) == 2, 60, "the hanging task ran again")
-        wait_for(lambda: len(query(db, "SELECT DISTINCT label FROM notes WHERE phase = 'run'"))
-                 == AFTER, 60, "the tasks sent after it ran")
-        # The commit moves past the hung message (acked by no one) once its copy is stored.
+        # Which worker serves the group's retry queue (one per broker): a requeued probe
+        # runs there. The tasks then hang on the other worker only.
+        app.send_task("tests.celery.app.requeue_once", args=("probe",))
+        wait_for(lambda: bool(query(db, "SELECT 1 FROM notes WHERE phase = 'requeued'")), 60,
+                 "the requeued probe ran again")
+        [(retry_host,)] = query(db, "SELECT host FROM notes WHERE phase = 'requeued'")
+        other = "vb@test" if retry_host == "va@test" else "va@test"
+        labels = [f"h{n}" for n in range(TASKS)]   # one per queue of the topic
+        for label in labels:
+            app.send_task("tests.celery.app.hang_once", args=(label, HANG_S, other))
+        wait_for(lambda: len(_finished(db)) == TASKS, 60, "every task ran (again)")
+        # The commit moves past the hung messages (acked by no one) once their copies are stored.
         wait_for(lambda: asyncio.run(_lag(celery_mesh.namesrv, group, queue)) == 0, 30,
-                 "the group's commit passed every message, the hung one included")
+                 "the group's commit passed every message, the hung ones included")
         time.sleep(VISIBILITY_S + 2)   # a second timeout (wrongly) would bring a third run
     finally:
         app.close()
-    (first, first_host, first_pid), (again, again_host, again_pid) = _runs(db, "h")
-    assert (first, again) == ("hang", "rerun")   # and no third run
-    assert (again_host, again_pid) != (first_host, first_pid)   # another worker process ...
-    assert not query(db, "SELECT 1 FROM notes WHERE phase = 'done'")   # ... while it hangs
+    hung = query(db, "SELECT label, host FROM notes WHERE phase = 'hang'")
+    assert hung and {host for _, host in hung} == {other}
+    reruns = query(db, "SELECT label, host FROM notes WHERE phase = 'rerun'")
+    # Each hung task ran again once, on the other worker, while the first run still hangs.
+    assert (sorted(label.split(" pid=")[0] for label, _ in reruns)
+            == sorted(label.split(" pid=")[0] for label, _ in hung))
+    assert {host for _, host in reruns} == {retry_host}
+    assert not query(db, "SELECT 1 FROM notes WHERE phase = 'done'")
+    assert _finished(db) == set(labels)
+
+
+def _finished(db: Path) -> set[str]:
+    """Labels that ran to the end somewhere (`ran`, or `rerun` after a hang)."""
+    rows = query(db, "SELECT label FROM notes WHERE phase IN ('ran', 'rerun')")
+    return {label.split(" pid=")[0] for (label,) in rows}

@@ -12,9 +12,11 @@ handler does not process anything: it puts the record in the feed's inbox
   `%RETRY%celery-<queue>` (after `max_reconsume_times` to `%DLQ%celery-<queue>`);
 - reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange;
 - not settled within the visibility timeout (`visibility_timeout_s`, counted from
-  when kombu took the record) → the handler raises `ConsumeTimeoutError`: the
-  runner sends the record back with the group's back-off (`%RETRY%`, then `%DLQ%`)
-  and the queue's commit moves on; kombu's late ack or reject is ignored.
+  when the record reached this worker: time in the inbox counts, so a hung worker
+  holds nothing past it) → the handler raises `ConsumeTimeoutError`: the runner
+  sends the record back (once) with the group's back-off (`%RETRY%`, then `%DLQ%`) and the queue's commit
+  moves on; a record still in the inbox is not handed to kombu any more, and
+  kombu's late ack or reject is ignored.
 
 Nothing else commits: a worker killed with -9 leaves every unsettled record
 uncommitted, and the member that gets the queue after the group rebalances
@@ -28,7 +30,6 @@ import collections
 import contextlib
 import logging
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from enum import Enum
@@ -84,7 +85,6 @@ class QueueFeed:
         # Filled by the loop, drained by kombu's thread: deque append/popleft are atomic.
         self._inbox: collections.deque[tuple[str, ConsumerRecord]] = collections.deque()
         self._waiting: dict[str, asyncio.Future[Settlement]] = {}
-        self._taken: dict[str, float] = {}        # tag -> when kombu took it (monotonic)
         self._consumer: Consumer | None = None
         self._run: asyncio.Task[None] | None = None
 
@@ -106,7 +106,7 @@ class QueueFeed:
         await consumer.start()
         self._consumer = consumer
         self._run = asyncio.get_running_loop().create_task(
-            # The visibility timeout is the feed's own (from kombu's take, not the inbox).
+            # The feed's own timeout (the run's would also cut a requeue's nack short).
             consumer.run(self._hold, concurrency=c.window, consume_timeout_ms=None),
             name=f"ferry-celery-{self.topic}")
 
@@ -118,27 +118,15 @@ class QueueFeed:
         self._inbox.append((tag, record))
         self._ready.set()
         try:
-            outcome = await self._settled(tag, future)
+            done, _ = await asyncio.wait((future,), timeout=self.config.visibility_timeout_s)
+            if not done:
+                raise ConsumeTimeoutError(f"not settled within the visibility timeout "
+                                          f"({self.config.visibility_timeout_s:g} s)")
+            outcome = future.result()
         finally:
-            self._waiting.pop(tag, None)
-            self._taken.pop(tag, None)
+            self._waiting.pop(tag, None)   # kombu's outcome for it is ignored from now on
         if outcome is Settlement.REQUEUE and self._consumer is not None:
             await self._consumer.nack(record, delay_ms=0)
-
-    async def _settled(self, tag: str, future: asyncio.Future[Settlement]) -> Settlement:
-        """kombu's outcome for `tag`; ConsumeTimeoutError once it is taken and not settled
-        within the visibility timeout (the time in the inbox does not count)."""
-        visibility_s = self.config.visibility_timeout_s
-        wait_s = visibility_s
-        while True:
-            done, _ = await asyncio.wait((future,), timeout=wait_s)
-            if done:
-                return future.result()
-            taken = self._taken.get(tag)   # set by kombu's thread
-            wait_s = visibility_s if taken is None else taken + visibility_s - time.monotonic()
-            if wait_s <= 0:
-                raise ConsumeTimeoutError(f"not acknowledged within the visibility timeout "
-                                          f"({visibility_s:g} s)")
 
     # -- called from kombu's thread ---------------------------------------------------------
     def take(self) -> tuple[str, ConsumerRecord] | None:
@@ -148,8 +136,7 @@ class QueueFeed:
                 tag, record = self._inbox.popleft()
             except IndexError:
                 return None
-            if tag in self._waiting:   # else its handler ended meanwhile (stopping)
-                self._taken[tag] = time.monotonic()
+            if tag in self._waiting:   # else its handler ended meanwhile (timed out, stopping)
                 return tag, record
 
     def settle(self, tag: str, outcome: Settlement) -> None:
