@@ -2,8 +2,9 @@
 
 Configured by the environment the test gives each worker: FERRY_CELERY_TEST_NAMESRV
 (the mesh), FERRY_CELERY_TEST_QUEUE (the queue = topic of one test),
-FERRY_CELERY_TEST_DB (SQLite file where tasks note what ran where) and
-FERRY_CELERY_TEST_BIZ_DB (the bridge test's business database, with the ledger).
+FERRY_CELERY_TEST_DB (SQLite file where tasks note what ran where),
+FERRY_CELERY_TEST_BIZ_DB (the bridge test's business database, with the ledger) and
+FERRY_CELERY_TEST_VISIBILITY_S (the transport's `visibility_timeout`, when set).
 """
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import time
 from typing import Any
 
 from celery import Celery, current_task
+from celery.exceptions import Reject
 from celery.signals import task_received
 from ferry.celery import idempotent_task
 from ferry.idempotence import Ledger
 
 #: Fast group membership so a killed worker's queues move within seconds in tests.
-TRANSPORT_OPTIONS = {"heartbeat_interval_ms": 1_000, "rebalance_interval_ms": 1_000,
-                     "commit_interval_ms": 500, "window": 32, "topic_queues": 8}
+TRANSPORT_OPTIONS: dict[str, Any] = {"heartbeat_interval_ms": 1_000, "rebalance_interval_ms": 1_000,
+                                     "commit_interval_ms": 500, "window": 32, "topic_queues": 8}
+if os.environ.get("FERRY_CELERY_TEST_VISIBILITY_S"):
+    TRANSPORT_OPTIONS["visibility_timeout"] = float(os.environ["FERRY_CELERY_TEST_VISIBILITY_S"])
 
 
 def make_app(namesrv: str, queue: str) -> Celery:
@@ -72,6 +76,40 @@ def record(n: int, sleep_s: float = 0.0) -> int:
 @app.task(name="tests.celery.app.stamp")
 def stamp(label: str) -> None:
     note("run", label)
+
+
+@app.task(name="tests.celery.app.hang_once")
+def hang_once(label: str, hang_s: float, hang_on: str | None = None) -> None:
+    """Hangs `hang_s` the first time it runs for `label` (on worker `hang_on` only, when
+    given: elsewhere it notes `ran`), returns at once after that; notes `hang` / `rerun`
+    with the pool process's pid (`label pid=N`), and `done` after a hang."""
+    first = not _noted("hang", label)
+    if first and hang_on not in (None, current_task.request.hostname):
+        note("ran", label)
+        return
+    note("hang" if first else "rerun", f"{label} pid={os.getpid()}")
+    if first:
+        time.sleep(hang_s)
+        note("done", label)
+
+
+@app.task(name="tests.celery.app.requeue_once")
+def requeue_once(label: str) -> None:
+    """Rejected with requeue the first time (back through the group's retry topic), noted
+    `requeued` where it runs then: the worker that serves the retry queue."""
+    if not _noted("rejected", label):
+        note("rejected", f"{label} pid={os.getpid()}")
+        raise Reject("probe", requeue=True)
+    note("requeued", label)
+
+
+def _noted(phase: str, label: str) -> bool:
+    conn = sqlite3.connect(os.environ["FERRY_CELERY_TEST_DB"], timeout=60)
+    try:
+        return conn.execute("SELECT 1 FROM notes WHERE phase = ? AND label LIKE ?",
+                            (phase, f"{label} pid=%")).fetchone() is not None
+    finally:
+        conn.close()
 
 
 @app.task(name="tests.celery.app.flaky", bind=True, max_retries=3)

@@ -120,11 +120,25 @@ def test_docs_list_every_transport_option_and_its_default() -> None:
     defaults = {f: str(getattr(FeedConfig, f)) for f in FeedConfig.__dataclass_fields__
                 if f != "namesrv"}
     defaults.update(publish_timeout_s=f"{DEFAULT_PUBLISH_TIMEOUT_S:g}",
-                    polling_interval=f"{DEFAULT_POLLING_INTERVAL_S:g}")
+                    polling_interval=f"{DEFAULT_POLLING_INTERVAL_S:g}",
+                    visibility_timeout=f"{FeedConfig.visibility_timeout_s:g}")
     for option in TRANSPORT_OPTIONS:
         assert option in rows, f"docs/celery.md does not list transport option {option}"
         if option in defaults:
             assert rows[option] == defaults[option], option
+
+
+@pytest.mark.parametrize("bad", [0, -5, 86_401, "soon", None])
+def test_a_bad_visibility_timeout_is_refused_clearly(bad: object) -> None:
+    conn = kombu.Connection("ferry://127.0.0.1:1", transport_options={"visibility_timeout": bad})
+    with pytest.raises(ValueError, match="visibility_timeout"):
+        _ = conn.transport   # kombu makes the transport on first use
+
+
+def test_visibility_timeout_is_read_in_seconds() -> None:
+    transport = kombu.Connection("ferry://127.0.0.1:1",
+                                 transport_options={"visibility_timeout": "90"}).transport
+    assert transport.config.visibility_timeout_s == 90.0
 
 
 def test_celery_ferry_subcommand_names_the_transport() -> None:

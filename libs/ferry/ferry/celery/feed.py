@@ -10,7 +10,13 @@ handler does not process anything: it puts the record in the feed's inbox
   still unsettled on its queue;
 - reject with requeue → `consumer.nack(record, delay_ms=0)`: a copy goes to
   `%RETRY%celery-<queue>` (after `max_reconsume_times` to `%DLQ%celery-<queue>`);
-- reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange.
+- reject without requeue → consumed (dropped), as AMQP does without a dead-letter exchange;
+- not settled within the visibility timeout (`visibility_timeout_s`, counted from
+  when the record reached this worker: time in the inbox counts, so a hung worker
+  holds nothing past it) → the handler raises `ConsumeTimeoutError`: the runner
+  sends the record back (once) with the group's back-off (`%RETRY%`, then `%DLQ%`) and the queue's commit
+  moves on; a record still in the inbox is not handed to kombu any more, and
+  kombu's late ack or reject is ignored.
 
 Nothing else commits: a worker killed with -9 leaves every unsettled record
 uncommitted, and the member that gets the queue after the group rebalances
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ferry.client import Admin, Consumer, ConsumerRecord
+from ferry.client.consuming.consume_timeout import ConsumeTimeoutError
 from ferry.errors import AlreadyExistsError, FerryError
 from ferry.names import validate_topic
 
@@ -36,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: The consumer group of kombu queue `q` is GROUP_PREFIX + the topic name.
 GROUP_PREFIX = "celery-"
+#: Redis's visibility timeout, the one Celery users know (`visibility_timeout` option).
+DEFAULT_VISIBILITY_TIMEOUT_S = 3_600.0
 
 
 class Settlement(Enum):
@@ -57,6 +66,12 @@ class FeedConfig:
     heartbeat_interval_ms: int = 2_000
     rebalance_interval_ms: int = 2_000
     pull_max_wait_ms: int = 2_000
+    visibility_timeout_s: float = DEFAULT_VISIBILITY_TIMEOUT_S   # taken, not settled: retried
+
+    def __post_init__(self) -> None:
+        if not 0 < self.visibility_timeout_s <= 86_400:
+            raise ValueError("visibility_timeout must be in (0, 86400] seconds, got "
+                             f"{self.visibility_timeout_s!r}")
 
 
 class QueueFeed:
@@ -91,7 +106,9 @@ class QueueFeed:
         await consumer.start()
         self._consumer = consumer
         self._run = asyncio.get_running_loop().create_task(
-            consumer.run(self._hold, concurrency=c.window), name=f"ferry-celery-{self.topic}")
+            # The feed's own timeout (the run's would also cut a requeue's nack short).
+            consumer.run(self._hold, concurrency=c.window, consume_timeout_ms=None),
+            name=f"ferry-celery-{self.topic}")
 
     async def _hold(self, record: ConsumerRecord) -> None:
         """The run() handler: hand `record` to kombu and wait for its outcome."""
@@ -101,19 +118,26 @@ class QueueFeed:
         self._inbox.append((tag, record))
         self._ready.set()
         try:
-            outcome = await future
+            done, _ = await asyncio.wait((future,), timeout=self.config.visibility_timeout_s)
+            if not done:
+                raise ConsumeTimeoutError(f"not settled within the visibility timeout "
+                                          f"({self.config.visibility_timeout_s:g} s)")
+            outcome = future.result()
         finally:
-            self._waiting.pop(tag, None)
+            self._waiting.pop(tag, None)   # kombu's outcome for it is ignored from now on
         if outcome is Settlement.REQUEUE and self._consumer is not None:
             await self._consumer.nack(record, delay_ms=0)
 
     # -- called from kombu's thread ---------------------------------------------------------
     def take(self) -> tuple[str, ConsumerRecord] | None:
         """The next record for kombu and its delivery tag, or None."""
-        try:
-            return self._inbox.popleft()
-        except IndexError:
-            return None
+        while True:
+            try:
+                tag, record = self._inbox.popleft()
+            except IndexError:
+                return None
+            if tag in self._waiting:   # else its handler ended meanwhile (timed out, stopping)
+                return tag, record
 
     def settle(self, tag: str, outcome: Settlement) -> None:
         """Record kombu's outcome for `tag` (call on the loop: `LoopThread.call_soon`)."""

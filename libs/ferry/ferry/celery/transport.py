@@ -20,7 +20,9 @@ Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
 `namesrv` ("h:p,h:p", overrides the URL's host), `window`, `topic_queues`,
 `commit_interval_ms`, `heartbeat_interval_ms`, `rebalance_interval_ms`,
-`publish_timeout_s`, `polling_interval` (see docs/celery.md).
+`publish_timeout_s`, `polling_interval`, `visibility_timeout` (seconds, as for
+Redis and SQS: a message taken and neither acked nor rejected within it is
+retried through the group's retry topic; see `feed` and docs/celery.md).
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ MAX_KEY_CHARS = 128
 FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_interval_ms",
                 "rebalance_interval_ms")
 #: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
-TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval")
+TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval",
+                     "visibility_timeout")
 
 
 class QoS(virtual.QoS):
@@ -164,8 +167,11 @@ class Transport(virtual.Transport):
         self.namesrv = str(opts.get("namesrv") or
                            f"{client.hostname or '127.0.0.1'}:{client.port or DEFAULT_PORT}")
         self.timeout_s = float(opts.get("publish_timeout_s", DEFAULT_PUBLISH_TIMEOUT_S))
-        self.config = FeedConfig(namesrv=self.namesrv,
-                                 **{k: int(opts[k]) for k in FEED_OPTIONS if k in opts})
+        feed_opts: dict[str, Any] = {k: int(opts[k]) for k in FEED_OPTIONS if k in opts}
+        if "visibility_timeout" in opts:
+            feed_opts["visibility_timeout_s"] = _seconds("visibility_timeout",
+                                                         opts["visibility_timeout"])
+        self.config = FeedConfig(namesrv=self.namesrv, **feed_opts)
         self._loop: LoopThread | None = None
         self._producer: Producer | None = None
         self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
@@ -368,6 +374,14 @@ async def _check_namesrv(addrs: str) -> None:
         await client.call("GET", "/v1/brokers")
     finally:
         await client.close()
+
+
+def _seconds(option: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"transport option {option} must be a number of seconds, "
+                         f"got {value!r}") from None
 
 
 def _shutdown_at_exit(ref: weakref.ref[Transport]) -> None:

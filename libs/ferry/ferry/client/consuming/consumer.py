@@ -44,6 +44,7 @@ from typing import Any
 from ferry.auth.credentials import Credentials
 from ferry.client.consuming.allocation import allocator
 from ferry.client.consuming.assignment import Assignment
+from ferry.client.consuming.consume_timeout import DEFAULT_CONSUME_TIMEOUT_MS, check_consume_timeout
 from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher, servable
 from ferry.client.consuming.group_settings import RESETS, GroupSettings
 from ferry.client.consuming.idempotence_hook import wire_idempotence
@@ -141,8 +142,7 @@ class Consumer(AsyncClient):
         # None: the group's consume_from decides, read at start
         self._settings = GroupSettings(self._namesrv, self.group, auto_offset_reset, self._nacker)
         self._runners: set[Runner] = set()
-        #: What `run(..., idempotence=...)` did (None until such a run starts).
-        #: A `ferry.idempotence.IdempotenceStats`.
+        #: What `run(..., idempotence=...)` did: a `ferry.idempotence.IdempotenceStats` (or None).
         self.idempotence_stats: Any = None
         self.suspend_ms = suspend_ms
         self.lock_renew_interval_ms = lock_renew_interval_ms
@@ -332,24 +332,23 @@ class Consumer(AsyncClient):
         return self._assignment.ordered is not None
 
     async def run(self, handler: Callable[..., Awaitable[Any]], *, concurrency: int = 1,
-                  ordered: bool | None = None, idempotence: object = None) -> None:
+                  ordered: bool | None = None, idempotence: object = None,
+                  consume_timeout_ms: int | None = DEFAULT_CONSUME_TIMEOUT_MS) -> None:
         """Push style: call `await handler(record)` for each record, up to `concurrency` at once.
 
-        A handler that returns consumed its record; one that raises has it
-        nacked (with the retry policy's back-off). Offsets commit only up to
-        the lowest record still in a handler on each queue. Returns once the
-        consumer stops (see `runner` for what happens to running handlers).
+        A handler that returns consumed its record; one that raises, or runs past
+        `consume_timeout_ms` (None: no limit), has it nacked (`consume_timeout`).
+        Offsets commit only up to the lowest record still in a handler on each
+        queue. Returns once the consumer stops (`runner`: running handlers).
 
-        Ordered (`ordered=True`, the default of a consumer made with
-        `ordered=True`; it turns ordered mode on for one made without): one
-        record per queue at a time in offset order, queues in parallel
-        (`concurrency` caps the handlers running), a failing record called
-        again in place after `suspend_ms`, then dead-lettered (`OrderedRunner`).
+        Ordered (`ordered=True`; the default of an ordered consumer): one record per
+        queue at a time in offset order, a failing (or timed-out) record called again
+        in place after `suspend_ms`, then dead-lettered (`OrderedRunner`).
 
-        `idempotence`: a RedisClaim, a Ledger, `ledger.transactional(...)` or
-        any `wrap(handler)` check around the handler; duplicates are
-        acknowledged, counted in `idempotence_stats` (see `ferry.idempotence.wiring`).
+        `idempotence`: a RedisClaim, a Ledger, `ledger.transactional(...)` or any
+        `wrap(handler)` check; duplicates are acknowledged, counted in `idempotence_stats`.
         """
+        timeout_s = check_consume_timeout(consume_timeout_ms)
         if not self.started:
             raise RuntimeError("the consumer is not started: call start() or use `async with`")
         if idempotence is not None:   # ferry.idempotence's wiring (see idempotence_hook)
@@ -368,9 +367,10 @@ class Consumer(AsyncClient):
             runner = OrderedRunner(self, handler, concurrency, self._pending,
                                    queues=queues, fetchers=self._fetchers,
                                    consumed=self._positions.consumed, wakeup=self._wakeup,
-                                   nacker=self._nacker, suspend_ms=self.suspend_ms)
+                                   nacker=self._nacker, suspend_ms=self.suspend_ms,
+                                   consume_timeout_s=timeout_s)
         else:
-            runner = Runner(self, handler, concurrency, self._pending)
+            runner = Runner(self, handler, concurrency, self._pending, timeout_s)
         self._runners.add(runner)
         try:
             await runner.run()

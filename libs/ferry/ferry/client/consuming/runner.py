@@ -5,7 +5,8 @@ record; one that raises has it nacked (back-off from the group's retry
 policy). Every record handed to a handler is held in the consumer's
 `PendingOffsets` until its outcome is stored (returned, or nacked and the
 copy acknowledged by a broker), so offsets commit only up to the lowest
-record still in flight on each queue.
+record still in flight on each queue. A handler still running after the
+consume timeout is cancelled and its record sent back (`consume_timeout`).
 
 `run` returns when the consumer stops. In-flight handlers then get
 `RUN_STOP_GRACE_MS` to finish before they are cancelled; what did not finish
@@ -25,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ferry.client.consuming.consume_timeout import Deadlines, call_within, ignore_late
 from ferry.client.consuming.fetcher import QueueFetcher
 from ferry.client.consuming.ordered import OrderedQueues
 from ferry.client.consuming.retry import Nacker, PendingOffsets
@@ -69,7 +71,7 @@ class Runner:
     """One `run()` call: takes records, runs handlers, records their outcome."""
 
     def __init__(self, consumer: RunnerHost, handler: Handler, concurrency: int,
-                 pending: PendingOffsets) -> None:
+                 pending: PendingOffsets, consume_timeout_s: float | None = None) -> None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY}")
         self.consumer = consumer
@@ -77,6 +79,10 @@ class Runner:
         self.concurrency = concurrency
         self.pending = pending
         self.running: dict[asyncio.Task[None], tuple[TopicQueue, int]] = {}
+        # A handler past its consume timeout gives its record back (see consume_timeout).
+        self.deadlines = Deadlines(consume_timeout_s, self._expire)
+        self.records: dict[asyncio.Task[None], ConsumerRecord] = {}
+        self._sending_back: set[asyncio.Task[None]] = set()
         self._slot_free = asyncio.Event()
         # A handler may offer a BatchHook, awaited with each batch before its handlers
         # start (ferry.idempotence's Redis claim takes a batch's claims so).
@@ -140,10 +146,14 @@ class Runner:
             self.pending.add(tq, record.queue_offset)
         task = asyncio.get_running_loop().create_task(self._handle(tq, record))
         self.running[task] = (tq, record.queue_offset)
+        self.records[task] = record
+        self.deadlines.arm(task)
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task, None)
+        self.records.pop(task, None)
+        self.deadlines.forget(task)
         self._slot_free.set()
 
     async def _handle(self, tq: TopicQueue, record: ConsumerRecord) -> None:
@@ -152,6 +162,8 @@ class Runner:
         except asyncio.CancelledError:
             raise   # not finished: stays pending, so it is not committed
         except Exception as exc:
+            if self.deadlines.disarm(asyncio.current_task()):
+                return ignore_late(record, exc)   # sent back at its timeout already
             log.warning("handler failed on %s (%s offset %d, attempt %d): %r; nacking",
                         record.msg_id, tq, record.queue_offset, record.reconsume_times, exc)
             try:
@@ -159,6 +171,31 @@ class Runner:
             except Exception as nack_exc:   # stopped meanwhile: left pending, redelivered
                 log.warning("nack of %s not stored: %s", record.msg_id, nack_exc)
                 return
+        else:
+            if self.deadlines.disarm(asyncio.current_task()):
+                return ignore_late(record, None)
+        self.pending.discard(tq, record.queue_offset)
+
+    def _expire(self, task: asyncio.Task[None]) -> None:
+        """`task`'s handler ran past the consume timeout: free its slot, cancel it, and send
+        its record back (its position stays pending until the broker stored the copy)."""
+        tq, _ = self.running.pop(task)
+        record = self.records.pop(task)
+        self._slot_free.set()
+        task.cancel()
+        log.warning("handler on %s (%s offset %d, attempt %d) ran past the consume timeout "
+                    "(%.0f ms); sending it back", record.msg_id, tq, record.queue_offset,
+                    record.reconsume_times, (self.deadlines.timeout_s or 0) * 1000)
+        back = asyncio.get_running_loop().create_task(self._send_back(tq, record))
+        self._sending_back.add(back)
+        back.add_done_callback(self._sending_back.discard)
+
+    async def _send_back(self, tq: TopicQueue, record: ConsumerRecord) -> None:
+        try:
+            await self.consumer.nack(record)
+        except Exception as exc:   # stopped meanwhile: left pending, redelivered
+            log.warning("nack of %s (timed out) not stored: %s", record.msg_id, exc)
+            return
         self.pending.discard(tq, record.queue_offset)
 
     async def wind_down(self, grace_ms: int = RUN_STOP_GRACE_MS) -> None:
@@ -167,6 +204,7 @@ class Runner:
         if tasks:
             await asyncio.wait(tasks, timeout=grace_ms / 1000)
         for task in list(self.running):
+            self.deadlines.disarm(task)   # cancelled here: not sent back by a timeout too
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -204,8 +242,9 @@ class OrderedRunner(Runner):
     def __init__(self, consumer: RunnerHost, handler: Handler, concurrency: int,
                  pending: PendingOffsets, *, queues: OrderedQueues,
                  fetchers: dict[TopicQueue, QueueFetcher], consumed: dict[TopicQueue, int],
-                 wakeup: asyncio.Event, nacker: Nacker, suspend_ms: int) -> None:
-        super().__init__(consumer, handler, concurrency, pending)
+                 wakeup: asyncio.Event, nacker: Nacker, suspend_ms: int,
+                 consume_timeout_s: float | None = None) -> None:
+        super().__init__(consumer, handler, concurrency, pending, consume_timeout_s)
         self.queues = queues
         self.fetchers = fetchers     # the consumer's own dicts, shared
         self.consumed = consumed
@@ -291,7 +330,7 @@ class OrderedRunner(Runner):
         attempt = record
         while True:
             try:
-                await self.handler(attempt)
+                await call_within(self.handler, attempt, self.deadlines.timeout_s)
                 return True
             except asyncio.CancelledError:
                 raise
@@ -345,3 +384,4 @@ class OrderedRunner(Runner):
         for tq, offset in unfinished.items():
             self.pending.discard(tq, offset)
             await self.consumer.rewind(tq, offset)
+
