@@ -18,8 +18,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def _port_block() -> range:
+    """This test process's ports: below the kernel's ephemeral range (where the source ports
+    of outgoing connections come from, so a port found free there can be taken by a client's
+    connection before the service binds it), one block per pytest-xdist worker."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first, blocks = 10_000, 8
+    size = max((low - first) // blocks, 0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % blocks if worker.isdigit() else 0
+    return range(first + index * size, first + (index + 1) * size)
+
+
+_PORTS = _port_block()
+_next_port = [0]
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
+    """A TCP port that was free a moment ago on 127.0.0.1: taken in turn from this
+    process's block (not handed out twice in a row), else any the kernel gives."""
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port[0] % len(_PORTS)]
+        _next_port[0] += 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
