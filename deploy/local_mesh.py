@@ -27,10 +27,10 @@ docs/metrics.md) for a scrape config.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))   # its helper modules, also when loaded from a path
+from mesh_probe import port_open, wait_ready  # noqa: E402
+
 # Overridable so tests can run this very script on free ports in a temp dir.
 VAR = Path(os.environ.get("FERRY_MESH_VAR_DIR", ROOT / "var"))
 PIDFILE = VAR / "run" / "mesh.pid"
@@ -221,22 +224,6 @@ def process_env(comp: Component) -> dict[str, str]:
     return {"FERRY_TRACE_DIR": str(TRACE_DIR), **os.environ, **comp.env, "FERRY_AUTH": "off"}
 
 
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (OSError, ValueError):
-        return False
-
-
 def _log_tail(name: str, lines: int = 15) -> str:
     """The last lines of a component's log, to say why it failed where it is seen."""
     try:
@@ -244,18 +231,6 @@ def _log_tail(name: str, lines: int = 15) -> str:
     except OSError as exc:
         return f"    (no log: {exc})"
     return "\n".join("    " + line for line in text.splitlines()[-lines:])
-
-
-def _wait_port(comp: Component, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{comp.name} exited with {proc.returncode}; see "
-                               f"var/log/{comp.name}.log, which ends:\n{_log_tail(comp.name)}")
-        if _port_open(comp.port) and (not comp.ready_url or _http_ok(comp.ready_url)):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{comp.name} is not answering on port {comp.port} after {timeout_s}s")
 
 
 def up(ha: bool = False) -> int:
@@ -270,7 +245,7 @@ def up(ha: bool = False) -> int:
     for sub in ("run", "log", "redis", "traces"):
         (VAR / sub).mkdir(parents=True, exist_ok=True)
     for comp in components(ha):
-        if _port_open(comp.port):
+        if port_open(comp.port):
             print(f"port {comp.port} for {comp.name} is taken by another process; stop it first")
             return 1
     PIDFILE.write_text(str(os.getpid()))
@@ -292,7 +267,8 @@ def up(ha: bool = False) -> int:
                                     cwd=ROOT, start_new_session=True)
             log.close()
             started.append((comp, proc))
-            _wait_port(comp, proc)
+            wait_ready(comp.name, comp.port, comp.ready_url, proc,
+                       functools.partial(_log_tail, comp.name))
             print(f"  {comp.name:<10} ready on 127.0.0.1:{comp.port}")
         print(ha_banner(ha_roles()) if ha else banner())
         while not stopping:
