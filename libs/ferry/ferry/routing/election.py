@@ -41,7 +41,6 @@ from typing import Any
 import aetcd.exceptions
 
 from ferry.routing.registry import EtcdRegistry, EtcdUnavailable
-from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.routing.election")
 
@@ -111,6 +110,7 @@ class Election:
         self._created_rev = 0  # create_revision of our leader key while leading
         self._connected = False
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._changed = asyncio.Event()
 
     # -- state -------------------------------------------------------------------
@@ -178,7 +178,8 @@ class Election:
     async def stop(self) -> None:
         """Resign (revoke the lease: the key goes at once) and stop."""
         task, self._task = self._task, None
-        await cancel_and_wait(task)
+        self._stopping = True
+        await _cancel_bounded(task)
         self._set(False, None, "stopped")
         await self._drop_lease()
         if self._owns_registry:
@@ -194,7 +195,7 @@ class Election:
     # -- the loop ----------------------------------------------------------------
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             client = None
             try:
                 if not self._connected:
@@ -333,6 +334,18 @@ class Election:
         if lease is not None and self._connected:
             with contextlib.suppress(*EtcdUnavailable, ConnectionError, RuntimeError):
                 await asyncio.wait_for(self.registry.client.revoke_lease(lease), 2.0)
+
+
+async def _cancel_bounded(task: asyncio.Task[None] | None) -> None:
+    """Cancel the election's task and wait for its end, cancelling again while it
+    runs on: Python 3.11's `wait_for` can swallow a cancellation that arrives as
+    its inner call completes, and the loop would then run its next round."""
+    while task is not None and not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    if task is not None and not task.cancelled():
+        with contextlib.suppress(Exception):
+            task.exception()
 
 
 def _parse_epoch(raw: bytes) -> int:

@@ -151,7 +151,8 @@ class EtcdRegistry:
         await self._stop_keepalive()
         if self._client is not None:
             with contextlib.suppress(Exception):
-                await self._client.close()
+                # Bounded: a close stuck on a dead channel must not hang a shutdown.
+                await asyncio.wait_for(self._client.close(), 5.0)
             self._client = None
 
     async def __aenter__(self) -> EtcdRegistry:
