@@ -34,7 +34,9 @@ def _port_block() -> range:
 
 
 _PORTS = _port_block()
-_next_port = [0]
+# Start at a point of the block that depends on the process: two pytest runs outside
+# xdist (helpers, a developer's second terminal) share block 0 but not its ports.
+_next_port = [os.getpid() * 97 % max(len(_PORTS), 1)]
 
 
 def free_port() -> int:
