@@ -74,6 +74,14 @@ def register(metrics: Metrics, ctx: BrokerContext) -> None:
     metrics.observe("ferry.broker.group.lag", "gauge", "{message}",
                     "Messages stored but not yet committed, per group and topic",
                     lambda: _per_group(ctx, lag=True))
+    metrics.observe("ferry.broker.group.delivered", "counter", "{message}",
+                    "Messages handed to a group's members by PULL answers, per group and topic",
+                    lambda: [(n, {GROUP: g, TOPIC: t}) for g, t, n, _ in ctx.delivery.items()])
+    metrics.observe("ferry.broker.group.delivery_latency", "counter", "s",
+                    "Sum of the delivered messages' ages (delivery minus store time): divided "
+                    "by the delivered count, the mean end-to-end latency",
+                    lambda: [(s / 1000, {GROUP: g, TOPIC: t})
+                             for g, t, _, s in ctx.delivery.items()])
     metrics.observe("ferry.broker.store.size", "gauge", "By",
                     "Bytes held in the commit log (max - min offset)",
                     lambda: single(ctx.store.commit_log_max_offset - ctx.store.commit_log_min_offset))

@@ -59,23 +59,36 @@ async def user_reads_stats(request: web.Request, src: Sources) -> bool:
 
 
 def topic_charts(c: Console, topic: str, consumed: bool) -> ChartPanel:
-    """Produce rate of `topic` and, when `consumed`, its consume rate (over its groups)."""
+    """Produce rate of `topic` and, when `consumed`, its consume rate and end-to-end latency
+    (over its groups)."""
     rates = [_line(c, "topic.produce_rate", topic, "produced")]
     title = f"Produce rate of {topic}"
     if consumed:
         rates.append(_line(c, "topic.consume_rate", topic, "consumed"))
         title = f"Produce and consume rate of {topic}"
-    return _panel(c, [line_chart(title, rates, "msg/s", "chart-topic-rate")])
+    charts = [line_chart(title, rates, "msg/s", "chart-topic-rate")]
+    if consumed:
+        charts.append(latency_chart(f"End-to-end latency of {topic}",
+                                    _line(c, "topic.latency_ms", topic, "all groups"),
+                                    "chart-topic-latency"))
+    return _panel(c, charts)
+
+
+def latency_chart(title: str, line: Line, chart_id: str) -> Markup:
+    """The mean time from store to delivery of the messages delivered in each round."""
+    return line_chart(title, [line], "ms", chart_id)
 
 
 def group_charts(c: Console, group: str) -> ChartPanel:
-    """Lag and consume rate of `group`, over all its topics."""
+    """Lag, consume rate and end-to-end latency of `group`, over all its topics."""
     return _panel(c, [
         line_chart(f"Lag of {group}", [_line(c, "group.lag", group, "lag")], "messages",
                    "chart-group-lag"),
         line_chart(f"Consume rate of {group}", [_line(c, "group.consume_rate", group,
                                                       "consumed")], "msg/s",
-                   "chart-group-rate")])
+                   "chart-group-rate"),
+        latency_chart(f"End-to-end latency of {group}",
+                      _line(c, "group.latency_ms", group, "latency"), "chart-group-latency")])
 
 
 def cluster_charts(c: Console, members: list[str]) -> ChartPanel:
