@@ -46,6 +46,17 @@ async def _drain(mesh: Mesh, topic: str, group: str, n: int) -> list[ConsumerRec
     return got
 
 
+async def _read_all(mesh: Mesh, member: Consumer, group: str, topic: str,
+                    bodies: list[str]) -> dict[tuple[str, int], int]:
+    """`member` delivers `bodies` and commits: the group's committed offsets then."""
+    first = (await collect([member], len(bodies), timeout_s=30, settle_s=1.0))[0]
+    assert sorted(r.body.decode() for r in first) == sorted(bodies)
+    await member.commit()
+    at_end = await _committed(mesh, group, topic)
+    assert sum(at_end.values()) == len(bodies)
+    return at_end
+
+
 async def test_reset_by_time_replays_from_there_and_dry_run_changes_nothing(mesh: Mesh) -> None:
     topic, group = await _topic(mesh, [f"a{i}" for i in range(12)])
     await asyncio.sleep(0.05)   # a store time strictly after every earlier message
@@ -93,11 +104,7 @@ async def test_reset_refused_with_live_members_and_forced_members_follow(mesh: M
     topic, group = await _topic(mesh, bodies)
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
                         **FAST) as member:
-        first = (await collect([member], 16, timeout_s=30, settle_s=1.0))[0]
-        assert sorted(r.body.decode() for r in first) == sorted(bodies)
-        await member.commit()
-        at_end = await _committed(mesh, group, topic)
-        assert sum(at_end.values()) == 16
+        at_end = await _read_all(mesh, member, group, topic, bodies)
 
         res = ferry(mesh, "group", "reset-offsets", group, "--topic", topic, "--to-earliest")
         assert res.returncode == 1
@@ -127,11 +134,7 @@ async def test_a_forced_reset_survives_a_broker_restart(mesh: Mesh) -> None:
     topic, group = await _topic(mesh, bodies)
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
                         **FAST) as member:
-        first = (await collect([member], 16, timeout_s=30, settle_s=1.0))[0]
-        assert sorted(r.body.decode() for r in first) == sorted(bodies)
-        await member.commit()
-        at_end = await _committed(mesh, group, topic)
-        assert sum(at_end.values()) == 16
+        at_end = await _read_all(mesh, member, group, topic, bodies)
         # This event loop is blocked from here to the restart: the member cannot pull
         # meanwhile. Its parked PULLs are answered (empty) first, so no parked PULL hears
         # of the reset either: broker-a's marks are still pending when it dies.
