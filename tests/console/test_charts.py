@@ -148,25 +148,28 @@ def test_cluster_charts(console_mesh: ConsoleMesh, traffic: None, driver: Any,
 LATE_TOPIC, LATE_GROUP, LATE_WAVES, HELD_S = "charted-late", "charted-late-readers", 2, 2.5
 
 
-async def _late_traffic(namesrv: str) -> None:
-    """Waves of messages each left HELD_S in the store before a consumer of LATE_GROUP
-    reads them: every delivery is at least HELD_S after its store."""
+async def held_waves(namesrv: str, topic: str, group: str, queues: int, waves: int,
+                     per_wave: int, held_s: float) -> None:
+    """`topic` (made with `queues` queues) gets `waves` waves of `per_wave` messages, each
+    left `held_s` in the store before a new consumer of `group` reads and commits it: every
+    delivery is at least `held_s` after its store. A pause after each wave puts the next one
+    in a later sampling round or scrape (not a timing assertion)."""
     async with Admin(namesrv=namesrv) as admin:
-        await admin.create_topic(LATE_TOPIC, queues=1)
-    for wave in range(LATE_WAVES):
+        await admin.create_topic(topic, queues=queues)
+    for wave in range(waves):
         async with Producer(namesrv=namesrv) as producer:
-            for i in range(PER_WAVE):
-                await producer.send_and_wait(LATE_TOPIC, f"{wave}-{i}".encode())
-        await asyncio.sleep(HELD_S)
-        async with Consumer(LATE_TOPIC, group=LATE_GROUP, namesrv=namesrv,
+            for i in range(per_wave):
+                await producer.send_and_wait(topic, f"{wave}-{i}".encode())
+        await asyncio.sleep(held_s)
+        async with Consumer(topic, group=group, namesrv=namesrv,
                             auto_offset_reset="earliest", **FAST) as consumer:
             got, deadline = 0, time.monotonic() + 30
-            while got < PER_WAVE:
-                assert time.monotonic() < deadline, f"consumed {got} of {PER_WAVE}"
+            while got < per_wave:
+                assert time.monotonic() < deadline, f"consumed {got} of {per_wave}"
                 batch = await consumer.getmany(timeout_ms=300)
                 got += sum(len(v) for v in batch.values())
             await consumer.commit()
-        await asyncio.sleep(1.5)   # into the next sampling round (not a timing assertion)
+        await asyncio.sleep(1.5)
 
 
 def _legend_value(chart: Any) -> float:
@@ -188,7 +191,8 @@ def _latency_drawn(driver: Any, url: str, chart_id: str, series: str) -> bool:
 def test_latency_charts(console_mesh: ConsoleMesh, driver: Any, shots: Path) -> None:
     """End-to-end latency (store to delivery) on the group's and the topic's page: a point
     per wave, each at least the HELD_S the messages waited, drawn in its colour."""
-    asyncio.run(_late_traffic(console_mesh.mesh.namesrv))
+    asyncio.run(held_waves(console_mesh.mesh.namesrv, LATE_TOPIC, LATE_GROUP, 1, LATE_WAVES,
+                           PER_WAVE, HELD_S))
     for page, chart_id, title, series in (
             (f"groups/{LATE_GROUP}", "chart-group-latency",
              f"End-to-end latency of {LATE_GROUP}", "latency"),
