@@ -2,7 +2,8 @@
 
 Nothing here runs on the put or pull path: every instrument is observable,
 its callback reads the store's offsets, the committed offsets, the long-poll
-holds and the counters the broker keeps anyway. Per topic, the messages
+holds and the counters the broker keeps anyway (the delivery totals are
+kept for /v1/stats too, delivery_latency.py). Per topic, the messages
 stored are the sum of the queues' max offsets (a queue's next offset: it only
 grows, retention does not lower it), so `rate()` over it is the produce rate;
 per group and topic the committed offsets sum to the messages consumed (the
