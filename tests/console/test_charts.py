@@ -197,7 +197,7 @@ def test_latency_charts(console_mesh: ConsoleMesh, driver: Any, shots: Path) -> 
             (f"groups/{LATE_GROUP}", "chart-group-latency",
              f"End-to-end latency of {LATE_GROUP}", "latency"),
             (f"topics/{LATE_TOPIC}", "chart-topic-latency",
-             f"End-to-end latency of {LATE_TOPIC}", "all groups")):
+             f"End-to-end latency of {LATE_TOPIC}, by group", LATE_GROUP)):
         url = f"{console_mesh.url}/console/{page}"
         assert _until(lambda u=url, c=chart_id, s=series: _latency_drawn(driver, u, c, s),
                       30), page

@@ -90,6 +90,8 @@ def test_charts_from_prometheus(console_mesh: ConsoleMesh, prometheus: Prometheu
         _open(driver, f"http://127.0.0.1:{port}/console/topics/{TOPIC}")
         _check_chart(driver, "chart-topic-rate", f"Produce and consume rate of {TOPIC}",
                      ["produced", "consumed"], shots)
+        _check_chart(driver, "chart-topic-latency", f"End-to-end latency of {TOPIC}, by group",
+                     [GROUP], shots)
         _open(driver, f"http://127.0.0.1:{port}/console/cluster")
         _check_chart(driver, "chart-disk", "Disk used", ["broker-a", "broker-b"], shots)
         _check_chart(driver, "chart-commit-log", "Commit log size", ["broker-a", "broker-b"],

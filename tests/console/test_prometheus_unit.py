@@ -16,6 +16,8 @@ def test_queries_name_the_subject_and_leave_slaves_out_of_rates_and_lag() -> Non
     latency = query("group.latency_ms", "g", 30)
     assert "[120s]" in latency and "unless" not in latency   # slaves count their own pulls
     assert query("broker.flush_lag_bytes", "", 10) == "ferry_broker_flush_lag_bytes"
+    by_group = query("topic.group_latency_ms", "t", 1)
+    assert by_group.startswith("1000 * sum by (messaging_consumer_group_name) (rate(")
     assert query("topic.produce_rate", 'a"b\\', 1).count('a\\"b\\\\') == 1
     with pytest.raises(ValueError, match="no PromQL"):
         query("topic.unknown", "t", 1)
@@ -26,9 +28,11 @@ def test_a_range_answer_and_what_is_not_one() -> None:
     body = {"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": {"job": "broker-b"}, "values": [[1.0, "2"], [2.0, "NaN"]]},
         {"metric": {"instance": "h:1"}, "values": [[1.0, "+Inf"]]},
-        {"metric": {"job": "broker-a"}, "values": [[1.5, "3.5"]]}]}}
+        {"metric": {"job": "broker-a"}, "values": [[1.5, "3.5"]]},
+        {"metric": {"messaging_consumer_group_name": "g", "job": "x"}, "values": []}]}}
     assert parse_matrix(body) == [Series("broker-a", [(1.5, 3.5)]),
-                                  Series("broker-b", [(1.0, 2.0)]), Series("h:1", [])]
+                                  Series("broker-b", [(1.0, 2.0)]), Series("g", []),
+                                  Series("h:1", [])]
     for bad, why in (({"status": "error", "errorType": "bad_data", "error": "parse error"},
                       "bad_data: parse error"),
                      ({"status": "success", "data": {"resultType": "vector", "result": []}},

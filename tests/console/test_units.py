@@ -87,8 +87,9 @@ def test_latency_series_from_delivery_totals() -> None:
     series = rates.series
     # a/0: 4 messages, 800 ms; a/0 u: 2, 400 ms; a/1 was not read before: left out
     assert series.points(SeriesKey("group.latency_ms", "g")) == [(2.0, 200.0)]
-    assert series.points(SeriesKey("topic.latency_ms", "t")) == [(2.0, 200.0)]
-    assert series.points(SeriesKey("topic.latency_ms", "u")) == [(2.0, 200.0)]
+    assert series.points(SeriesKey("topic.group_latency_ms", "t g")) == [(2.0, 200.0)]
+    assert series.points(SeriesKey("topic.group_latency_ms", "u g")) == [(2.0, 200.0)]
+    assert series.subjects("topic.group_latency_ms", "t ") == ["t g"]
 
 
 def test_rates_from_two_samples() -> None:

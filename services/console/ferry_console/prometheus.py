@@ -8,8 +8,9 @@ four steps, at least a minute (so that it spans several scrapes whatever the
 scrape interval). Rates and lag leave slaves out, as the console's sampler
 does (a slave holds the same queues and offsets): a slave is a target that
 reports `ferry_broker_replication_lag_bytes{role="slave"}`. Latency counts
-every member (each counts the pulls it serves). The per-member charts name a
-line by its scrape job (else its instance).
+every member (each counts the pulls it serves). A line is named by its group
+(a topic's latency per group), else its scrape job (the per-member charts),
+else its instance.
 
 `PrometheusError` says why Prometheus gave no series (unreachable, an error
 status, not its answer format): the page then draws its own samples and says
@@ -53,9 +54,9 @@ def _rate(metric: str, sel: str, window: str) -> str:
     return f"sum(rate({metric}{sel}[{window}]){NOT_SLAVE})"
 
 
-def _latency_ms(sel: str, window: str) -> str:
-    return (f"1000 * sum(rate(ferry_broker_group_delivery_latency_seconds_total{sel}[{window}]))"
-            f" / sum(rate(ferry_broker_group_delivered_total{sel}[{window}]))")
+def _latency_ms(sel: str, window: str, by: str = "") -> str:
+    return (f"1000 * sum{by}(rate(ferry_broker_group_delivery_latency_seconds_total{sel}"
+            f"[{window}])) / sum{by}(rate(ferry_broker_group_delivered_total{sel}[{window}]))")
 
 
 def query(metric: str, subject: str, step_s: float) -> str:
@@ -69,8 +70,8 @@ def query(metric: str, subject: str, step_s: float) -> str:
         "topic.consume_rate": lambda: _rate("ferry_broker_group_committed_total", sel, window),
         "group.consume_rate": lambda: _rate("ferry_broker_group_committed_total", sel, window),
         "group.lag": lambda: f"sum(ferry_broker_group_lag{sel}{NOT_SLAVE})",
-        "topic.latency_ms": lambda: _latency_ms(sel, window),
         "group.latency_ms": lambda: _latency_ms(sel, window),
+        "topic.group_latency_ms": lambda: _latency_ms(sel, window, f" by ({GROUP_LABEL}) "),
         "broker.disk_used_percent": lambda: "100 * ferry_broker_disk_used_ratio",
         "broker.commit_log_bytes": lambda: "ferry_broker_store_size_bytes",
         "broker.flush_lag_bytes": lambda: "ferry_broker_flush_lag_bytes",
@@ -82,7 +83,8 @@ def query(metric: str, subject: str, step_s: float) -> str:
 
 @dataclass(frozen=True)
 class Series:
-    """One series of a query_range answer: its label (job, instance or "") and points."""
+    """One series of a query_range answer: its label (group, job, instance or "") and
+    points."""
 
     label: str
     points: Points
@@ -103,7 +105,8 @@ def parse_matrix(body: Any) -> list[Series]:
             labels = result.get("metric") or {}
             points = [(float(t), float(v)) for t, v in result["values"]
                       if math.isfinite(float(v))]
-            out.append(Series(str(labels.get("job") or labels.get("instance") or ""), points))
+            name = labels.get(GROUP_LABEL) or labels.get("job") or labels.get("instance")
+            out.append(Series(str(name or ""), points))
         return sorted(out, key=lambda series: series.label)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise PrometheusError(f"not a Prometheus answer: {exc}") from exc

@@ -10,7 +10,7 @@ and adds one point to each series of `series.SeriesStore`:
 | `group.consume_rate` | group | messages the group consumed per second, all its topics |
 | `group.lag` | group | messages stored and not yet consumed by the group |
 | `group.latency_ms` | group | mean end-to-end latency of the messages delivered to the group |
-| `topic.latency_ms` | topic | the same over every group reading the topic |
+| `topic.group_latency_ms` | `<topic> <group>` | the same of one group on one topic |
 | `broker.disk_used_percent` | broker member | the data disk's use |
 | `broker.commit_log_bytes` | broker member | bytes its commit log holds |
 | `broker.flush_lag_bytes` | broker member | bytes written and not yet flushed to disk |
@@ -94,7 +94,7 @@ def delivery_totals(brokers: Iterable[BrokerView]) -> Delivered:
             for topic, d in topics.items():
                 totals = (int(d.get("delivered", 0)), int(d.get("latency_ms_sum", 0)))
                 for key in (SeriesKey("group.latency_ms", group),
-                            SeriesKey("topic.latency_ms", topic)):
+                            SeriesKey("topic.group_latency_ms", f"{topic} {group}")):
                     out.setdefault(key, {})[(member_name(b), group, topic, "")] = totals
     return out
 

@@ -42,7 +42,7 @@ class ChartPanel:
 
 
 #: What a chart line is drawn from: (metric of rates.py, subject, legend label); a `broker.*`
-#: metric draws one line per member (the subject and label are the member's).
+#: metric draws one line per member, `topic.group_latency_ms` one per group (labelled so).
 Spec = tuple[str, str, str]
 
 
@@ -60,9 +60,20 @@ async def _lines(c: Console, specs: list[Spec], members: Sequence[str] = ()
         except PrometheusError as exc:
             log.warning("charts from the console's samples: %s", exc)
             notice = f"{exc}. These charts show the console's own samples instead."
-    own = [[_line(c, m, member, member) for member in members] if m.startswith("broker.")
-           else [_line(c, m, subject, label)] for m, subject, label in specs]
-    return own, "", notice
+    return [_own_lines(c, spec, members) for spec in specs], "", notice
+
+
+def _own_lines(c: Console, spec: Spec, members: Sequence[str]) -> list[Line]:
+    """The lines of one spec from the console's samples: one per broker member for a
+    `broker.*` metric, one per group for a topic's latency by group, else one."""
+    metric, subject, label = spec
+    if metric.startswith("broker."):
+        return [_line(c, metric, member, member) for member in members]
+    if metric == "topic.group_latency_ms":
+        prefix = f"{subject} "
+        return [_line(c, metric, pair, pair[len(prefix):])
+                for pair in c.rates.series.subjects(metric, prefix)]
+    return [_line(c, metric, subject, label)]
 
 
 def _panel(c: Console, charts: list[Markup], prometheus_url: str, notice: str) -> ChartPanel:
@@ -94,19 +105,19 @@ async def user_reads_stats(request: web.Request, src: Sources) -> bool:
 
 
 async def topic_charts(c: Console, topic: str, consumed: bool) -> ChartPanel:
-    """Produce rate of `topic` and, when `consumed`, its consume rate and end-to-end latency
-    (over its groups)."""
+    """Produce rate of `topic` and, when `consumed`, its consume rate (over its groups) and
+    its end-to-end latency, one line per group."""
     specs = [("topic.produce_rate", topic, "produced")]
     if consumed:
         specs += [("topic.consume_rate", topic, "consumed"),
-                  ("topic.latency_ms", topic, "all groups")]
+                  ("topic.group_latency_ms", topic, "")]
     lines, url, notice = await _lines(c, specs)
     if not consumed:
         charts = [line_chart(f"Produce rate of {topic}", lines[0], "msg/s", "chart-topic-rate")]
     else:
         charts = [line_chart(f"Produce and consume rate of {topic}", lines[0] + lines[1],
                              "msg/s", "chart-topic-rate"),
-                  line_chart(f"End-to-end latency of {topic}", lines[2], "ms",
+                  line_chart(f"End-to-end latency of {topic}, by group", lines[2], "ms",
                              "chart-topic-latency")]
     return _panel(c, charts, url, notice)
 
