@@ -46,6 +46,17 @@ async def _drain(mesh: Mesh, topic: str, group: str, n: int) -> list[ConsumerRec
     return got
 
 
+async def _read_all(mesh: Mesh, member: Consumer, group: str, topic: str,
+                    bodies: list[str]) -> dict[tuple[str, int], int]:
+    """`member` delivers `bodies` and commits: the group's committed offsets then."""
+    first = (await collect([member], len(bodies), timeout_s=30, settle_s=1.0))[0]
+    assert sorted(r.body.decode() for r in first) == sorted(bodies)
+    await member.commit()
+    at_end = await _committed(mesh, group, topic)
+    assert sum(at_end.values()) == len(bodies)
+    return at_end
+
+
 async def test_reset_by_time_replays_from_there_and_dry_run_changes_nothing(mesh: Mesh) -> None:
     topic, group = await _topic(mesh, [f"a{i}" for i in range(12)])
     await asyncio.sleep(0.05)   # a store time strictly after every earlier message
@@ -93,11 +104,7 @@ async def test_reset_refused_with_live_members_and_forced_members_follow(mesh: M
     topic, group = await _topic(mesh, bodies)
     async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
                         **FAST) as member:
-        first = (await collect([member], 16, timeout_s=30, settle_s=1.0))[0]
-        assert sorted(r.body.decode() for r in first) == sorted(bodies)
-        await member.commit()
-        at_end = await _committed(mesh, group, topic)
-        assert sum(at_end.values()) == 16
+        at_end = await _read_all(mesh, member, group, topic, bodies)
 
         res = ferry(mesh, "group", "reset-offsets", group, "--topic", topic, "--to-earliest")
         assert res.returncode == 1
@@ -117,3 +124,32 @@ async def test_reset_refused_with_live_members_and_forced_members_follow(mesh: M
         await _send(mesh, topic, ["new"])
         later = (await collect([member], 1, timeout_s=30, settle_s=0.5))[0]
         assert [r.body for r in later] == [b"new"]
+
+
+async def test_a_forced_reset_survives_a_broker_restart(mesh: Mesh) -> None:
+    """reset --force, then broker-a is killed (-9) and restarted before the live member
+    pulls from it again: the restarted broker still tells the member, which delivers every
+    message again (none skipped) and whose commits do not put its old position back."""
+    bodies = [f"r{i}" for i in range(16)]
+    topic, group = await _topic(mesh, bodies)
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, auto_offset_reset="earliest",
+                        **FAST) as member:
+        at_end = await _read_all(mesh, member, group, topic, bodies)
+        # This event loop is blocked from here to the restart: the member cannot pull
+        # meanwhile. Its parked PULLs are answered (empty) first, so no parked PULL hears
+        # of the reset either: broker-a's marks are still pending when it dies.
+        time.sleep(FAST["pull_max_wait_ms"] / 1000 + 0.5)
+        res = ferry(mesh, "group", "reset-offsets", group, "--topic", topic, "--to-earliest",
+                    "--force")
+        assert res.returncode == 0, res.stderr
+        mesh.brokers["broker-a"].proc.kill9()
+        mesh.start_broker("broker-a")
+        replay = (await collect([member], 16, timeout_s=30, settle_s=1.0))[0]
+        assert sorted(r.body.decode() for r in replay) == sorted(bodies)
+        assert sorted((r.queue_id, r.queue_offset) for r in replay if r.broker == "broker-a") \
+            == [(q, o) for q in (0, 1) for o in range(at_end["broker-a", q])]
+        await member.commit()
+        assert await _committed(mesh, group, topic) == at_end
+        await _send(mesh, topic, ["after"])
+        later = (await collect([member], 1, timeout_s=30, settle_s=0.5))[0]
+        assert [r.body for r in later] == [b"after"]

@@ -41,12 +41,13 @@ class ConsoleMesh:
         return f"http://127.0.0.1:{self.console_port}"
 
 
-def start_console(mesh: Mesh, scheduler: str, checker: str) -> tuple[Proc, int]:
+def start_console(mesh: Mesh, scheduler: str, checker: str, extra: dict[str, str] | None = None,
+                  name: str = "console") -> tuple[Proc, int]:
     port = free_port()
     env = {"FERRY_CONSOLE_HTTP_PORT": str(port), "FERRY_CONSOLE_NAMESRV": mesh.namesrv,
            "FERRY_CONSOLE_DELAY_SCHEDULER": scheduler, "FERRY_CONSOLE_TXN_CHECKER": checker,
-           "FERRY_CONSOLE_DEDUP": "", "FERRY_CONSOLE_RATE_INTERVAL_MS": "1000"}
-    proc = spawn("console", [sys.executable, "-m", "ferry_console"], mesh.workdir / "console", env)
+           "FERRY_CONSOLE_DEDUP": "", "FERRY_CONSOLE_RATE_INTERVAL_MS": "1000", **(extra or {})}
+    proc = spawn(name, [sys.executable, "-m", "ferry_console"], mesh.workdir / name, env)
     wait_until_ready(proc, f"http://127.0.0.1:{port}/readyz", READY_TIMEOUT_S)
     return proc, port
 

@@ -145,6 +145,69 @@ def test_cluster_charts(console_mesh: ConsoleMesh, traffic: None, driver: Any,
     shoot(driver, shots, "charts-cluster")
 
 
+LATE_TOPIC, LATE_GROUP, LATE_WAVES, HELD_S = "charted-late", "charted-late-readers", 2, 2.5
+
+
+async def held_waves(namesrv: str, topic: str, group: str, queues: int, waves: int,
+                     per_wave: int, held_s: float) -> None:
+    """`topic` (made with `queues` queues) gets `waves` waves of `per_wave` messages, each
+    left `held_s` in the store before a new consumer of `group` reads and commits it: every
+    delivery is at least `held_s` after its store. A pause after each wave puts the next one
+    in a later sampling round or scrape (not a timing assertion)."""
+    async with Admin(namesrv=namesrv) as admin:
+        await admin.create_topic(topic, queues=queues)
+    for wave in range(waves):
+        async with Producer(namesrv=namesrv) as producer:
+            for i in range(per_wave):
+                await producer.send_and_wait(topic, f"{wave}-{i}".encode())
+        await asyncio.sleep(held_s)
+        async with Consumer(topic, group=group, namesrv=namesrv,
+                            auto_offset_reset="earliest", **FAST) as consumer:
+            got, deadline = 0, time.monotonic() + 30
+            while got < per_wave:
+                assert time.monotonic() < deadline, f"consumed {got} of {per_wave}"
+                batch = await consumer.getmany(timeout_ms=300)
+                got += sum(len(v) for v in batch.values())
+            await consumer.commit()
+        await asyncio.sleep(1.5)
+
+
+def _legend_value(chart: Any) -> float:
+    """The latest value a one-line chart's legend shows: `latency (2.6k)` -> 2600."""
+    text = chart.find_element(By.CSS_SELECTOR, ".chart-legend").text
+    number = re.fullmatch(r".* \(([\d.]+)([kMG]?)\)", text)
+    assert number, text
+    return float(number[1]) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[number[2]]
+
+
+def _latency_drawn(driver: Any, url: str, chart_id: str, series: str) -> bool:
+    _open(driver, url)
+    chart = driver.find_element(By.ID, chart_id)
+    return len(_path_points(chart.find_elements(
+        By.CSS_SELECTOR, f'path.chart-line[data-series="{series}"]')[0])) >= LATE_WAVES \
+        if chart.find_elements(By.CSS_SELECTOR, "path.chart-line") else False
+
+
+def test_latency_charts(console_mesh: ConsoleMesh, driver: Any, shots: Path) -> None:
+    """End-to-end latency (store to delivery) on the group's and the topic's page: a point
+    per wave, each at least the HELD_S the messages waited, drawn in its colour."""
+    asyncio.run(held_waves(console_mesh.mesh.namesrv, LATE_TOPIC, LATE_GROUP, 1, LATE_WAVES,
+                           PER_WAVE, HELD_S))
+    for page, chart_id, title, series in (
+            (f"groups/{LATE_GROUP}", "chart-group-latency",
+             f"End-to-end latency of {LATE_GROUP}", "latency"),
+            (f"topics/{LATE_TOPIC}", "chart-topic-latency",
+             f"End-to-end latency of {LATE_TOPIC}, by group", LATE_GROUP)):
+        url = f"{console_mesh.url}/console/{page}"
+        assert _until(lambda u=url, c=chart_id, s=series: _latency_drawn(driver, u, c, s),
+                      30), page
+        _check_chart(driver, chart_id, title, [series], shots)
+        chart = driver.find_element(By.ID, chart_id)
+        assert _legend_value(chart) >= HELD_S * 1000
+        assert chart.find_element(By.CSS_SELECTOR, ".chart-unit").text == "ms"
+        shoot(driver, shots, f"charts-latency-{page.split('/')[0]}")
+
+
 def test_a_topic_without_samples_says_so(console_mesh: ConsoleMesh, driver: Any) -> None:
     asyncio.run(_create(console_mesh.mesh.namesrv, "charted-empty"))
     # no sample has seen it yet, or only its zero rates

@@ -63,6 +63,35 @@ def _broker(name: str, topics: dict[str, Any], groups: dict[str, Any] | None = N
                                  "flushed_offset": 600, "disk_used_ratio": 0.25}})
 
 
+def _delivering(name: str, delivery: dict[str, Any], role: str = "master") -> BrokerView:
+    view = _broker(name, {}, role=role)
+    assert view.stats is not None
+    view.stats["delivery"] = delivery
+    return view
+
+
+def test_latency_series_from_delivery_totals() -> None:
+    """The mean age of what was delivered between two rounds, over every member (slaves
+    too); a pair new on a member read before grew from 0; a restarted member's totals
+    (gone down) and a member not read before add nothing; no delivery, no point."""
+    rates = RateSampler(None, 1000)  # type: ignore[arg-type]
+    t = {"delivered": 10, "latency_ms_sum": 1000}
+    rates.sample(1.0, [_delivering("a", {"g": {"t": t}}), _delivering("b", {"g": {"t": t}})])
+    rates.sample(2.0, [
+        _delivering("a", {"g": {"t": {"delivered": 14, "latency_ms_sum": 1800},
+                                "u": {"delivered": 2, "latency_ms_sum": 400}}}),
+        _delivering("b", {"g": {"t": {"delivered": 3, "latency_ms_sum": 9}}}),   # restarted
+        _delivering("a", {"g": {"t": {"delivered": 5, "latency_ms_sum": 500}}}, role="slave")])
+    rates.sample(3.0, [_delivering("a", {"g": {"t": {"delivered": 14, "latency_ms_sum": 1800},
+                                               "u": {"delivered": 2, "latency_ms_sum": 400}}})])
+    series = rates.series
+    # a/0: 4 messages, 800 ms; a/0 u: 2, 400 ms; a/1 was not read before: left out
+    assert series.points(SeriesKey("group.latency_ms", "g")) == [(2.0, 200.0)]
+    assert series.points(SeriesKey("topic.group_latency_ms", "t g")) == [(2.0, 200.0)]
+    assert series.points(SeriesKey("topic.group_latency_ms", "u g")) == [(2.0, 200.0)]
+    assert series.subjects("topic.group_latency_ms", "t ") == ["t g"]
+
+
 def test_rates_from_two_samples() -> None:
     brokers = [BrokerView({"name": "a"}, {"topics": {"t": {"0": {"max_offset": 4},
                                                            "1": {"max_offset": 6}}}}),

@@ -89,7 +89,7 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
                        "id": ctx.config.id, "addr": ctx.config.addr,
                        "flush_mode": ctx.config.flush_mode},
             "store": store_health, "topics": topics, "groups": groups, "consumers": consumers,
-            "members": members,
+            "members": members, "delivery": ctx.delivery.as_json(),
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
             "expired": dict(sorted(ctx.expiry.expired.items())),
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),

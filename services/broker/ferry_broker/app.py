@@ -1,6 +1,7 @@
 """BrokerApp: builds the broker's components, starts them in order and stops them cleanly.
 
-Start: open the store (recovering it if needed), load committed offsets,
+Start: open the store (recovering it if needed), load committed offsets and
+the resets live members had not picked up,
 listen on the wire port, start the HTTP API; then, in the background and
 retrying until etcd answers, load topic config (RegistryCache), register in
 etcd with the topics served and (replication async/sync) join the group's
@@ -42,6 +43,7 @@ from ferry_broker.housekeeping import (
     retention_loop,
 )
 from ferry_broker.long_poll import LongPollManager
+from ferry_broker.offset_resets import PendingResets
 from ferry_broker.registration import Registration
 from ferry_broker.server import BrokerServer
 from ferry_broker.topics import TopicManager
@@ -51,6 +53,7 @@ TRACE_SERVICE = "ferry-broker"
 log = logging.getLogger(__name__)
 
 OFFSETS_FILE = Path("config") / "consumer_offsets.json"
+RESETS_FILE = Path("config") / "pending_resets.json"   # offset_resets.py
 CONSUMER_SWEEP_S = 5.0
 
 
@@ -106,8 +109,10 @@ class BrokerApp(ServiceApp):
         store = open_store(cfg)
         offsets = ConsumerOffsetManager(cfg.data_path / OFFSETS_FILE, cfg.offsets_max_entries,
                                         cfg.offsets_max_per_identity)
+        resets = PendingResets(path=cfg.data_path / RESETS_FILE)
         try:
             offsets.load()
+            resets.load(lambda key: offsets.query(*key))
         except BaseException:
             store.close()
             raise
@@ -118,6 +123,7 @@ class BrokerApp(ServiceApp):
             consumers=ConsumerManager(cfg.consumer_expiry_ms),
             long_poll=LongPollManager(cfg.max_held_pulls_per_conn, cfg.max_held_pulls),
             topics=topics, durability=DurabilityWaiter(cfg.flush_timeout_ms), auth=self.auth,
+            resets=resets,
         )
         self.ctx.health.add_listener(self._on_store_failure)
         if store.commit_log_max_offset > 0:

@@ -18,6 +18,7 @@ from ferry.wire import Frame
 from ferry_broker.config import BrokerConfig
 from ferry_broker.consumer_offsets import ConsumerOffsetManager
 from ferry_broker.consumers import ConsumerManager
+from ferry_broker.delivery_latency import DeliveryLatency
 from ferry_broker.disk import DiskAlarm
 from ferry_broker.durability import DurabilityWaiter
 from ferry_broker.filters import FilterCache
@@ -77,6 +78,8 @@ class BrokerContext:
     histories: HistoryStats = field(default_factory=HistoryStats)  # replaced-history answers
     # Operator resets the group's members have not picked up yet (offset_resets.py).
     resets: PendingResets = field(default_factory=PendingResets)
+    # Messages delivered per group and topic and how long they waited (delivery_latency.py).
+    delivery: DeliveryLatency = field(default_factory=DeliveryLatency)
     # Built from the parts above (the hooks need the context itself).
     pipeline: PutPipeline = field(init=False)
     expiry: ExpiryFilter = field(init=False)

@@ -2,7 +2,8 @@
 
 Nothing here runs on the put or pull path: every instrument is observable,
 its callback reads the store's offsets, the committed offsets, the long-poll
-holds and the counters the broker keeps anyway. Per topic, the messages
+holds and the counters the broker keeps anyway (the delivery totals are
+kept for /v1/stats too, delivery_latency.py). Per topic, the messages
 stored are the sum of the queues' max offsets (a queue's next offset: it only
 grows, retention does not lower it), so `rate()` over it is the produce rate;
 per group and topic the committed offsets sum to the messages consumed (the
@@ -74,6 +75,14 @@ def register(metrics: Metrics, ctx: BrokerContext) -> None:
     metrics.observe("ferry.broker.group.lag", "gauge", "{message}",
                     "Messages stored but not yet committed, per group and topic",
                     lambda: _per_group(ctx, lag=True))
+    metrics.observe("ferry.broker.group.delivered", "counter", "{message}",
+                    "Messages handed to a group's members by PULL answers, per group and topic",
+                    lambda: [(n, {GROUP: g, TOPIC: t}) for g, t, n, _ in ctx.delivery.items()])
+    metrics.observe("ferry.broker.group.delivery_latency", "counter", "s",
+                    "Sum of the delivered messages' ages (delivery minus store time): divided "
+                    "by the delivered count, the mean end-to-end latency",
+                    lambda: [(s / 1000, {GROUP: g, TOPIC: t})
+                             for g, t, _, s in ctx.delivery.items()])
     metrics.observe("ferry.broker.store.size", "gauge", "By",
                     "Bytes held in the commit log (max - min offset)",
                     lambda: single(ctx.store.commit_log_max_offset - ctx.store.commit_log_min_offset))

@@ -17,6 +17,7 @@ from ferry.service.lifecycle import cancel_and_wait, package_version, stop_step
 from ferry_console.api import MAX_CONSOLE_HTTP_BODY_BYTES, build_app
 from ferry_console.config import ENV_PREFIX, ConsoleConfig
 from ferry_console.pages.common import Console, environment
+from ferry_console.prometheus import PrometheusCharts
 from ferry_console.proxies import ProxyView, parse_networks
 from ferry_console.rates import RateSampler
 from ferry_console.sessions import SessionStore
@@ -46,8 +47,11 @@ class ConsoleApp(ServiceApp):
                                   config.login_failures_per_identity, config.login_window_ms)
                     if config.auth else None)
         proxies = ProxyView(parse_networks(config.trusted_proxies), config.cookie_secure)
+        prometheus = (PrometheusCharts(config.prometheus_url, config.request_timeout_ms,
+                                       config.rate_interval_ms, config.chart_points)
+                      if config.prometheus_url else None)
         self.console = Console(config, self.sources, self.rates, environment(), sessions,
-                               throttle, proxies)
+                               throttle, proxies, prometheus)
         self._sampler: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -41,6 +41,9 @@ class ConsoleConfig(ServiceConfig):
     rate_interval_ms: int = 10_000     # rates and charts: the brokers sampled this often
     chart_points: int = 360            # samples kept per chart series (1 h at 10 s)
     chart_series: int = 1000           # series held at once; past it the stalest is dropped
+    # Charts from this Prometheus (its HTTP API, query_range) instead of the console's own
+    # samples; empty: own samples only (prometheus.py).
+    prometheus_url: str = ""
     # With auth on (FERRY_AUTH=on) every page and action needs a login, and acts with the
     # logged-in user's own rights (sessions.py).
     session_ttl_ms: int = 8 * 3_600_000   # a login lasts this long
@@ -74,5 +77,8 @@ class ConsoleConfig(ServiceConfig):
             raise ValueError(f"cookie_secure must be one of {', '.join(COOKIE_SECURE_MODES)}, "
                              f"not {self.cookie_secure!r}")
         parse_networks(self.trusted_proxies)
+        if self.prometheus_url and not self.prometheus_url.startswith(("http://", "https://")):
+            raise ValueError("prometheus_url must be an http:// or https:// URL (or empty), not "
+                             f"{self.prometheus_url!r}")
         if self.list_rows > MAX_LIST_ROWS:
             raise ValueError(f"list_rows cannot exceed {MAX_LIST_ROWS}")

@@ -9,6 +9,8 @@ and adds one point to each series of `series.SeriesStore`:
 | `topic.consume_rate` | topic | messages consumed per second, all groups (committed offsets) |
 | `group.consume_rate` | group | messages the group consumed per second, all its topics |
 | `group.lag` | group | messages stored and not yet consumed by the group |
+| `group.latency_ms` | group | mean end-to-end latency of the messages delivered to the group |
+| `topic.group_latency_ms` | `<topic> <group>` | the same of one group on one topic |
 | `broker.disk_used_percent` | broker member | the data disk's use |
 | `broker.commit_log_bytes` | broker member | bytes its commit log holds |
 | `broker.flush_lag_bytes` | broker member | bytes written and not yet flushed to disk |
@@ -17,7 +19,11 @@ A rate is the growth of its counters between two rounds over the time
 between them, summed over the queues seen in both rounds: a broker missing
 from one round, a queue or a group that appears, adds no spike (a group whose
 offset moved back, by a reset, counts as zero). Masters only: a slave holds
-the same queues.
+the same queues. A latency is the growth of the brokers' delivery totals
+(`/v1/stats` `delivery`, ferry_broker/delivery_latency.py) between two rounds:
+the ages summed over the messages delivered, divided by their number; every
+member counts, a slave too (it counts the pulls it serves itself); a round in
+which nothing was delivered adds no point.
 """
 from __future__ import annotations
 
@@ -34,6 +40,8 @@ log = logging.getLogger("ferry_console")
 #: A counter of one queue on one broker (broker, group or "", topic, queue id).
 Atom = tuple[str, str, str, str]
 Counters = dict[SeriesKey, dict[Atom, int]]
+#: Per latency series, per (member, group, topic): (messages delivered, their ages' sum ms).
+Delivered = dict[SeriesKey, dict[Atom, tuple[int, int]]]
 
 
 def topic_totals(brokers: Iterable[BrokerView]) -> dict[str, int]:
@@ -74,6 +82,40 @@ def counters(brokers: Iterable[BrokerView]) -> Counters:
                         by_group[(b.name, group, topic, qid)] = committed
                         by_topic[(b.name, group, topic, qid)] = committed
     return out
+
+
+def delivery_totals(brokers: Iterable[BrokerView]) -> Delivered:
+    """Per latency series, per (member, group, topic): (messages delivered, their ages' sum)."""
+    out: Delivered = {}
+    for b in brokers:
+        if b.stats is None:
+            continue
+        for group, topics in (b.stats.get("delivery") or {}).items():
+            for topic, d in topics.items():
+                totals = (int(d.get("delivered", 0)), int(d.get("latency_ms_sum", 0)))
+                for key in (SeriesKey("group.latency_ms", group),
+                            SeriesKey("topic.group_latency_ms", f"{topic} {group}")):
+                    out.setdefault(key, {})[(member_name(b), group, topic, "")] = totals
+    return out
+
+
+def mean_growth(before: dict[Atom, tuple[int, int]], after: dict[Atom, tuple[int, int]],
+                members_before: set[str]) -> float | None:
+    """The mean age of the messages delivered between two readings (None: none was). An
+    atom new on a member read both times grew from (0, 0); one whose member was not read
+    before, or whose count went down (its broker restarted), is left out."""
+    grown = []
+    for atom, (n, s) in after.items():
+        if atom in before:
+            n0, s0 = before[atom]
+        elif atom[0] in members_before:
+            n0, s0 = 0, 0
+        else:
+            continue
+        if n >= n0:
+            grown.append((n - n0, s - s0))
+    count = sum(n for n, _ in grown)
+    return sum(s for _, s in grown) / count if count > 0 else None
 
 
 def gauges(brokers: Iterable[BrokerView]) -> dict[SeriesKey, float]:
@@ -117,6 +159,8 @@ class RateSampler:
         self.interval_ms = interval_ms
         self.series = SeriesStore(max_points, max_series)
         self._previous: tuple[float, Counters] | None = None
+        self._delivered: Delivered = {}
+        self._members: set[str] = set()   # the members whose stats the last round read
         self._latest_s: float | None = None
 
     def sample(self, at_s: float, brokers: list[BrokerView]) -> None:
@@ -130,6 +174,13 @@ class RateSampler:
                     self.series.add(key, at_s, round(rate, 3))
         for key, value in gauges(brokers).items():
             self.series.add(key, at_s, value)
+        delivered = delivery_totals(brokers)
+        for key, totals in delivered.items():
+            mean = mean_growth(self._delivered.get(key, {}), totals, self._members)
+            if mean is not None:
+                self.series.add(key, at_s, round(mean, 1))
+        self._delivered = delivered
+        self._members = {member_name(b) for b in brokers if b.stats is not None}
         self._previous = (at_s, now)
         self._latest_s = at_s
 

@@ -50,6 +50,12 @@ class SeriesStore:
     def points(self, key: SeriesKey) -> Points:
         return list(self._series.get(key, ()))
 
+    def subjects(self, metric: str, prefix: str = "") -> list[str]:
+        """The subjects of `metric` that start with `prefix`, sorted (one pass over the
+        series: at most `max_series`)."""
+        return sorted(k.subject for k in self._series
+                      if k.metric == metric and k.subject.startswith(prefix))
+
     def latest(self, key: SeriesKey) -> tuple[float, float] | None:
         ring = self._series.get(key)
         return ring[-1] if ring else None

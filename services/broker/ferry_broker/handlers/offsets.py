@@ -1,6 +1,8 @@
 """Offsets: consumer commits and queries, a queue's bounds, and the offset for a time."""
 from __future__ import annotations
 
+import asyncio
+
 from ferry.auth.signing import parse_wire_auth
 from ferry.errors import BusyError, TopicNotFoundError
 from ferry.wire import Frame, response
@@ -29,7 +31,9 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     with BusyError while the group has live members on this broker, unless `force`;
     the answer has the offset before (`from`, -1 for none) and after (`to`), and the
     members' next PULL is told to move there (offset_resets.py). Until they do, their
-    own commits of that queue are ignored (the answer then says `reset_pending`)."""
+    own commits of that queue are ignored (the answer then says `reset_pending`). The
+    mark and the new offset are on disk before the answer: a restarted broker still
+    tells the members."""
     f = req.fields
     group, topic, queue_id = position_fields(f)
     offset, hist = offset_field(f), hist_field(f)
@@ -56,6 +60,11 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     if not reset:
         return response(req)
     ctx.resets.mark(key, offset)
+    # Durable before it is answered (a restart takes the mark back, offset_resets.py): the
+    # mark first, then the offset it names; a crash between the two loses the unanswered
+    # reset whole (at start a mark is taken back only where the committed offset is its).
+    await asyncio.to_thread(ctx.resets.write_snapshot, *ctx.resets.snapshot())
+    await asyncio.to_thread(ctx.offsets.write_snapshot, *ctx.offsets.snapshot())
     ctx.long_poll.notify(topic, queue_id)   # a member's parked PULL is answered now
     return response(req, {"from": before, "to": offset})
 

@@ -131,6 +131,7 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     fields = _fields(got.status.name, got.next_queue_offset, got, history)
     if not got.records:
         return response(req, fields)
+    ctx.delivery.record(group, topic, got.records)
     if ctx.roles.server is not None and _far_behind(ctx, got.records[-1]):
         fields["suggest_slave"] = True
     # One copy out of the commit log's mmap: a view handed to the transport could

@@ -47,7 +47,7 @@ async def cluster(request: web.Request) -> web.Response:
     return render(request, "cluster.html", title="Cluster", namesrv=c.config.namesrv,
                   brokers=[broker_row(b) for b in brokers], topic_count=len(topics),
                   group_count=len(groups),
-                  charts=cluster_charts(c, [member_name(b) for b in brokers])
+                  charts=await cluster_charts(c, [member_name(b) for b in brokers])
                   if stats_were_read(request, brokers) else None)
 
 

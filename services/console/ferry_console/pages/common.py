@@ -9,6 +9,7 @@ import jinja2
 from aiohttp import web
 
 from ferry_console.config import ConsoleConfig
+from ferry_console.prometheus import PrometheusCharts
 from ferry_console.proxies import ProxyView
 from ferry_console.rates import RateSampler
 from ferry_console.sources import Sources
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
 @dataclass
 class Console:
     """The parts a page needs: config, the shared sources, rates, the template environment,
-    the sessions and the login throttle (None with auth off: no login), and what a trusted
-    proxy says about a request."""
+    the sessions and the login throttle (None with auth off: no login), what a trusted
+    proxy says about a request, and the Prometheus the charts come from (None: own samples)."""
 
     config: ConsoleConfig
     sources: Sources
@@ -31,6 +32,7 @@ class Console:
     sessions: SessionStore | None = None
     throttle: LoginThrottle | None = None
     proxies: ProxyView = field(default_factory=ProxyView)
+    prometheus: PrometheusCharts | None = None   # charts from Prometheus (when configured)
 
 
 CONSOLE = web.AppKey("console", Console)

@@ -98,7 +98,7 @@ async def group(request: web.Request) -> web.Response:
                   total_lag=sum(int(r["lag"]) for r in lags), members=member_rows,
                   subscriptions=subscriptions(member_rows), resets=resets,
                   resets_error=resets_error, reset_topic=request.query.get("reset"),
-                  charts=group_charts(console(request), name)
+                  charts=await group_charts(console(request), name)
                   if stats_were_read(request, brokers) else None)
 
 

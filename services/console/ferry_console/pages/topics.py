@@ -43,7 +43,7 @@ async def topic(request: web.Request) -> web.Response:
             q["stored"] = q["max_offset"] - q["min_offset"]
     return render(request, "topic.html", title=f"Topic {name}", topic=described,
                   queues=queues, rate=c.rates.rate(name),
-                  charts=topic_charts(c, name, await user_reads_stats(request, sources(request))),
+                  charts=await topic_charts(c, name, await user_reads_stats(request, sources(request))),
                   total=sum(int(q.get("max_offset", 0)) for q in queues))
 
 
