@@ -34,9 +34,10 @@ import uuid
 from dataclasses import dataclass
 from enum import Enum
 
-from ferry.client import Admin, Consumer, ConsumerRecord
+from ferry.celery.topics import ensure_topic
+from ferry.client import Consumer, ConsumerRecord
 from ferry.client.consuming.consume_timeout import ConsumeTimeoutError
-from ferry.errors import AlreadyExistsError, FerryError
+from ferry.errors import FerryError
 from ferry.names import validate_topic
 
 log = logging.getLogger(__name__)
@@ -162,10 +163,3 @@ class QueueFeed:
                 await self._consumer.stop()
             except FerryError as exc:
                 log.warning("feed of %s: stop failed: %s", self.topic, exc)
-
-
-async def ensure_topic(namesrv: str, topic: str, queues: int) -> None:
-    """Create `topic` with `queues` queues per broker unless it exists."""
-    async with Admin(namesrv=namesrv) as admin:
-        with contextlib.suppress(AlreadyExistsError):
-            await admin.create_topic(topic, queues=queues)

@@ -16,7 +16,9 @@ asks the transport to put, get, ack and reject messages of named queues):
   traced one, and a traced record's context goes back into the task's
   headers on the way out (`ferry.celery.tracing`).
 
-Ferry's clients are asyncio: each connection runs them on its own loop thread
+The kombu side (channel, QoS) is `ferry.celery.channel`; the admin calls
+(topics, group lag) are `ferry.celery.topics`; the consumer side is
+`ferry.celery.feed`. Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
 `namesrv` ("h:p,h:p", overrides the URL's host), `window`, `topic_queues`,
 `commit_interval_ms`, `heartbeat_interval_ms`, `rebalance_interval_ms`,
@@ -38,12 +40,14 @@ from typing import Any
 
 from kombu.transport import virtual
 
+from ferry.celery import topics
+from ferry.celery.channel import Channel
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
-from ferry.client import Admin, Producer
-from ferry.client.core.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client import Producer
+from ferry.client.core.namesrv import DEFAULT_NAMESRV
 from ferry.client.core.tracing import record_context
 from ferry.errors import (
     BusyError,
@@ -74,73 +78,6 @@ FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_inter
 #: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
 TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval",
                      "visibility_timeout")
-
-
-class QoS(virtual.QoS):
-    """kombu's unacked-message book, settling each outcome with the record's feed."""
-
-    restore_at_shutdown = False   # never put back: uncommitted offsets are redelivered
-
-    def ack(self, delivery_tag: str) -> None:
-        self.channel.connection.settle(delivery_tag, Settlement.ACK)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.connection.settle(delivery_tag,
-                                       Settlement.REQUEUE if requeue else Settlement.DROP)
-        self._quick_ack(delivery_tag)
-
-    def restore_unacked(self) -> list[Any]:
-        # basic_recover(requeue=True): hand every unacked message out again.
-        self._flush()
-        for tag in list(self._delivered):
-            self.channel.connection.settle(tag, Settlement.REQUEUE)
-        self._delivered.clear()
-        return []
-
-
-class Channel(virtual.Channel):
-    """A kombu channel whose queues are Ferry topics."""
-
-    QoS = QoS
-    do_restore = False
-    connection: Transport
-
-    def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        self.connection.ensure_topic(queue)
-
-    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
-        return self.connection.has_topic(queue)
-
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        self.connection.publish(queue, message)
-
-    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.connection.take(queue)
-
-    def _size(self, queue: str) -> int:
-        return self.connection.lag(queue)
-
-    def _purge(self, queue: str) -> int:
-        log.warning("ferry://: purge of %s is not supported (a log cannot delete); skip the "
-                    "tasks with `ferry` offsets tools instead", queue)
-        return 0
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        pass   # topics outlive kombu's auto-delete queues; delete them with `ferry topic delete`
-
-    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
-                      **kwargs: Any) -> Any:
-        self.connection.open_feed(queue)
-        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
-
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        # Bindings live in each process's memory: a direct exchange this process has
-        # no binding for routes by Celery's convention (routing key = queue name).
-        queues: list[str] = super()._lookup(exchange, routing_key, default)
-        if not queues and routing_key and self.typeof(exchange).type == "direct":
-            return [routing_key]
-        return queues
 
 
 class Transport(virtual.Transport):
@@ -197,7 +134,7 @@ class Transport(virtual.Transport):
                 return self._loop
             loop = LoopThread()
             try:
-                loop.run(_check_namesrv(self.namesrv), self.timeout_s)
+                loop.run(topics.check_namesrv(self.namesrv), self.timeout_s)
                 producer = Producer(namesrv=self.namesrv, linger_ms=0)
                 loop.run(producer.start(), self.timeout_s)
             except BaseException:
@@ -331,49 +268,33 @@ class Transport(virtual.Transport):
 
     # -- topics -------------------------------------------------------------------------------
     def ensure_topic(self, queue: str) -> None:
-        from ferry.celery.feed import ensure_topic
         topic = topic_for_queue(queue)
         if topic not in self._topics:
-            self._open().run(ensure_topic(self.namesrv, topic, self.config.topic_queues),
+            self._open().run(topics.ensure_topic(self.namesrv, topic, self.config.topic_queues),
                              self.timeout_s)
             self._topics.add(topic)
 
     def has_topic(self, queue: str) -> bool:
-        async def exists(topic: str) -> bool:
-            async with Admin(namesrv=self.namesrv) as admin:
-                try:
-                    await admin.describe_topic(topic)
-                except TopicNotFoundError:
-                    return False
-                return True
-        return self._open().run(exists(topic_for_queue(queue)), self.timeout_s)
+        return self._open().run(topics.topic_exists(self.namesrv, topic_for_queue(queue)),
+                                self.timeout_s)
 
     def lag(self, queue: str) -> int:
         """Messages of `queue` its group has not committed yet (0 if unknown)."""
         topic = topic_for_queue(queue)
-
-        async def lag() -> int:
-            async with Admin(namesrv=self.namesrv) as admin:
-                return sum(q.lag for q in await admin.group_lag(
-                    QueueFeed.group_of(topic), [topic]))
         try:
-            return self._open().run(lag(), self.timeout_s)
+            return self._open().run(
+                topics.group_lag(self.namesrv, QueueFeed.group_of(topic), topic), self.timeout_s)
         except FerryError:
             return 0
+
+    def purge(self, queue: str) -> int:
+        log.warning("ferry://: purge of %s is not supported (a log cannot delete); skip the "
+                    "tasks with `ferry` offsets tools instead", queue)
+        return 0
 
     def driver_version(self) -> str:
         from ferry import __version__
         return __version__
-
-
-async def _check_namesrv(addrs: str) -> None:
-    """Fail with ConnectionLostError unless a namesrv answers (kombu then retries)."""
-    client = NamesrvClient(addrs)
-    await client.start()
-    try:
-        await client.call("GET", "/v1/brokers")
-    finally:
-        await client.close()
 
 
 def _seconds(option: str, value: Any) -> float:

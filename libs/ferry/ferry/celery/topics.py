@@ -1,0 +1,45 @@
+"""The admin side of the `ferry://` transport: a queue's topic and its group, on namesrv.
+
+Coroutines the transport runs on its loop (`loop.LoopThread.run`): checking
+that namesrv answers, creating a queue's topic when missing, asking whether it
+exists and how far its group lags. No kombu import.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ferry.client import Admin
+from ferry.client.core.namesrv import NamesrvClient
+from ferry.errors import AlreadyExistsError, TopicNotFoundError
+
+
+async def check_namesrv(addrs: str) -> None:
+    """Fail with ConnectionLostError unless a namesrv answers (kombu then retries)."""
+    client = NamesrvClient(addrs)
+    await client.start()
+    try:
+        await client.call("GET", "/v1/brokers")
+    finally:
+        await client.close()
+
+
+async def ensure_topic(namesrv: str, topic: str, queues: int) -> None:
+    """Create `topic` with `queues` queues per broker unless it exists."""
+    async with Admin(namesrv=namesrv) as admin:
+        with contextlib.suppress(AlreadyExistsError):
+            await admin.create_topic(topic, queues=queues)
+
+
+async def topic_exists(namesrv: str, topic: str) -> bool:
+    async with Admin(namesrv=namesrv) as admin:
+        try:
+            await admin.describe_topic(topic)
+        except TopicNotFoundError:
+            return False
+        return True
+
+
+async def group_lag(namesrv: str, group: str, topic: str) -> int:
+    """Messages of `topic` that `group` has not committed yet."""
+    async with Admin(namesrv=namesrv) as admin:
+        return sum(q.lag for q in await admin.group_lag(group, [topic]))
