@@ -143,3 +143,13 @@ def bill(body: dict[str, Any], meta: dict[str, Any]) -> None:
 def echo(body: Any, meta: dict[str, Any]) -> None:
     """The tracing test's bridge task: notes the message id it ran for."""
     note("echo", meta["msg_id"])
+
+
+@app.task(name="tests.celery.app.reject_until_redelivered", bind=True)
+def reject_until_redelivered(self: Any, label: str) -> None:
+    """Celery's `test_reject_with_requeue_redelivers_and_succeeds`: rejected (requeue) until
+    kombu's `delivery_info['redelivered']` says it came back; notes the `redelivered` header."""
+    if not (self.request.delivery_info or {}).get("redelivered"):
+        note("rejected", label)
+        raise Reject("not redelivered yet", requeue=True)
+    note("redelivered", f"{label} header={getattr(self.request, 'redelivered', None)}")

@@ -1,4 +1,5 @@
-"""kombu queue names → Ferry topic names, and Celery's eta → a Ferry delivery time.
+"""kombu queue names → Ferry topic names, Celery's eta → a Ferry delivery time, and
+the `redelivered` flag of a message that comes back.
 
 Leaf helpers of the `ferry://` transport (no kombu or Celery import), so the
 bridge and tests can use them too.
@@ -60,3 +61,21 @@ def deliver_at_ms(headers: dict[str, Any] | None, *, now_ms: int | None = None,
     if due_ms <= now_ms:
         return None
     return min(due_ms, now_ms + max_delay_ms)
+
+
+def mark_redelivered(payload: dict[str, Any]) -> None:
+    """Flag a kombu message as redelivered where kombu and Celery read it.
+
+    As kombu's Redis transport does when it restores a message: the
+    `redelivered` header and `delivery_info['redelivered']` (a task's
+    `request.delivery_info`, read by Celery's `deduplicate_successful_tasks`).
+    """
+    headers = payload.get("headers")
+    if isinstance(headers, dict):
+        headers["redelivered"] = True
+    props = payload.get("properties")
+    if isinstance(props, dict):
+        info = props.get("delivery_info")
+        if not isinstance(info, dict):
+            info = props["delivery_info"] = {}
+        info["redelivered"] = True

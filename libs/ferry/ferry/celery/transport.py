@@ -44,7 +44,7 @@ from ferry.celery import topics
 from ferry.celery.channel import Channel
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
-from ferry.celery.naming import deliver_at_ms, topic_for_queue
+from ferry.celery.naming import deliver_at_ms, mark_redelivered, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Producer
 from ferry.client.core.namesrv import DEFAULT_NAMESRV
@@ -239,8 +239,8 @@ class Transport(virtual.Transport):
             if record_context(record) is not None and isinstance(payload.get("headers"), dict):
                 # The task's span continues below the Ferry hops this record went through.
                 set_trace_headers(payload["headers"], record.properties)
-            if record.reconsume_times:
-                payload["redelivered"] = True
+            if record.reconsume_times:   # back through the group's retry topic
+                mark_redelivered(payload)
             self._tags[tag] = feed
             return payload  # type: ignore[no-any-return]
 
