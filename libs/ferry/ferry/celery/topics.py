@@ -2,13 +2,15 @@
 
 Coroutines the transport runs on its loop (`loop.LoopThread.run`): checking
 that namesrv answers, creating a queue's topic when missing, asking whether it
-exists and how far its group lags. No kombu import.
+exists, how far its group lags, and purging (moving the group past what is
+stored). No kombu import.
 """
 from __future__ import annotations
 
 import contextlib
 
 from ferry.client import Admin
+from ferry.client.admin.offset_reset import ResetSpec, ResetTo
 from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import AlreadyExistsError, TopicNotFoundError
 
@@ -43,3 +45,20 @@ async def group_lag(namesrv: str, group: str, topic: str) -> int:
     """Messages of `topic` that `group` has not committed yet."""
     async with Admin(namesrv=namesrv) as admin:
         return sum(q.lag for q in await admin.group_lag(group, [topic]))
+
+
+async def purge(namesrv: str, group: str, topic: str) -> int:
+    """Move `group` past every message stored in `topic` (`ferry group reset-offsets
+    --to-latest --force`); returns how many it skipped.
+
+    Live members are told to move (their next PULL answers OFFSET_RESET); records they
+    hold already are not taken back, nor are redeliveries in the group's retry topic
+    (as RabbitMQ keeps unacknowledged messages). Messages waiting in the delay
+    scheduler (an eta) are not stored in the topic yet: they come later. Needs
+    `reset` on the group."""
+    async with Admin(namesrv=namesrv) as admin:
+        try:
+            plan = await admin.reset_offsets(group, topic, ResetSpec(ResetTo.LATEST), force=True)
+        except TopicNotFoundError:
+            return 0   # never created: nothing stored
+    return sum(max(q.after - max(q.before, 0), 0) for q in plan.queues)

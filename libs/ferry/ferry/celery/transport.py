@@ -288,9 +288,10 @@ class Transport(virtual.Transport):
             return 0
 
     def purge(self, queue: str) -> int:
-        log.warning("ferry://: purge of %s is not supported (a log cannot delete); skip the "
-                    "tasks with `ferry` offsets tools instead", queue)
-        return 0
+        """Move the queue's group past what is stored (see `topics.purge`); how many."""
+        topic = topic_for_queue(queue)
+        return self._open().run(topics.purge(self.namesrv, QueueFeed.group_of(topic), topic),
+                                self.timeout_s)
 
     def driver_version(self) -> str:
         from ferry import __version__
