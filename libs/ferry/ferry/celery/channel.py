@@ -10,14 +10,16 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from ferry.celery.feed import Settlement
+from ferry.celery.naming import FERRY_PRIORITIES
 
 
 class QueueBackend(Protocol):
     """What a channel needs from its connection (the transport)."""
 
-    def ensure_topic(self, queue: str) -> None: ...
+    def ensure_topic(self, queue: str, priority_levels: int | None = None) -> None: ...
     def has_topic(self, queue: str) -> bool: ...
     def publish(self, queue: str, message: dict[str, Any]) -> None: ...
     def take(self, queue: str) -> dict[str, Any]: ...
@@ -58,7 +60,15 @@ class Channel(virtual.Channel):
     connection: QueueBackend
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        self.connection.ensure_topic(queue)
+        # A queue declared with a max priority (Celery's `task_queue_max_priority`,
+        # kombu's `Queue(max_priority=...)`) gets a topic with Ferry's priority levels.
+        arguments = kwargs.get("arguments") or {}
+        levels = FERRY_PRIORITIES if arguments.get("x-max-priority") else None
+        self.connection.ensure_topic(queue, levels)
+
+    def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
+        # kombu's Queue options (max_priority, expires, ...) as RabbitMQ's x- arguments.
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return self.connection.has_topic(queue)

@@ -25,11 +25,13 @@ async def check_namesrv(addrs: str) -> None:
         await client.close()
 
 
-async def ensure_topic(namesrv: str, topic: str, queues: int) -> None:
-    """Create `topic` with `queues` queues per broker unless it exists."""
+async def ensure_topic(namesrv: str, topic: str, queues: int, priority_levels: int = 1) -> None:
+    """Create `topic` with `queues` queues per broker unless it exists (an existing
+    topic keeps its queues and priority levels)."""
     async with Admin(namesrv=namesrv) as admin:
         with contextlib.suppress(AlreadyExistsError):
-            await admin.create_topic(topic, queues=queues)
+            await admin.create_topic(topic, queues=queues,
+                                     priority_levels=min(priority_levels, queues))
 
 
 async def topic_exists(namesrv: str, topic: str) -> bool:

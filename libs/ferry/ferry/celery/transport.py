@@ -6,7 +6,8 @@ asks the transport to put, get, ack and reject messages of named queues):
 - a queue is a Ferry topic (`naming.topic_for_queue`; created with
   `topic_queues` queues per broker when missing), consumed by the group
   `celery-<topic>` (`feed.QueueFeed`);
-- a message is kombu's payload as JSON, the task id as the Ferry message key;
+- a message is kombu's payload as JSON, the task id as the Ferry message key,
+  kombu's priority as Ferry's (`naming.ferry_priority`);
   an `eta` header (Celery's `countdown` / `eta`, retries included) becomes
   Ferry's delivery time, so the delay scheduler holds it until due;
 - ack commits (see `feed`), reject requeues through the retry topic, and
@@ -18,11 +19,12 @@ asks the transport to put, get, ack and reject messages of named queues):
 
 The kombu side (channel, QoS) is `ferry.celery.channel`; the admin calls
 (topics, group lag) are `ferry.celery.topics`; the consumer side is
-`ferry.celery.feed`. Ferry's clients are asyncio: each connection runs them on its own loop thread
-(`loop.LoopThread`). Transport options (`broker_transport_options`):
-`namesrv` ("h:p,h:p", overrides the URL's host), `window`, `topic_queues`,
-`commit_interval_ms`, `heartbeat_interval_ms`, `rebalance_interval_ms`,
-`publish_timeout_s`, `polling_interval`, `visibility_timeout` (seconds, as for
+`ferry.celery.feed`. Ferry's clients are asyncio: each connection runs them on
+its own loop thread (`loop.LoopThread`). Transport options
+(`broker_transport_options`): `namesrv` ("h:p,h:p", overrides the URL's host),
+`window`, `topic_queues`, `priority_levels`, `commit_interval_ms`,
+`heartbeat_interval_ms`, `rebalance_interval_ms`, `publish_timeout_s`,
+`polling_interval`, `visibility_timeout` (seconds, as for
 Redis and SQS: a message taken and neither acked nor rejected within it is
 retried through the group's retry topic; see `feed` and docs/celery.md).
 """
@@ -44,7 +46,7 @@ from ferry.celery import topics
 from ferry.celery.channel import Channel
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
-from ferry.celery.naming import deliver_at_ms, mark_redelivered, topic_for_queue
+from ferry.celery.naming import deliver_at_ms, ferry_priority, mark_redelivered, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Producer
 from ferry.client.core.namesrv import DEFAULT_NAMESRV
@@ -73,7 +75,8 @@ DEFAULT_PUBLISH_TIMEOUT_S = 30.0
 DEFAULT_POLLING_INTERVAL_S = 0.5
 MAX_KEY_CHARS = 128
 #: The FeedConfig fields a transport option may set (ints).
-FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_interval_ms",
+FEED_OPTIONS = ("window", "topic_queues", "priority_levels", "commit_interval_ms",
+                "heartbeat_interval_ms",
                 "rebalance_interval_ms")
 #: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
 TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval",
@@ -205,6 +208,7 @@ class Transport(virtual.Transport):
         send = self._producer.send_and_wait(
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
+            priority=ferry_priority(message.get("properties")),
             trace=True if parent is not None else None)
         loop.run(send if parent is None else in_context(parent, send), self.timeout_s)
 
@@ -267,11 +271,14 @@ class Transport(virtual.Transport):
             feed.settle(tag, outcome)
 
     # -- topics -------------------------------------------------------------------------------
-    def ensure_topic(self, queue: str) -> None:
+    def ensure_topic(self, queue: str, priority_levels: int | None = None) -> None:
+        """Create the queue's topic unless it exists (`priority_levels`: the option's
+        when None; an existing topic keeps its own)."""
         topic = topic_for_queue(queue)
         if topic not in self._topics:
-            self._open().run(topics.ensure_topic(self.namesrv, topic, self.config.topic_queues),
-                             self.timeout_s)
+            levels = self.config.priority_levels if priority_levels is None else priority_levels
+            self._open().run(topics.ensure_topic(self.namesrv, topic, self.config.topic_queues,
+                                                 levels), self.timeout_s)
             self._topics.add(topic)
 
     def has_topic(self, queue: str) -> bool:
