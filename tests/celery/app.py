@@ -162,3 +162,9 @@ def reject_until_redelivered(self: Any, label: str) -> None:
         note("rejected", label)
         raise Reject("not redelivered yet", requeue=True)
     note("redelivered", f"{label} header={getattr(self.request, 'redelivered', None)}")
+
+
+@app.task(name="tests.celery.app.limited", rate_limit="10/s")
+def limited(label: str) -> None:
+    """Rate limited to 10 a second (per worker, Celery's token bucket)."""
+    note("run", label)
