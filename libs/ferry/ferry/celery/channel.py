@@ -19,13 +19,15 @@ from ferry.celery.naming import FERRY_PRIORITIES
 class QueueBackend(Protocol):
     """What a channel needs from its connection (the transport)."""
 
-    def ensure_topic(self, queue: str, priority_levels: int | None = None) -> None: ...
+    def ensure_topic(self, queue: str, priority_levels: int | None = None,
+                     auto_delete: bool = False) -> None: ...
     def has_topic(self, queue: str) -> bool: ...
     def publish(self, queue: str, message: dict[str, Any]) -> None: ...
     def take(self, queue: str) -> dict[str, Any]: ...
     def lag(self, queue: str) -> int: ...
     def purge(self, queue: str) -> int: ...
     def open_feed(self, queue: str) -> Any: ...
+    def cancel_feed(self, queue: str) -> None: ...
     def settle(self, tag: str, outcome: Settlement) -> None: ...
 
 
@@ -64,7 +66,7 @@ class Channel(virtual.Channel):
         # kombu's `Queue(max_priority=...)`) gets a topic with Ferry's priority levels.
         arguments = kwargs.get("arguments") or {}
         levels = FERRY_PRIORITIES if arguments.get("x-max-priority") else None
-        self.connection.ensure_topic(queue, levels)
+        self.connection.ensure_topic(queue, levels, bool(kwargs.get("auto_delete")))
 
     def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
         # kombu's Queue options (max_priority, expires, ...) as RabbitMQ's x- arguments.
@@ -86,12 +88,18 @@ class Channel(virtual.Channel):
         return self.connection.purge(queue)
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        pass   # topics outlive kombu's auto-delete queues; delete them with `ferry topic delete`
+        pass   # a durable queue's topic stays (`ferry topic delete`); auto-delete: basic_cancel
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
                       **kwargs: Any) -> Any:
         self.connection.open_feed(queue)
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
+    def basic_cancel(self, consumer_tag: str) -> None:
+        queue = self._tag_to_queue.get(consumer_tag)
+        super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:   # its last consumer here
+            self.connection.cancel_feed(queue)
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
         # Bindings live in each process's memory: a direct exchange this process has

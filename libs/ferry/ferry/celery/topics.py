@@ -2,17 +2,20 @@
 
 Coroutines the transport runs on its loop (`loop.LoopThread.run`): checking
 that namesrv answers, creating a queue's topic when missing, asking whether it
-exists, how far its group lags, and purging (moving the group past what is
-stored). No kombu import.
+exists, how far its group lags, purging (moving the group past what is
+stored) and deleting an auto-delete queue's topic. No kombu import.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from ferry.client import Admin
 from ferry.client.admin.offset_reset import ResetSpec, ResetTo
 from ferry.client.core.namesrv import NamesrvClient
 from ferry.errors import AlreadyExistsError, TopicNotFoundError
+
+log = logging.getLogger(__name__)
 
 
 async def check_namesrv(addrs: str) -> None:
@@ -64,3 +67,19 @@ async def purge(namesrv: str, group: str, topic: str) -> int:
         except TopicNotFoundError:
             return 0   # never created: nothing stored
     return sum(max(q.after - max(q.before, 0), 0) for q in plan.queues)
+
+
+async def delete_if_unused(namesrv: str, group: str, topic: str) -> bool:
+    """Delete `topic` unless `group` still has a live member on it (an auto-delete
+    queue's last consumer left); True if deleted. Needs `admin` rights with auth on."""
+    async with Admin(namesrv=namesrv) as admin:
+        try:
+            members = await admin.group_members(group, topic)
+            if members:
+                return False
+            await admin.delete_topic(topic)
+        except TopicNotFoundError:
+            return False
+    log.info("ferry://: deleted the topic %s of an auto-delete queue: its last consumer left",
+             topic)
+    return True

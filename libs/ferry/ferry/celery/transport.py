@@ -117,6 +117,7 @@ class Transport(virtual.Transport):
         self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
+        self._auto_delete: set[str] = set()             # queues declared auto_delete here
         self._ready = threading.Event()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
@@ -163,9 +164,11 @@ class Transport(virtual.Transport):
         loop, self._loop = self._loop, None
         if loop is None or not loop.alive:
             return
-        feeds, self._feeds = list(self._feeds.values()), {}
-        for feed in feeds:
+        feeds, self._feeds = dict(self._feeds), {}
+        for feed in feeds.values():
             _quietly(loop, feed.stop(), self.timeout_s)
+        for queue in self._auto_delete.intersection(feeds):
+            self._drop_topic(loop, feeds[queue])
         if self._producer is not None:
             _quietly(loop, self._producer.stop(), self.timeout_s)
         loop.stop()
@@ -223,6 +226,22 @@ class Transport(virtual.Transport):
             self._feeds[queue] = feed
         return feed
 
+    def cancel_feed(self, queue: str) -> None:
+        """kombu cancelled the last consumer of `queue` here: an auto-delete queue's feed
+        stops (leaves the group) and its topic goes unless another member is left."""
+        loop = self._loop
+        if queue not in self._auto_delete or loop is None or not loop.alive:
+            return
+        feed = self._feeds.pop(queue, None)
+        if feed is not None:
+            _quietly(loop, feed.stop(), self.timeout_s)
+            self._drop_topic(loop, feed)
+
+    def _drop_topic(self, loop: LoopThread, feed: QueueFeed) -> None:
+        self._topics.discard(feed.topic)
+        _quietly(loop, topics.delete_if_unused(self.namesrv, feed.group, feed.topic),
+                 self.timeout_s)
+
     def take(self, queue: str) -> dict[str, Any]:
         """The next message of `queue` as kombu's payload (queue.Empty if none)."""
         feed = self._feeds.get(queue) or self.open_feed(queue)
@@ -271,9 +290,13 @@ class Transport(virtual.Transport):
             feed.settle(tag, outcome)
 
     # -- topics -------------------------------------------------------------------------------
-    def ensure_topic(self, queue: str, priority_levels: int | None = None) -> None:
+    def ensure_topic(self, queue: str, priority_levels: int | None = None,
+                     auto_delete: bool = False) -> None:
         """Create the queue's topic unless it exists (`priority_levels`: the option's
-        when None; an existing topic keeps its own)."""
+        when None; an existing topic keeps its own). `auto_delete`: kombu's flag, the
+        topic is deleted when its last consumer leaves (`cancel_feed`)."""
+        if auto_delete:
+            self._auto_delete.add(queue)
         topic = topic_for_queue(queue)
         if topic not in self._topics:
             levels = self.config.priority_levels if priority_levels is None else priority_levels
