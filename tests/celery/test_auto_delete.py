@@ -10,23 +10,13 @@ import uuid
 import kombu
 import pytest
 from ferry.celery.naming import topic_for_queue
-from ferry.client import Admin
-from ferry.errors import TopicNotFoundError
+from ferry.celery.topics import topic_exists
 
 from tests.celery.app import TRANSPORT_OPTIONS
 from tests.celery.conftest import CeleryMesh, wait_for
 from tests.client.conftest import unique
 
 pytestmark = pytest.mark.integration
-
-
-async def _exists(namesrv: str, topic: str) -> bool:
-    async with Admin(namesrv=namesrv) as admin:
-        try:
-            await admin.describe_topic(topic)
-        except TopicNotFoundError:
-            return False
-        return True
 
 
 def _consumer(namesrv: str, queue: kombu.Queue, got: list[str]) -> kombu.Connection:
@@ -70,12 +60,12 @@ def test_an_auto_delete_queue_goes_with_its_last_consumer(celery_mesh: CeleryMes
         assert set(got) == {"pong", "task"}   # (twice, if a rebalance moved it: at least once)
         topic = topic_for_queue(name)
         first.release()
-        assert asyncio.run(_exists(ns, topic))   # the other consumer is still on it
+        assert asyncio.run(topic_exists(ns, topic))   # the other consumer is still on it
         second.release()
         # Gone from namesrv at once; from the broker's registration (the route) within a moment.
-        wait_for(lambda: not asyncio.run(_exists(ns, topic)), 10, "the reply topic deleted")
+        wait_for(lambda: not asyncio.run(topic_exists(ns, topic)), 10, "the reply topic deleted")
         kept.release()
-        assert asyncio.run(_exists(ns, topic_for_queue(durable.name)))
+        assert asyncio.run(topic_exists(ns, topic_for_queue(durable.name)))
     finally:
         for conn in (first, second, kept):
             conn.release()

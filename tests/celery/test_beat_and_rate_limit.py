@@ -14,14 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.celery.app import make_app
-from tests.celery.conftest import (
-    CeleryMesh,
-    notes_db,
-    proc_env,
-    query,
-    start_worker,
-    wait_for,
-)
+from tests.celery.conftest import CeleryMesh, notes_db, proc_env, query, start_worker, wait_for
 from tests.client.conftest import unique
 from tests.support.procs import Proc, spawn
 

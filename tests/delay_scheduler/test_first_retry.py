@@ -45,13 +45,14 @@ async def test_first_retry_of_a_new_group_arrives_within_the_backoff(delay_mesh:
 
         # The consumer's default heartbeat and rebalance intervals (5 s).
         async with Consumer(topic, group=group, namesrv=delay_mesh.namesrv) as consumer:
-            task = asyncio.ensure_future(consumer.run(handler))
-            try:
-                await asyncio.wait_for(done.wait(), 60)
-            finally:
+            runner = asyncio.ensure_future(consumer.run(handler))
+            waiter = asyncio.ensure_future(done.wait())
+            await asyncio.wait({runner, waiter}, timeout=60,
+                               return_when=asyncio.FIRST_COMPLETED)
+            for task in (runner, waiter):
                 task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
+            await asyncio.gather(runner, waiter, return_exceptions=True)
+        assert done.is_set(), seen
     finally:
         sched.proc.stop()
     assert [n for _, n in seen] == list(range(FAILURES + 1))
