@@ -52,6 +52,7 @@ from ferry.client import Producer
 from ferry.client.core.namesrv import DEFAULT_NAMESRV
 from ferry.client.core.tracing import record_context
 from ferry.errors import (
+    AccessDeniedError,
     BusyError,
     ConnectionLostError,
     FerryError,
@@ -98,7 +99,7 @@ class Transport(virtual.Transport):
         OSError)  # type: ignore[assignment]
     channel_errors = virtual.Transport.channel_errors + (
         TopicNotFoundError, InvalidNameError, MessageTooLargeError, InvalidDelayError,
-        NoPermissionError)  # type: ignore[assignment]
+        NoPermissionError, AccessDeniedError)  # type: ignore[assignment]
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
