@@ -4,10 +4,13 @@ Configured by the environment the test gives each worker: FERRY_CELERY_TEST_NAME
 (the mesh), FERRY_CELERY_TEST_QUEUE (the queue = topic of one test),
 FERRY_CELERY_TEST_DB (SQLite file where tasks note what ran where),
 FERRY_CELERY_TEST_BIZ_DB (the bridge test's business database, with the ledger) and
-FERRY_CELERY_TEST_VISIBILITY_S (the transport's `visibility_timeout`, when set).
+FERRY_CELERY_TEST_VISIBILITY_S (the transport's `visibility_timeout`, when set),
+FERRY_CELERY_TEST_WINDOW (the transport's `window`) and FERRY_CELERY_TEST_CONF (more
+Celery settings, JSON).
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -24,19 +27,25 @@ TRANSPORT_OPTIONS: dict[str, Any] = {"heartbeat_interval_ms": 1_000, "rebalance_
                                      "commit_interval_ms": 500, "window": 32, "topic_queues": 8}
 if os.environ.get("FERRY_CELERY_TEST_VISIBILITY_S"):
     TRANSPORT_OPTIONS["visibility_timeout"] = float(os.environ["FERRY_CELERY_TEST_VISIBILITY_S"])
+if os.environ.get("FERRY_CELERY_TEST_WINDOW"):
+    TRANSPORT_OPTIONS["window"] = int(os.environ["FERRY_CELERY_TEST_WINDOW"])
 
 
-def make_app(namesrv: str, queue: str) -> Celery:
+def make_app(namesrv: str, queue: str, **conf: Any) -> Celery:
+    """The tests' app; `conf`: more Celery settings (the worker's come from FERRY_CELERY_TEST_CONF,
+    JSON)."""
     app = Celery("ferry_celery_test", broker=f"ferry://{namesrv}")
-    app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True,
-                    worker_prefetch_multiplier=4, task_default_queue=queue,
-                    broker_transport_options=TRANSPORT_OPTIONS,
-                    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
+    app.conf.update({"task_acks_late": True, "task_reject_on_worker_lost": True,
+                     "worker_prefetch_multiplier": 4, "task_default_queue": queue,
+                     "broker_transport_options": TRANSPORT_OPTIONS,
+                     "broker_connection_retry_on_startup": True,
+                     "worker_hijack_root_logger": False, **conf})
     return app
 
 
 app = make_app(os.environ.get("FERRY_CELERY_TEST_NAMESRV", "127.0.0.1:9876"),
-               os.environ.get("FERRY_CELERY_TEST_QUEUE", "celery"))
+               os.environ.get("FERRY_CELERY_TEST_QUEUE", "celery"),
+               **json.loads(os.environ.get("FERRY_CELERY_TEST_CONF") or "{}"))
 
 NOTES_SCHEMA = ("CREATE TABLE IF NOT EXISTS notes (task_id TEXT, host TEXT, phase TEXT, "
                 "label TEXT, retries INTEGER, ts REAL)")
@@ -143,3 +152,19 @@ def bill(body: dict[str, Any], meta: dict[str, Any]) -> None:
 def echo(body: Any, meta: dict[str, Any]) -> None:
     """The tracing test's bridge task: notes the message id it ran for."""
     note("echo", meta["msg_id"])
+
+
+@app.task(name="tests.celery.app.reject_until_redelivered", bind=True)
+def reject_until_redelivered(self: Any, label: str) -> None:
+    """Celery's `test_reject_with_requeue_redelivers_and_succeeds`: rejected (requeue) until
+    kombu's `delivery_info['redelivered']` says it came back; notes the `redelivered` header."""
+    if not (self.request.delivery_info or {}).get("redelivered"):
+        note("rejected", label)
+        raise Reject("not redelivered yet", requeue=True)
+    note("redelivered", f"{label} header={getattr(self.request, 'redelivered', None)}")
+
+
+@app.task(name="tests.celery.app.limited", rate_limit="10/s")
+def limited(label: str) -> None:
+    """Rate limited to 10 a second (per worker, Celery's token bucket)."""
+    note("run", label)

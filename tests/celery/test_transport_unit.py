@@ -156,3 +156,17 @@ def test_celery_bridge_cli_usage() -> None:
         "orders", "billing", "app.tasks.bill", "earliest", 8)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["celery-bridge", "--topic", "orders", "--group", "g"])
+
+
+def test_kombu_priority_maps_onto_ferry_levels() -> None:
+    from ferry.celery.naming import ferry_priority
+    assert [ferry_priority({"priority": p}) for p in range(10)] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    assert ferry_priority({"priority": 42}) == 3 and ferry_priority({"priority": -1}) == 0
+    assert ferry_priority({}) == ferry_priority({"priority": "high"}) == ferry_priority(None) == 0
+
+
+@pytest.mark.parametrize("bad", [0, 5])
+def test_a_bad_priority_levels_option_is_refused_clearly(bad: int) -> None:
+    conn = kombu.Connection("ferry://127.0.0.1:1", transport_options={"priority_levels": bad})
+    with pytest.raises(ValueError, match="priority_levels"):
+        _ = conn.transport

@@ -34,9 +34,10 @@ import uuid
 from dataclasses import dataclass
 from enum import Enum
 
-from ferry.client import Admin, Consumer, ConsumerRecord
+from ferry.celery.topics import ensure_topic
+from ferry.client import Consumer, ConsumerRecord
 from ferry.client.consuming.consume_timeout import ConsumeTimeoutError
-from ferry.errors import AlreadyExistsError, FerryError
+from ferry.errors import FerryError
 from ferry.names import validate_topic
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class FeedConfig:
     namesrv: str
     window: int = 64                       # records held at once per queue (unacked included)
     topic_queues: int = 8                  # queues per broker of an auto-created topic
+    priority_levels: int = 1               # priority levels of an auto-created topic
     commit_interval_ms: int = 1_000
     heartbeat_interval_ms: int = 2_000
     rebalance_interval_ms: int = 2_000
@@ -69,6 +71,8 @@ class FeedConfig:
     visibility_timeout_s: float = DEFAULT_VISIBILITY_TIMEOUT_S   # taken, not settled: retried
 
     def __post_init__(self) -> None:
+        if not 1 <= self.priority_levels <= 4:
+            raise ValueError(f"priority_levels must be 1..4, got {self.priority_levels!r}")
         if not 0 < self.visibility_timeout_s <= 86_400:
             raise ValueError("visibility_timeout must be in (0, 86400] seconds, got "
                              f"{self.visibility_timeout_s!r}")
@@ -94,7 +98,8 @@ class QueueFeed:
         return GROUP_PREFIX + topic
 
     async def start(self) -> None:
-        await ensure_topic(self.config.namesrv, self.topic, self.config.topic_queues)
+        await ensure_topic(self.config.namesrv, self.topic, self.config.topic_queues,
+                           self.config.priority_levels)
         c = self.config
         consumer = Consumer(
             self.topic, group=self.group, namesrv=c.namesrv, auto_offset_reset="earliest",
@@ -162,10 +167,3 @@ class QueueFeed:
                 await self._consumer.stop()
             except FerryError as exc:
                 log.warning("feed of %s: stop failed: %s", self.topic, exc)
-
-
-async def ensure_topic(namesrv: str, topic: str, queues: int) -> None:
-    """Create `topic` with `queues` queues per broker unless it exists."""
-    async with Admin(namesrv=namesrv) as admin:
-        with contextlib.suppress(AlreadyExistsError):
-            await admin.create_topic(topic, queues=queues)

@@ -1,4 +1,5 @@
-"""kombu queue names → Ferry topic names, and Celery's eta → a Ferry delivery time.
+"""kombu queue names → Ferry topic names, Celery's eta → a Ferry delivery time, kombu's
+message priority → Ferry's, and the `redelivered` flag of a message that comes back.
 
 Leaf helpers of the `ferry://` transport (no kombu or Celery import), so the
 bridge and tests can use them too.
@@ -17,6 +18,10 @@ from ferry.client.producing.encoding import DEFAULT_MAX_DELAY_MS
 MAX_TOPIC_CHARS = 120
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _HASH_CHARS = 8
+#: kombu's message priorities (virtual transports: 0..9, higher first, as on RabbitMQ).
+KOMBU_MAX_PRIORITY = 9
+#: Ferry's priority levels: a topic has 1..4 of them, `send(priority=0..3)`.
+FERRY_PRIORITIES = 4
 
 
 def topic_for_queue(queue: str) -> str:
@@ -60,3 +65,32 @@ def deliver_at_ms(headers: dict[str, Any] | None, *, now_ms: int | None = None,
     if due_ms <= now_ms:
         return None
     return min(due_ms, now_ms + max_delay_ms)
+
+
+def mark_redelivered(payload: dict[str, Any]) -> None:
+    """Flag a kombu message as redelivered where kombu and Celery read it.
+
+    As kombu's Redis transport does when it restores a message: the
+    `redelivered` header and `delivery_info['redelivered']` (a task's
+    `request.delivery_info`, read by Celery's `deduplicate_successful_tasks`).
+    """
+    headers = payload.get("headers")
+    if isinstance(headers, dict):
+        headers["redelivered"] = True
+    props = payload.get("properties")
+    if isinstance(props, dict):
+        info = props.get("delivery_info")
+        if not isinstance(info, dict):
+            info = props["delivery_info"] = {}
+        info["redelivered"] = True
+
+
+def ferry_priority(properties: dict[str, Any] | None) -> int:
+    """Ferry's priority (0..3, 3 first) of a kombu message's `priority` (0..9, 9 first;
+    clamped, missing or not a number: 0): 0-2 → 0, 3-4 → 1, 5-7 → 2, 8-9 → 3."""
+    raw: Any = (properties or {}).get("priority")
+    try:
+        kombu_pri = min(max(int(raw), 0), KOMBU_MAX_PRIORITY)
+    except (TypeError, ValueError):
+        return 0
+    return kombu_pri * FERRY_PRIORITIES // (KOMBU_MAX_PRIORITY + 1)

@@ -6,7 +6,8 @@ asks the transport to put, get, ack and reject messages of named queues):
 - a queue is a Ferry topic (`naming.topic_for_queue`; created with
   `topic_queues` queues per broker when missing), consumed by the group
   `celery-<topic>` (`feed.QueueFeed`);
-- a message is kombu's payload as JSON, the task id as the Ferry message key;
+- a message is kombu's payload as JSON, the task id as the Ferry message key,
+  kombu's priority as Ferry's (`naming.ferry_priority`);
   an `eta` header (Celery's `countdown` / `eta`, retries included) becomes
   Ferry's delivery time, so the delay scheduler holds it until due;
 - ack commits (see `feed`), reject requeues through the retry topic, and
@@ -16,11 +17,14 @@ asks the transport to put, get, ack and reject messages of named queues):
   traced one, and a traced record's context goes back into the task's
   headers on the way out (`ferry.celery.tracing`).
 
-Ferry's clients are asyncio: each connection runs them on its own loop thread
-(`loop.LoopThread`). Transport options (`broker_transport_options`):
-`namesrv` ("h:p,h:p", overrides the URL's host), `window`, `topic_queues`,
-`commit_interval_ms`, `heartbeat_interval_ms`, `rebalance_interval_ms`,
-`publish_timeout_s`, `polling_interval`, `visibility_timeout` (seconds, as for
+The kombu side (channel, QoS) is `ferry.celery.channel`; the admin calls
+(topics, group lag) are `ferry.celery.topics`; the consumer side is
+`ferry.celery.feed`. Ferry's clients are asyncio: each connection runs them on
+its own loop thread (`loop.LoopThread`). Transport options
+(`broker_transport_options`): `namesrv` ("h:p,h:p", overrides the URL's host),
+`window`, `topic_queues`, `priority_levels`, `commit_interval_ms`,
+`heartbeat_interval_ms`, `rebalance_interval_ms`, `publish_timeout_s`,
+`polling_interval`, `visibility_timeout` (seconds, as for
 Redis and SQS: a message taken and neither acked nor rejected within it is
 retried through the group's retry topic; see `feed` and docs/celery.md).
 """
@@ -38,14 +42,17 @@ from typing import Any
 
 from kombu.transport import virtual
 
+from ferry.celery import topics
+from ferry.celery.channel import Channel
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
-from ferry.celery.naming import deliver_at_ms, topic_for_queue
+from ferry.celery.naming import deliver_at_ms, ferry_priority, mark_redelivered, topic_for_queue
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
-from ferry.client import Admin, Producer
-from ferry.client.core.namesrv import DEFAULT_NAMESRV, NamesrvClient
+from ferry.client import Producer
+from ferry.client.core.namesrv import DEFAULT_NAMESRV
 from ferry.client.core.tracing import record_context
 from ferry.errors import (
+    AccessDeniedError,
     BusyError,
     ConnectionLostError,
     FerryError,
@@ -69,78 +76,12 @@ DEFAULT_PUBLISH_TIMEOUT_S = 30.0
 DEFAULT_POLLING_INTERVAL_S = 0.5
 MAX_KEY_CHARS = 128
 #: The FeedConfig fields a transport option may set (ints).
-FEED_OPTIONS = ("window", "topic_queues", "commit_interval_ms", "heartbeat_interval_ms",
+FEED_OPTIONS = ("window", "topic_queues", "priority_levels", "commit_interval_ms",
+                "heartbeat_interval_ms",
                 "rebalance_interval_ms")
 #: Every `broker_transport_options` key the transport reads (docs/celery.md lists them).
 TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_interval",
                      "visibility_timeout")
-
-
-class QoS(virtual.QoS):
-    """kombu's unacked-message book, settling each outcome with the record's feed."""
-
-    restore_at_shutdown = False   # never put back: uncommitted offsets are redelivered
-
-    def ack(self, delivery_tag: str) -> None:
-        self.channel.connection.settle(delivery_tag, Settlement.ACK)
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        self.channel.connection.settle(delivery_tag,
-                                       Settlement.REQUEUE if requeue else Settlement.DROP)
-        self._quick_ack(delivery_tag)
-
-    def restore_unacked(self) -> list[Any]:
-        # basic_recover(requeue=True): hand every unacked message out again.
-        self._flush()
-        for tag in list(self._delivered):
-            self.channel.connection.settle(tag, Settlement.REQUEUE)
-        self._delivered.clear()
-        return []
-
-
-class Channel(virtual.Channel):
-    """A kombu channel whose queues are Ferry topics."""
-
-    QoS = QoS
-    do_restore = False
-    connection: Transport
-
-    def _new_queue(self, queue: str, **kwargs: Any) -> None:
-        self.connection.ensure_topic(queue)
-
-    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
-        return self.connection.has_topic(queue)
-
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        self.connection.publish(queue, message)
-
-    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.connection.take(queue)
-
-    def _size(self, queue: str) -> int:
-        return self.connection.lag(queue)
-
-    def _purge(self, queue: str) -> int:
-        log.warning("ferry://: purge of %s is not supported (a log cannot delete); skip the "
-                    "tasks with `ferry` offsets tools instead", queue)
-        return 0
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        pass   # topics outlive kombu's auto-delete queues; delete them with `ferry topic delete`
-
-    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
-                      **kwargs: Any) -> Any:
-        self.connection.open_feed(queue)
-        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
-
-    def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
-        # Bindings live in each process's memory: a direct exchange this process has
-        # no binding for routes by Celery's convention (routing key = queue name).
-        queues: list[str] = super()._lookup(exchange, routing_key, default)
-        if not queues and routing_key and self.typeof(exchange).type == "direct":
-            return [routing_key]
-        return queues
 
 
 class Transport(virtual.Transport):
@@ -158,7 +99,7 @@ class Transport(virtual.Transport):
         OSError)  # type: ignore[assignment]
     channel_errors = virtual.Transport.channel_errors + (
         TopicNotFoundError, InvalidNameError, MessageTooLargeError, InvalidDelayError,
-        NoPermissionError)  # type: ignore[assignment]
+        NoPermissionError, AccessDeniedError)  # type: ignore[assignment]
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -177,6 +118,7 @@ class Transport(virtual.Transport):
         self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
+        self._auto_delete: set[str] = set()             # queues declared auto_delete here
         self._ready = threading.Event()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
@@ -197,7 +139,7 @@ class Transport(virtual.Transport):
                 return self._loop
             loop = LoopThread()
             try:
-                loop.run(_check_namesrv(self.namesrv), self.timeout_s)
+                loop.run(topics.check_namesrv(self.namesrv), self.timeout_s)
                 producer = Producer(namesrv=self.namesrv, linger_ms=0)
                 loop.run(producer.start(), self.timeout_s)
             except BaseException:
@@ -223,9 +165,11 @@ class Transport(virtual.Transport):
         loop, self._loop = self._loop, None
         if loop is None or not loop.alive:
             return
-        feeds, self._feeds = list(self._feeds.values()), {}
-        for feed in feeds:
+        feeds, self._feeds = dict(self._feeds), {}
+        for feed in feeds.values():
             _quietly(loop, feed.stop(), self.timeout_s)
+        for queue in self._auto_delete.intersection(feeds):
+            self._drop_topic(loop, feeds[queue])
         if self._producer is not None:
             _quietly(loop, self._producer.stop(), self.timeout_s)
         loop.stop()
@@ -268,6 +212,7 @@ class Transport(virtual.Transport):
         send = self._producer.send_and_wait(
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
+            priority=ferry_priority(message.get("properties")),
             trace=True if parent is not None else None)
         loop.run(send if parent is None else in_context(parent, send), self.timeout_s)
 
@@ -281,6 +226,22 @@ class Transport(virtual.Transport):
             self._topics.add(feed.topic)
             self._feeds[queue] = feed
         return feed
+
+    def cancel_feed(self, queue: str) -> None:
+        """kombu cancelled the last consumer of `queue` here: an auto-delete queue's feed
+        stops (leaves the group) and its topic goes unless another member is left."""
+        loop = self._loop
+        if queue not in self._auto_delete or loop is None or not loop.alive:
+            return
+        feed = self._feeds.pop(queue, None)
+        if feed is not None:
+            _quietly(loop, feed.stop(), self.timeout_s)
+            self._drop_topic(loop, feed)
+
+    def _drop_topic(self, loop: LoopThread, feed: QueueFeed) -> None:
+        self._topics.discard(feed.topic)
+        _quietly(loop, topics.delete_if_unused(self.namesrv, feed.group, feed.topic),
+                 self.timeout_s)
 
     def take(self, queue: str) -> dict[str, Any]:
         """The next message of `queue` as kombu's payload (queue.Empty if none)."""
@@ -302,8 +263,8 @@ class Transport(virtual.Transport):
             if record_context(record) is not None and isinstance(payload.get("headers"), dict):
                 # The task's span continues below the Ferry hops this record went through.
                 set_trace_headers(payload["headers"], record.properties)
-            if record.reconsume_times:
-                payload["redelivered"] = True
+            if record.reconsume_times:   # back through the group's retry topic
+                mark_redelivered(payload)
             self._tags[tag] = feed
             return payload  # type: ignore[no-any-return]
 
@@ -330,50 +291,42 @@ class Transport(virtual.Transport):
             feed.settle(tag, outcome)
 
     # -- topics -------------------------------------------------------------------------------
-    def ensure_topic(self, queue: str) -> None:
-        from ferry.celery.feed import ensure_topic
+    def ensure_topic(self, queue: str, priority_levels: int | None = None,
+                     auto_delete: bool = False) -> None:
+        """Create the queue's topic unless it exists (`priority_levels`: the option's
+        when None; an existing topic keeps its own). `auto_delete`: kombu's flag, the
+        topic is deleted when its last consumer leaves (`cancel_feed`)."""
+        if auto_delete:
+            self._auto_delete.add(queue)
         topic = topic_for_queue(queue)
         if topic not in self._topics:
-            self._open().run(ensure_topic(self.namesrv, topic, self.config.topic_queues),
-                             self.timeout_s)
+            levels = self.config.priority_levels if priority_levels is None else priority_levels
+            self._open().run(topics.ensure_topic(self.namesrv, topic, self.config.topic_queues,
+                                                 levels), self.timeout_s)
             self._topics.add(topic)
 
     def has_topic(self, queue: str) -> bool:
-        async def exists(topic: str) -> bool:
-            async with Admin(namesrv=self.namesrv) as admin:
-                try:
-                    await admin.describe_topic(topic)
-                except TopicNotFoundError:
-                    return False
-                return True
-        return self._open().run(exists(topic_for_queue(queue)), self.timeout_s)
+        return self._open().run(topics.topic_exists(self.namesrv, topic_for_queue(queue)),
+                                self.timeout_s)
 
     def lag(self, queue: str) -> int:
         """Messages of `queue` its group has not committed yet (0 if unknown)."""
         topic = topic_for_queue(queue)
-
-        async def lag() -> int:
-            async with Admin(namesrv=self.namesrv) as admin:
-                return sum(q.lag for q in await admin.group_lag(
-                    QueueFeed.group_of(topic), [topic]))
         try:
-            return self._open().run(lag(), self.timeout_s)
+            return self._open().run(
+                topics.group_lag(self.namesrv, QueueFeed.group_of(topic), topic), self.timeout_s)
         except FerryError:
             return 0
+
+    def purge(self, queue: str) -> int:
+        """Move the queue's group past what is stored (see `topics.purge`); how many."""
+        topic = topic_for_queue(queue)
+        return self._open().run(topics.purge(self.namesrv, QueueFeed.group_of(topic), topic),
+                                self.timeout_s)
 
     def driver_version(self) -> str:
         from ferry import __version__
         return __version__
-
-
-async def _check_namesrv(addrs: str) -> None:
-    """Fail with ConnectionLostError unless a namesrv answers (kombu then retries)."""
-    client = NamesrvClient(addrs)
-    await client.start()
-    try:
-        await client.call("GET", "/v1/brokers")
-    finally:
-        await client.close()
 
 
 def _seconds(option: str, value: Any) -> float:

@@ -18,7 +18,10 @@ record (set by this broker when it made that copy). Where it goes:
 - `reconsume_times` beyond `max_reconsume_times`: `%DLQ%<group>`, for good;
 - `delay_ms` 0: `%RETRY%<group>` at once (the group's consumers subscribe to it);
 - otherwise `%SCHEDULE%`, bound for `%RETRY%<group>` once the back-off has
-  passed (the delay scheduler delivers it, like any delayed message).
+  passed (the delay scheduler delivers it, like any delayed message);
+  `%RETRY%<group>` is created on this broker at once all the same, so that
+  its route is out before the copy arrives (a new group's first retry comes
+  within its back-off: the consumers look for that route after the nack).
 Only the broker that stores the message accepts its SEND_BACK (RocketMQ's
 consumerSendMessageBack goes to the message's broker too): a consumer whose
 message's broker is down keeps the position uncommitted and tries again
@@ -164,6 +167,9 @@ async def handle_send_back(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Fr
         props[REAL_QUEUE_ID] = "0"
         target, flags = SCHEDULE_TOPIC, int(MessageFlag.DELAY)
         target_queue = sum(group.encode()) % ctx.topics.queues_for_send(SCHEDULE_TOPIC)
+        # The retry topic is registered now, not when the back-off ends: its route is out
+        # by then, so the group's consumers serve its queue before the copy arrives.
+        ctx.topics.queues_for_send(retry_topic(group), req)
     ctx.topics.queues_for_send(target, req)  # registers the internal topic on first use
     if trace_context:
         flags |= _TRACED  # the copy carries the trace on, even untraced here

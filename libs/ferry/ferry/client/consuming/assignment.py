@@ -12,7 +12,12 @@ committed offset, else from `auto_offset_reset` (when not given: the group's
 Broadcasting: every queue, positions kept locally (`offset_store_path` to
 keep them across runs). A clustering consumer also pulls its group's retry
 topic `%RETRY%<group>`, whose route appears once a broker stored a retry;
-until then it is looked for again on each rebalance, quietly.
+until then it is looked for again on each rebalance, quietly, and after each
+nack whose copy goes to a broker the retry topic's route does not list yet
+(`expect_retry`): every `RETRY_ROUTE_PROBE_MS` until the route lists that
+broker (which creates the retry topic when it takes the nack, back-off or
+not), then a rebalance at once. So the first retry of a new group arrives
+within its back-off, not at the next periodic rebalance (issue 26).
 
 It keeps the priority level of each queue above level 0 (`levels`, read by
 the consumer's `getmany`). Ordered (`ordered=True`, or `run(handler,
@@ -41,10 +46,17 @@ from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import RouteCache, TopicRoute
 from ferry.errors import FerryError
 from ferry.filter import Subscription
-from ferry.names import retry_topic
+from ferry.names import SCHEDULE_TOPIC, retry_topic
 from ferry.tasks import cancel_and_wait
 
 log = logging.getLogger("ferry.client.consuming.consumer")
+
+#: After a nack, how often the retry topic's route is asked for until it lists the broker
+#: of the copy (see `Assignment.expect_retry`); the search ends the back-off plus a
+#: rebalance interval plus RETRY_ROUTE_GRACE_MS after the nack (the periodic rebalance
+#: looks on after that).
+RETRY_ROUTE_PROBE_MS = 100
+RETRY_ROUTE_GRACE_MS = 5_000
 
 
 class Assignment:
@@ -87,6 +99,9 @@ class Assignment:
         self.started = False
         # Ordered consumption (see `ordered`): its queue locks, when on.
         self.ordered: OrderedQueues | None = OrderedQueues(self) if ordered else None
+        self._retry_watch: asyncio.Task[None] | None = None
+        if mode == "clustering":
+            settings.nacker.on_stored = self.expect_retry
 
     def subscribe(self, subscriptions: dict[str, Subscription]) -> None:
         """The compiled subscriptions: they go with every PULL and HEARTBEAT."""
@@ -131,6 +146,43 @@ class Assignment:
                 self.ordered = OrderedQueues(self)
                 await self.ordered.adopt()
         return self.ordered
+
+    # -- the retry topic ------------------------------------------------------------------------
+    def expect_retry(self, broker: str, target: str, delay_ms: int) -> None:
+        """A nacked record's copy was stored, bound for `%RETRY%<group>` on `broker` after
+        `delay_ms`: unless the retry topic's route lists that broker already, look for it
+        (see the module docstring)."""
+        retry = retry_topic(self.group)
+        if not self.started or target not in (retry, SCHEDULE_TOPIC):
+            return   # stopping, or a dead letter
+        route = self.routes.cached(retry)
+        if route is not None and any(b.name == broker for b in route.brokers):
+            return
+        if self._retry_watch is None or self._retry_watch.done():
+            task = asyncio.get_running_loop().create_task(
+                self._find_retry_route(broker, delay_ms), name="ferry-retry-route")
+            self._retry_watch = task
+            self.tasks.append(task)
+            task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        if task in self.tasks:
+            self.tasks.remove(task)
+
+    async def _find_retry_route(self, broker: str, delay_ms: int) -> None:
+        retry = retry_topic(self.group)
+        deadline = time.monotonic() + (delay_ms + self.rebalance_interval_ms
+                                       + RETRY_ROUTE_GRACE_MS) / 1000
+        while self.started and time.monotonic() < deadline:
+            self.routes.invalidate(retry)
+            try:
+                route = await self.routes.route(retry)
+            except FerryError:
+                route = None
+            if route is not None and any(b.name == broker for b in route.brokers):
+                await self.heartbeat_and_rebalance(heartbeat=True)
+                return
+            await asyncio.sleep(RETRY_ROUTE_PROBE_MS / 1000)
 
     # -- membership and rebalance -------------------------------------------------------------
     async def _coordinate(self) -> None:

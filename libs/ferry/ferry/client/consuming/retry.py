@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,6 +234,10 @@ class Nacker:
                                              retry_backoff_ms=self._backoff_option)
         self.configured = False
         self._tasks: set[asyncio.Task[dict[str, Any]]] = set()
+        #: Called with (the record's broker, the copy's target topic, the back-off in ms)
+        #: once a broker stored a copy: the consumer's assignment then looks for the
+        #: retry queue on that broker if it does not serve it yet (`Assignment.expect_retry`).
+        self.on_stored: Callable[[str, str, int], None] | None = None
 
     def configure(self, group_config: Mapping[str, Any] | None) -> None:
         """Take the group's namesrv config (None: the group has none); options still win."""
@@ -271,6 +275,8 @@ class Nacker:
             record, reconsume_times=attempt, delay_ms=delay_ms,
             max_reconsume_times=self.policy.max_reconsume_times)
         self.pending.discard(tq, record.queue_offset)   # stored: commits may pass it now
+        if self.on_stored is not None:
+            self.on_stored(record.broker, str(answer.get("target", "")), delay_ms)
         log.debug("nacked %s (attempt %d, back-off %d ms) -> %s", record.msg_id, attempt,
                   delay_ms, answer.get("target"))
         return answer
