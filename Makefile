@@ -5,12 +5,18 @@ PY := .venv/bin/python
 PIP := .venv/bin/pip
 SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
+# The hot modules that have a compiled twin (ferry.extensions.TWINS; docs/performance.md).
+TWIN_SOURCES := libs/ferry/ferry/store/batch_input.py libs/ferry/ferry/codec/entry.py \
+	libs/ferry/ferry/wire/decoder.py
+TWIN_STAMP := .venv/.twins-stamp
+# The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1).
+PURE_TESTS ?= tests/store tests/wire tests/codec
 BENCH ?=
 HA ?=
 
 .PHONY: setup up down test fuzz lint bench spark-report clean system-deps
 
-setup: system-deps $(STAMP)
+setup: system-deps $(STAMP) $(TWIN_STAMP)
 
 # Debian packages: installed when missing and we are root, otherwise the
 # exact command to run is printed and setup stops.
@@ -42,6 +48,14 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) spark/
 	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 
+# The compiled twins (mypyc, pinned in requirements-dev.txt), beside their pure modules,
+# rebuilt when one changes. Never fails: without a C compiler the pure modules run and
+# the build says so in one line.
+$(TWIN_STAMP): $(STAMP) $(TWIN_SOURCES) libs/ferry/build_twins.py libs/ferry/ferry/extensions.py
+	@echo "setup: compiling the twins of the hot modules (mypyc, about a minute)"
+	@$(PY) libs/ferry/build_twins.py
+	@touch $(TWIN_STAMP)
+
 up: setup
 	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha)
 
@@ -51,8 +65,12 @@ down: setup
 # The tests mostly wait (real processes, real sockets): three workers, one module per
 # worker at a time (module fixtures stay in one process), take about half the time.
 TEST_WORKERS ?= 3
+# The whole suite runs on the compiled twins (when built); then the store, wire and codec
+# tests run again on the pure-Python modules.
 test: setup
 	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@echo "test: again on the pure-Python modules (FERRY_NO_EXTENSIONS=1): $(PURE_TESTS)"
+	@FERRY_NO_EXTENSIONS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PURE_TESTS)
 
 # The fuzz tests at their full sizes (issues 13 and 24), auth on: 1,000,000 wire frames
 # (200,000 more with auth off), 50,000 replication-port openings, 100,000 HTTP requests
@@ -76,3 +94,4 @@ spark-report: setup
 
 clean:
 	rm -rf .venv var .pytest_cache .mypy_cache .ruff_cache
+	find libs/ferry -name '*.so' -delete

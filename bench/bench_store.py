@@ -17,6 +17,16 @@ Cases, one JSON line each (`make bench BENCH=store`):
   async case, decoding every record.
 - `store.recovery`: reopen the async case's ~1 GiB store with a stale, unclean
   checkpoint at offset 0, so the whole log is re-verified and re-dispatched.
+- `store.twins`: append and read per message with the compiled twins and without
+  (`docs/performance.md`, Compiled twins): child processes, alternating compiled,
+  pure, pure, compiled, ..., each appending `FERRY_BENCH_STORE_TWIN_MB` (default 256)
+  of 1 KiB messages through `put_batch` (`path: put_batch`) and as SEND bodies
+  through `put_encoded_batch` (`path: put_encoded`, the broker's path), then reading
+  them back. One line per child and case, with the CPU time per message of the
+  process (which load changes less than the rate) and msgs/s; then one line per
+  case with the medians and the pure/compiled ratio of CPU per message.
+
+Every line says which code ran: `twins` is `compiled` or `pure`.
 
 MB is 10^6 bytes. Everything runs in temp dirs under var/bench, removed after.
 `FERRY_BENCH_STORE_MB` changes the data size (default 1024).
@@ -28,13 +38,18 @@ import gc
 import json
 import os
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from ferry import extensions
 from ferry.store import FlushMode, MessageIn, MessageStore, StoreConfig, decode_record, new_msg_id
 from ferry.store.checkpoint import Checkpoint, write_checkpoint
+from ferry.wire import WireMessage, encode_messages
 
 VAR = Path(__file__).resolve().parent.parent / "var" / "bench"
 TOPIC = "bench"
@@ -48,6 +63,7 @@ MB = 1e6
 
 
 def emit(**fields: Any) -> None:
+    fields["twins"] = "compiled" if extensions.compiled() else "pure"
     print(json.dumps(fields), flush=True)
 
 
@@ -113,10 +129,9 @@ def bench_append_async(root: Path, msgs: list[MessageIn], raw_mb_s: float) -> No
          bytes=total, seconds=round(elapsed, 3), close_s=round(close_s, 3))
 
 
-def bench_read(root: Path) -> None:
-    store = MessageStore(StoreConfig(root_dir=str(root)))
+def read_all(store: MessageStore) -> int:
+    """Pull every queue of TOPIC from its first message, decoding every record; the count."""
     count = 0
-    t0 = time.perf_counter()
     for queue_id in range(QUEUES):
         offset = store.min_offset(TOPIC, queue_id)
         end = store.max_offset(TOPIC, queue_id)
@@ -127,6 +142,13 @@ def bench_read(root: Path) -> None:
                 decode_record(raw)
             count += len(got.records)
             offset = got.next_queue_offset
+    return count
+
+
+def bench_read(root: Path) -> None:
+    store = MessageStore(StoreConfig(root_dir=str(root)))
+    t0 = time.perf_counter()
+    count = read_all(store)
     elapsed = time.perf_counter() - t0
     store.close()
     emit(bench="store.read", msgs_s=round(count / elapsed), messages=count, pull=PULL_COUNT,
@@ -192,6 +214,78 @@ def bench_recovery(root: Path) -> None:
          redispatched=report.records_redispatched)
 
 
+TWIN_RUNS = 4  # child processes per mode
+TWIN_CASES = ("append", "read")
+
+
+def _cpu_us(count: int, cpu0: float) -> float:
+    return round((time.process_time() - cpu0) / count * 1e6, 3)
+
+
+def twin_child(size_mb: int) -> None:
+    """One child of `store.twins`: append then read, with whichever code this process runs."""
+    VAR.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="store-twins-", dir=VAR))
+    try:
+        msgs = make_messages(size_mb * (1 << 20) // BODY_BYTES)
+        bodies = [encode_messages([WireMessage(body=m.body, tags=m.tags or "", keys=m.keys or "",
+                                               msg_id=m.msg_id or b"", born_ts_ms=m.born_ts_ms)
+                                   for m in msgs[i:i + BATCH]])
+                  for i in range(0, len(msgs), BATCH)]
+        gc.freeze()
+        for path in ("put_batch", "put_encoded"):
+            store = MessageStore(StoreConfig(root_dir=str(work / path), flush_mode=FlushMode.ASYNC))
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            if path == "put_batch":
+                for i in range(0, len(msgs), BATCH):
+                    store.put_batch(msgs[i:i + BATCH])
+            else:
+                for n, body in enumerate(bodies):
+                    store.put_encoded_batch(TOPIC, n % QUEUES, body, born_host="10.0.0.5:51234")
+            elapsed = time.perf_counter() - t0
+            emit(bench="store.twins", case="append", path=path, messages=len(msgs),
+                 cpu_us_per_msg=_cpu_us(len(msgs), cpu0), msgs_s=round(len(msgs) / elapsed))
+            store.close()
+        store = MessageStore(StoreConfig(root_dir=str(work / "put_batch")))
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        count = read_all(store)
+        elapsed = time.perf_counter() - t0
+        store.close()
+        emit(bench="store.twins", case="read", path="get_messages", messages=count,
+             cpu_us_per_msg=_cpu_us(count, cpu0), msgs_s=round(count / elapsed))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_twins() -> None:
+    """`store.twins`: children alternating compiled and pure; the medians and their ratio."""
+    size_mb = os.environ.get("FERRY_BENCH_STORE_TWIN_MB", "256")
+    got: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for run in range(TWIN_RUNS * 2):
+        pure = run % 4 in (1, 2)  # compiled, pure, pure, compiled, ...
+        env = {**os.environ, extensions.NO_EXTENSIONS_ENV: "1" if pure else "0"}
+        out = subprocess.run([sys.executable, __file__, "--twin-child", size_mb], env=env,
+                             check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            print(line, flush=True)
+            row = json.loads(line)
+            got.setdefault((row["case"], row["path"], row["twins"]), []).append(row)
+    for case, path in sorted({(c, p) for c, p, _ in got}):
+        med = {twins: statistics.median(r["cpu_us_per_msg"] for r in got.get((case, path, twins), []))
+               for twins in ("compiled", "pure") if (case, path, twins) in got}
+        rate = {twins: statistics.median(r["msgs_s"] for r in got[(case, path, twins)])
+                for twins in med}
+        if len(med) < 2:  # the twins are not built here: nothing to compare
+            print(json.dumps(dict(bench="store.twins", case=case, path=path, summary=True,
+                                  note="the compiled twins are not built"), flush=True))
+            continue
+        print(json.dumps(dict(
+            bench="store.twins", case=case, path=path, summary=True, runs_each=TWIN_RUNS,
+            cpu_us_per_msg_compiled=med["compiled"], cpu_us_per_msg_pure=med["pure"],
+            pure_over_compiled=round(med["pure"] / med["compiled"], 3),
+            msgs_s_compiled=rate["compiled"], msgs_s_pure=rate["pure"])), flush=True)
+
+
 def main() -> None:
     size_mb = int(os.environ.get("FERRY_BENCH_STORE_MB", "1024"))
     VAR.mkdir(parents=True, exist_ok=True)
@@ -221,7 +315,11 @@ def main() -> None:
         bench_recovery(work / "async")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    bench_twins()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--twin-child"]:
+        twin_child(int(sys.argv[2]))
+    else:
+        main()

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Lowest first. A package may import its own layer and the ones below.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"ferry.codec", "ferry.errors", "ferry.names", "ferry.atomic_file", "ferry.tasks",
-               "ferry.env", "ferry.log_limit", "ferry.cork"}),
+               "ferry.env", "ferry.log_limit", "ferry.cork", "ferry.extensions"}),
     frozenset({"ferry.store", "ferry.wire", "ferry.filter", "ferry.auth"}),
     frozenset({"ferry.telemetry", "ferry.routing"}),
     frozenset({"ferry.client"}),

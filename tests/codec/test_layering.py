@@ -1,5 +1,5 @@
 """The dependency direction of ARCHITECTURE.md, read from the source: codec, errors and names
-are leaves (and atomic_file, the store's and the services' durable file replace); store and
+are leaves (and extensions, which picks a hot module's compiled twin, and atomic_file, the store's and the services' durable file replace); store and
 wire build on the leaves only; the client never imports the store."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "libs" / "ferry" / "ferry"
-LEAVES = {"ferry.codec", "ferry.errors", "ferry.names", "ferry.atomic_file"}
+LEAVES = {"ferry.codec", "ferry.errors", "ferry.names", "ferry.atomic_file", "ferry.extensions"}
 
 
 def _ferry_imports(package: str) -> set[str]:
@@ -19,7 +19,9 @@ def _ferry_imports(package: str) -> set[str]:
     paths = [PKG / package] if package.endswith(".py") else (PKG / package).rglob("*.py")
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if isinstance(node, ast.ImportFrom) and node.module == "ferry" and node.level == 0:
+                out.update(f"ferry.{alias.name}" for alias in node.names)  # its modules
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 out.add(node.module)
             elif isinstance(node, ast.Import):
                 out.update(alias.name for alias in node.names)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from ferry import extensions
 from ferry.codec.msg_id import NO_MSG_ID, msg_id_source
 
 #: (field, struct code) in byte order: the one declaration of the head.
@@ -91,3 +92,7 @@ def append_plain_entries(parts: list[bytes], msg_ids: list[bytes], bodies: Itera
         counter = next_count().to_bytes(8, "big")
         add_id(prefix + counter)
         parts += (before, counter, after, body)
+
+
+# -- compiled twin: the build compiles this file down to here --
+extensions.install(globals(), ("append_entry", "append_plain_entries"))

@@ -44,7 +44,6 @@ HEADER_LENGTH_SIZE = 4
 
 #: Every header key; `v`, `id`, `c` and `f` are always present.
 HEADER_KEYS = ("v", "id", "c", "f", "e", "m", "x", "a")
-_OK = 0
 
 
 class MalformedFrameError(MalformedRequestError):
@@ -135,41 +134,6 @@ def encode_frame_parts(
 def encode_frame(frame: Frame, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """The frame as one bytes object (copies the body; see encode_frame_parts)."""
     return b"".join(encode_frame_parts(frame, max_frame_bytes))
-
-
-def decode_header(raw: bytes | bytearray | memoryview, body: bytes | memoryview) -> Frame:
-    """Build the Frame from a header's bytes and its body, or raise MalformedFrameError."""
-    try:
-        header = msgpack.unpackb(raw)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise MalformedFrameError(f"frame header is not valid msgpack: {exc}") from None
-    if type(header) is not dict:
-        raise MalformedFrameError(f"frame header is a {type(header).__name__}, not a map")
-    version = header.get("v")
-    request_id = header.get("id")
-    code = header.get("c")
-    flags = header.get("f")
-    if type(version) is not int or type(request_id) is not int:
-        raise MalformedFrameError("frame header needs integer 'v' and 'id'")
-    if type(code) is not int or type(flags) is not int:
-        raise MalformedFrameError("frame header needs integer 'c' and 'f'")
-    if version != PROTOCOL_VERSION:
-        raise MalformedFrameError(
-            f"unsupported protocol version {version}; this side speaks {PROTOCOL_VERSION}"
-        )
-    if not 0 <= request_id <= MAX_REQUEST_ID:
-        raise MalformedFrameError(f"request id {request_id} is not a u32")
-    error = header.get("e", _OK)
-    message = header.get("m", "")
-    fields = header.get("x")
-    if type(error) is not int or type(message) is not str:
-        raise MalformedFrameError("frame header 'e' must be an integer and 'm' a string")
-    if fields is None:
-        fields = {}
-    elif type(fields) is not dict or not all(type(k) is str for k in fields):
-        raise MalformedFrameError("frame header 'x' must be a map with string keys")
-    return Frame(code, request_id, flags, error, message, fields, body, version,
-                 header.get("a"))
 
 
 def describe(frame: Frame) -> str:
