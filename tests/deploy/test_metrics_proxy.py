@@ -10,76 +10,26 @@ wrong secret (502 with the 401, and the console's refused login); the proxy keep
 """
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import re
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from ferry.auth.credentials import Credentials
 
-from tests.auth.http_support import (
-    ADMIN,
-    NOBODY,
-    RULES,
-    WRONG_SECRET,
-    auth_env,
-    seed_identities,
-)
-from tests.client.conftest import Mesh
+from tests.auth.http_support import NOBODY, WRONG_SECRET
 from tests.console.test_login import start_secured_console
-from tests.support.procs import Etcd, Proc, free_port, spawn, wait_until_ready
+from tests.deploy.conftest import DEPLOY, Secured, compose_identity
+from tests.support.procs import Proc, free_port, spawn, wait_until_ready
 from tests.support.prometheus import Prometheus, start_prometheus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-METRICS = Credentials("svc-metrics", "svc-metrics-secret-0123456")
-
-
-def _compose_rules() -> Any:
-    """The rules deploy/auth_init.py gives the proxy's identity in the compose mesh."""
-    spec = importlib.util.spec_from_file_location("auth_init", DEPLOY / "auth_init.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.SERVICES["svc-metrics"]
-
-
-@dataclass
-class Secured:
-    mesh: Mesh
-    namesrv: str     # host:port of each service's HTTP API
-    broker: str
-    console: str
-
-
-@pytest.fixture(scope="module")
-def secured(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    mesh = Mesh(etcd, tmp_path_factory.mktemp("metrics-proxy"), credentials=ADMIN)
-    asyncio.run(seed_identities(etcd.endpoint, mesh.prefix,
-                                {**RULES, METRICS: _compose_rules()}))
-    mesh.namesrv_env = auth_env(etcd.endpoint, mesh.prefix)
-    console: Proc | None = None
-    try:
-        mesh.start_namesrv()
-        mesh.broker_env = {"FERRY_AUTH": "on"}
-        broker = mesh.start_broker("broker-a")
-        console, url = start_secured_console(mesh, "console")
-        yield Secured(mesh, mesh.namesrv, f"127.0.0.1:{broker.http_port}",
-                      url.removeprefix("http://"))
-    finally:
-        if console is not None:
-            console.stop()
-        mesh.stop()
+METRICS = compose_identity("svc-metrics")
 
 
 def start_proxy(s: Secured, name: str, creds: Credentials, *,
