@@ -129,13 +129,13 @@ def test_the_dashboard_queries_only_metrics_the_mesh_exports(mesh: dict[str, str
     prom = start_prometheus(tmp_path / "prometheus", banner_targets(mesh))
     try:
         wait_every_service_scraped(prom)
-        ferry(mesh, "topic", "create", "dashboard")
-        ferry(mesh, "send", "dashboard", "x", "--count", "3")
-        ferry(mesh, "consume", "dashboard", "--group", "dash", "--from", "earliest",
-              "--count", "3", "--timeout-ms", "30000")
-        ferry(mesh, "send", "dashboard", "later", "--delay-ms", "500")
-        ferry(mesh, "consume", "dashboard", "--group", "dash", "--count", "1",
-              "--timeout-ms", "30000")
+        for args in (("topic", "create", "dashboard"), ("send", "dashboard", "x", "--count", "3"),
+                     ("consume", "dashboard", "--group", "dash", "--from", "earliest",
+                      "--count", "3", "--timeout-ms", "30000"),
+                     ("send", "dashboard", "later", "--delay-ms", "500"),
+                     ("consume", "dashboard", "--group", "dash", "--count", "1",
+                      "--timeout-ms", "30000")):
+            ferry(mesh, *args)
         assert (prom.wait_value("sum(ferry_scheduler_lateness_seconds_count)", 1) or 0) >= 1
         assert prom.wait_value('sum(ferry_broker_group_committed_total{'
                                'messaging_consumer_group_name="dash"})', 4) == 4
