@@ -7,6 +7,7 @@ SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
 BENCH ?=
 HA ?=
+PROMETHEUS ?=
 
 .PHONY: setup up down test fuzz lint bench spark-report clean system-deps
 
@@ -43,7 +44,8 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) spark/
 	@touch $(STAMP)
 
 up: setup
-	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha)
+	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha) \
+	    $(if $(filter 1 yes true,$(PROMETHEUS)),--prometheus)
 
 down: setup
 	@$(PY) deploy/local_mesh.py down

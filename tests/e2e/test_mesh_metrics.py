@@ -183,3 +183,16 @@ def check_dashboard(prom: Prometheus) -> None:
         result = prom.query(for_prometheus(expr))  # asserts status success
         if names - set(ONLY_ELSEWHERE):
             assert result, f"{where}: {expr} gives no series"
+
+
+def test_make_up_runs_a_prometheus_that_scrapes_every_service(mesh: dict[str, str]) -> None:  # noqa: F811
+    """`make up PROMETHEUS=1` (the fixture runs `local_mesh.py up --prometheus`): the banner
+    says where its Prometheus is, and it scrapes every /metrics the banner lists."""
+    text = (Path(mesh["FERRY_MESH_VAR_DIR"]).parent / "mesh.out").read_text()
+    port = int(re.findall(r"^Prometheus: http://127\.0\.0\.1:(\d+) ", text, re.M)[0])
+    assert port == int(mesh["FERRY_MESH_PROMETHEUS_PORT"])
+    prom = Prometheus(None, port)
+    for job in SERVICES:
+        assert prom.wait_value(f'up{{job="{job}"}}', 1) == 1, job
+    assert prom.value("count(up)") == len(SERVICES)
+    assert prom.wait_value("ferry_namesrv_brokers", 2) == 2

@@ -20,7 +20,7 @@ from tests.support.procs import Proc, free_port, spawn, wait_until_ready
 
 @dataclass
 class Prometheus:
-    proc: Proc
+    proc: Proc | None   # None: a server the test did not start (`make up`'s)
     port: int
 
     @property
