@@ -121,6 +121,14 @@ def test_grafana_provisioning_finds_the_datasource_and_the_dashboard() -> None:
             assert panel["targets"], panel["title"]
             assert all(t["datasource"]["uid"] == source["uid"] for t in panel["targets"])
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    taken: dict[tuple[int, int], str] = {}   # grid cells: no panel covers another
+    for panel in dashboard["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24, panel["title"]
+        for cell in ((x, y) for x in range(g["x"], g["x"] + g["w"])
+                     for y in range(g["y"], g["y"] + g["h"])):
+            assert cell not in taken, (panel["title"], taken[cell])
+            taken[cell] = panel["title"]
 
 
 def test_metric_names_are_found_in_promql() -> None:
