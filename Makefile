@@ -13,6 +13,7 @@ TWIN_STAMP := .venv/.twins-stamp
 PURE_TESTS ?= tests/store tests/wire tests/codec
 BENCH ?=
 HA ?=
+PROMETHEUS ?=
 
 .PHONY: setup up down test fuzz lint bench spark-report clean system-deps
 
@@ -57,7 +58,8 @@ $(TWIN_STAMP): $(STAMP) $(TWIN_SOURCES) libs/ferry/build_twins.py libs/ferry/fer
 	@touch $(TWIN_STAMP)
 
 up: setup
-	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha)
+	@$(PY) deploy/local_mesh.py up $(if $(filter 1 yes true,$(HA)),--ha) \
+	    $(if $(filter 1 yes true,$(PROMETHEUS)),--prometheus)
 
 down: setup
 	@$(PY) deploy/local_mesh.py down

@@ -14,9 +14,10 @@ etcd holds no identity it creates, directly in etcd (as `ferry user add
 and writes each secret to `<secrets dir>/<access key>/<access key>` (mode
 0600): each such directory is a volume of its own, mounted by that identity's
 containers only (the admin's by none but auth-init). It also generates, once,
-Redis's password (`redis/redis.conf`, `redis/password`) and PostgreSQL's
-(`postgres/password`), readable by those containers' own users (mode 0644 in
-volumes no other container mounts), and hands both to dedup in
+Redis's password (`redis/redis.conf`, `redis/password`), PostgreSQL's
+(`postgres/password`) and Grafana's admin password (`grafana/password`),
+readable by those containers' own users (mode 0644 in volumes no other container
+mounts), and hands Redis's and PostgreSQL's to dedup in
 `svc-dedup/env` (its Redis and ledger URLs; with-identity.sh exports them).
 On a later start it checks that the secret files are there and creates only
 the service identities added since (an upgraded mesh). Secrets are never
@@ -67,11 +68,22 @@ SERVICES: dict[str, tuple[Rule, ...]] = {
     # sub + consume or admin read, GET_MIN_MAX / OFFSET_FOR_TIME sub or admin read,
     # QUERY_OFFSET consume or admin read, namesrv's lists admin read. It sends nothing.
     "svc-spark": (Rule("allow", "admin", ("read",)),),
+    # the Celery worker (deploy/celery_example.py): sends and takes tasks on its queues'
+    # topics (user topics only: `topic:*` never matches an internal name), consumes as
+    # the queues' groups `celery-<topic>` (their %RETRY% and %DLQ% topics with them),
+    # and creates a queue's topic on first use (admin topics)
+    "svc-celery-worker": (Rule("allow", "topic:*", ("pub", "sub")),
+                          Rule("allow", "group:celery-*", ("consume",)),
+                          Rule("allow", "admin", ("topics",)), _TRACE),
+    # the metrics proxy (deploy/metrics_proxy.py) Prometheus scrapes through: every
+    # service's GET /metrics is admin read (the console's: a login, any identity)
+    "svc-metrics": (Rule("allow", "admin", ("read",)),),
 }
 
 
-#: The backing stores' passwords: the directory (volume) each lives in.
-REDIS, POSTGRES = "redis", "postgres"
+#: The backing stores' passwords, and Grafana's admin password: the directory (volume)
+#: each lives in.
+REDIS, POSTGRES, GRAFANA = "redis", "postgres", "grafana"
 #: Where dedup reaches them (the compose services' names; user and database `ferry`).
 REDIS_URL = "redis://:{password}@redis:6379/0"
 POSTGRES_URL = "postgresql://ferry:{password}@postgres:5432/ferry"
@@ -140,13 +152,14 @@ def _write_file(path: Path, text: str, mode: int) -> None:
 
 
 def _backing_passwords(secrets_dir: Path) -> None:
-    """Redis's and PostgreSQL's passwords, generated on the first start and kept after
-    (PostgreSQL takes its password only when its data volume is new), and dedup's URLs.
+    """Redis's, PostgreSQL's and Grafana's admin passwords, generated on the first start
+    and kept after (PostgreSQL and Grafana take theirs only when their data volume is
+    new), and dedup's URLs.
 
-    Their files are 0644: the redis and postgres images read them as their own users,
-    and no other container mounts these volumes."""
+    Their files are 0644: the redis, postgres and grafana images read them as their own
+    users, and no other container mounts these volumes."""
     passwords = {}
-    for name in (REDIS, POSTGRES):
+    for name in (REDIS, POSTGRES, GRAFANA):
         path = secrets_dir / name / "password"
         if not path.is_file():
             _write_file(path, secrets.token_hex(24), 0o644)

@@ -22,7 +22,8 @@ one file per process; a value already in the environment wins), and the
 brokers write their spans to the `%TRACE%` topic through namesrv too.
 
 Metrics: the banner lists each service's `GET /metrics` (Prometheus text,
-docs/metrics.md) for a scrape config.
+docs/metrics.md) for a scrape config; `up --prometheus` (`make up PROMETHEUS=1`) also
+runs a Prometheus scraping them all (deploy/local_prometheus.py).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))   # its helper modules, also when loaded from a path
+from local_prometheus import PROMETHEUS_PORT, prometheus_argv  # noqa: E402
 from mesh_probe import port_open, wait_ready  # noqa: E402
 
 # Overridable so tests can run this very script on free ports in a temp dir.
@@ -67,7 +69,11 @@ class Component:
     ready_url: str = ""
 
 
-def components(ha: bool = False) -> list[Component]:
+def components(ha: bool = False, prometheus: bool = False) -> list[Component]:
+    if prometheus:   # last: it scrapes the others
+        return [*components(ha), Component(
+            "prometheus", prometheus_argv(metrics_urls(ha), VAR), PROMETHEUS_PORT, {},
+            ready_url=f"http://127.0.0.1:{PROMETHEUS_PORT}/-/ready")]
     etcd_port, redis_port = _port("ETCD", 2379), _port("REDIS", 6379)
     etcd_peer = _port("ETCD_PEER", 2380)
     etcd_dir = VAR / "etcd"
@@ -233,7 +239,7 @@ def _log_tail(name: str, lines: int = 15) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-lines:])
 
 
-def up(ha: bool = False) -> int:
+def up(ha: bool = False, prometheus: bool = False) -> int:
     if PIDFILE.exists():
         pid = int(PIDFILE.read_text())
         try:
@@ -244,7 +250,7 @@ def up(ha: bool = False) -> int:
             PIDFILE.unlink()
     for sub in ("run", "log", "redis", "traces"):
         (VAR / sub).mkdir(parents=True, exist_ok=True)
-    for comp in components(ha):
+    for comp in components(ha, prometheus):
         if port_open(comp.port):
             print(f"port {comp.port} for {comp.name} is taken by another process; stop it first")
             return 1
@@ -260,7 +266,7 @@ def up(ha: bool = False) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for comp in components(ha):
+        for comp in components(ha, prometheus):
             log = open(VAR / "log" / f"{comp.name}.log", "ab")  # noqa: SIM115
             env = process_env(comp)
             proc = subprocess.Popen(comp.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -271,6 +277,8 @@ def up(ha: bool = False) -> int:
                        functools.partial(_log_tail, comp.name))
             print(f"  {comp.name:<10} ready on 127.0.0.1:{comp.port}")
         print(ha_banner(ha_roles()) if ha else banner())
+        if prometheus:
+            print(f"Prometheus: http://127.0.0.1:{PROMETHEUS_PORT} (scrapes every /metrics above)")
         while not stopping:
             for comp, proc in started:
                 if proc.poll() is not None:
@@ -372,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--ha", action="store_true",
                         help="a master and a slave per broker name (sync replication)")
+    parser.add_argument("--prometheus", action="store_true",
+                        help="also run Prometheus scraping every service (var/prometheus)")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    return up(args.ha) if args.action == "up" else down()
+    return up(args.ha, args.prometheus) if args.action == "up" else down()
 
 
 if __name__ == "__main__":

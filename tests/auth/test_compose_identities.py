@@ -27,7 +27,9 @@ pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KEYS = ("admin", "svc-broker-a-0", "svc-broker-a-1", "svc-broker-b-0", "svc-broker-b-1",
         "svc-delay-scheduler", "svc-txn-checker", "svc-dedup",
-        "svc-console", "svc-spark")
+        "svc-console", "svc-spark", "svc-celery-worker", "svc-metrics")
+#: The generated passwords of the images that are not Ferry's (each read by its own user).
+PASSWORDS = ("redis", "postgres", "grafana")
 
 
 def _init(etcd: Etcd, prefix: str, secrets: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -58,7 +60,7 @@ def test_auth_init_creates_every_identity_once(etcd: Etcd, tmp_path: Path) -> No
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert users[key] == derive_signing_key(key, path.read_text()), key
     assert (secrets / "admin" / "admin").read_text() == "the-admins-chosen-secret"
-    assert sorted(p.name for p in secrets.iterdir()) == sorted((*KEYS, "redis", "postgres"))
+    assert sorted(p.name for p in secrets.iterdir()) == sorted((*KEYS, *PASSWORDS))
     assert sorted(p.name for p in (secrets / "admin").iterdir()) == ["admin"]
     passwords = _backing_passwords(secrets)
     again = _init(etcd, prefix, secrets)
@@ -97,9 +99,11 @@ def test_auth_init_adds_a_service_identity_new_since_the_first_start(
 
 
 def _backing_passwords(secrets: Path) -> dict[str, str]:
-    """Redis's and PostgreSQL's passwords as auth-init left them, checked: generated (no
-    default), readable by those images' own users, in Redis's config and dedup's URLs."""
-    out = {name: (secrets / name / "password").read_text() for name in ("redis", "postgres")}
+    """Redis's, PostgreSQL's and Grafana's passwords as auth-init left them, checked:
+    generated (no default), readable by those images' own users, in Redis's config and
+    dedup's URLs."""
+    out = {name: (secrets / name / "password").read_text() for name in PASSWORDS}
+    assert len(set(out.values())) == len(PASSWORDS), "one password each"
     for name, password in out.items():
         assert re.fullmatch(r"[0-9a-f]{48}", password), name
         assert stat.S_IMODE((secrets / name / "password").stat().st_mode) == 0o644
@@ -145,7 +149,8 @@ IDENTITY_OF = {"broker-a": "svc-broker-a-0", "broker-a-1": "svc-broker-a-1",
                "broker-b": "svc-broker-b-0", "broker-b-1": "svc-broker-b-1", "delay-scheduler": "svc-delay-scheduler",
                "delay-scheduler-1": "svc-delay-scheduler", "txn-checker": "svc-txn-checker",
                "txn-checker-1": "svc-txn-checker", "dedup": "svc-dedup",
-               "console": "svc-console", "spark": "svc-spark"}
+               "console": "svc-console", "spark": "svc-spark", "worker": "svc-celery-worker",
+               "metrics-proxy": "svc-metrics"}
 
 
 def _services() -> dict[str, dict[str, object]]:
@@ -167,7 +172,7 @@ def test_each_container_mounts_only_its_own_identitys_secret() -> None:
     """The admin's secret is mounted by auth-init alone; a service sees its own identity's
     volume and no other (namesrv, etcd and Jaeger none), Redis and PostgreSQL their password's."""
     services = _services()
-    everything = {f"secret-{k}" for k in KEYS} | {"secret-redis", "secret-postgres"}
+    everything = {f"secret-{k}" for k in KEYS} | {f"secret-{n}" for n in PASSWORDS}
     assert _secret_volumes(services["auth-init"]) == everything
     for name, svc in services.items():
         mounted = _secret_volumes(svc)
@@ -178,20 +183,29 @@ def test_each_container_mounts_only_its_own_identitys_secret() -> None:
             assert mounted == {f"secret-{IDENTITY_OF[name]}"}, (name, mounted)
             command = svc["command"]
             assert isinstance(command, list) and command[1] == IDENTITY_OF[name], name
-        elif name in ("redis", "postgres"):
+        elif name in PASSWORDS:
             assert mounted == {f"secret-{name}"}, (name, mounted)
         else:
             assert mounted == set(), (name, mounted)
-    assert set(IDENTITY_OF) | {"auth-init", "redis", "postgres", "namesrv", "etcd",
-                               "jaeger"} == set(services)
+    assert set(IDENTITY_OF) | {"auth-init", *PASSWORDS, "namesrv", "etcd", "jaeger",
+                               "prometheus"} == set(services)
 
 
 def test_no_unauthenticated_store_or_tracing_port_is_published() -> None:
-    """etcd, Redis, PostgreSQL and Jaeger (UI and OTLP) are reached on the compose network
-    only; Redis and PostgreSQL also need the generated passwords, never ferry/ferry."""
+    """etcd, Redis, PostgreSQL, Jaeger (UI and OTLP), Prometheus and the metrics proxy
+    (which lends its identity's read right) are reached on the compose network only;
+    Redis and PostgreSQL also need the generated passwords, never ferry/ferry. Grafana,
+    published for operators, takes its admin password from its secret volume, with no
+    sign-up and no anonymous access."""
     services = _services()
-    for name in ("etcd", "redis", "postgres", "jaeger"):
+    for name in ("etcd", "redis", "postgres", "jaeger", "prometheus", "metrics-proxy"):
         assert not services[name].get("ports"), name
+    grafana = services["grafana"]["environment"]
+    assert isinstance(grafana, dict)
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/ferry-auth/password"
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana
+    assert grafana["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
     assert services["redis"]["command"] == ["redis-server", "/run/ferry-auth/redis.conf"]
     pg_env = services["postgres"]["environment"]
     assert isinstance(pg_env, dict)

@@ -26,7 +26,8 @@ def test_the_compose_file_is_valid_and_runs_every_service() -> None:
     assert services == {"etcd", "redis", "namesrv", "broker-a", "broker-a-1", "broker-b",
                         "broker-b-1", "delay-scheduler", "delay-scheduler-1", "txn-checker",
                         "txn-checker-1", "postgres", "dedup",
-                        "jaeger", "console", "auth-init", "spark"}
+                        "jaeger", "console", "auth-init", "spark", "worker",
+                        "metrics-proxy", "prometheus", "grafana"}
 
 
 def test_ferry_services_reach_etcd_and_namesrv_by_service_name() -> None:
@@ -67,10 +68,11 @@ def test_the_brokers_form_two_replicated_groups_of_two() -> None:
 
 
 def test_every_ferry_service_exports_spans_to_jaeger() -> None:
-    """OTLP/HTTP to the jaeger service from each of the 10 Ferry processes (two schedulers, two checkers); the brokers also
-    know namesrv, through which they write the %TRACE% topic."""
+    """OTLP/HTTP to the jaeger service from each of the 10 Ferry processes (two schedulers,
+    two checkers) and the Celery worker; the brokers also know namesrv, through which they
+    write the %TRACE% topic."""
     resolved = compose("config")
-    assert resolved.count("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318") == 10
+    assert resolved.count("OTEL_EXPORTER_OTLP_ENDPOINT: http://jaeger:4318") == 11
     assert resolved.count("FERRY_BROKER_NAMESRV: namesrv:9876") == 4
     assert "jaegertracing/all-in-one" in resolved
     assert "COLLECTOR_OTLP_ENABLED" in resolved
@@ -78,16 +80,18 @@ def test_every_ferry_service_exports_spans_to_jaeger() -> None:
 
 def test_auth_is_on_and_every_ferry_service_runs_under_its_own_identity() -> None:
     """FERRY_AUTH=on in the 11 Ferry processes (namesrv, 4 brokers, 2 schedulers, 2 checkers,
-    dedup, console); all but namesrv start through with-identity.sh with their own access key,
-    whose secret auth-init wrote to that identity's own volume, and so does the Spark report
-    (a client: svc-spark); etcd is not published."""
+    dedup, console) and the Celery worker; all but namesrv start through with-identity.sh
+    with their own access key, whose secret auth-init wrote to that identity's own volume,
+    and so do the Spark report (a client: svc-spark), the worker (svc-celery-worker, also
+    in its healthcheck) and the metrics proxy (svc-metrics); etcd is not published."""
     resolved = compose("config")
-    assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 11
+    assert resolved.count('FERRY_AUTH: "on"') + resolved.count("FERRY_AUTH: 'on'") == 12
     assert resolved.count("- svc-broker") == 4
     for key, instances in (("svc-delay-scheduler", 2), ("svc-txn-checker", 2), ("svc-dedup", 1),
-                           ("svc-console", 1), ("svc-spark", 1)):
+                           ("svc-console", 1), ("svc-spark", 1), ("svc-celery-worker", 2),
+                           ("svc-metrics", 1)):
         assert resolved.count(f"- {key}\n") == instances, key
-    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 11
+    assert resolved.count("/opt/ferry/deploy/with-identity.sh") == 14
     assert "/opt/ferry/deploy/auth_init.py" in resolved
     assert "2379:2379" not in resolved
 
@@ -160,3 +164,32 @@ def test_services_start_in_order_once_what_they_need_is_healthy() -> None:
     for name in services:
         for dep, condition in _after(services, name).items():
             assert condition != healthy or services[dep].get("healthcheck"), (name, dep)
+
+
+def test_a_celery_worker_runs_the_example_app_on_the_ferry_image() -> None:
+    """The `worker` service: a Celery worker against `ferry://namesrv:9876` running the
+    example app the image ships, on the image that has the `celery` extra."""
+    services = _resolved_services()
+    worker = services["worker"]
+    assert worker["image"] == "ferry:dev" and worker["build"]["dockerfile"] == "deploy/Dockerfile"
+    command = worker["command"]
+    assert command[2:] == ["celery", "--workdir", "/opt/ferry/deploy", "-A", "celery_example",
+                           "worker", "--loglevel", "INFO", "--concurrency", "2"]
+    assert worker["environment"]["CELERY_BROKER_URL"] == "ferry://namesrv:9876"
+    dockerfile = (COMPOSE.parent / "Dockerfile").read_text()
+    assert '"./libs/ferry[postgres,celery]"' in dockerfile
+    assert "deploy/celery_example.py" in dockerfile and (COMPOSE.parent / "celery_example.py").is_file()
+
+
+def test_prometheus_and_grafana_run_beside_the_mesh() -> None:
+    """Prometheus scrapes through metrics-proxy (neither published); Grafana, published for
+    operators, starts once Prometheus is healthy."""
+    services = _resolved_services()
+    assert services["prometheus"]["image"].startswith("prom/prometheus:")
+    assert services["grafana"]["image"].startswith("grafana/grafana:")
+    assert not services["prometheus"].get("ports") and not services["metrics-proxy"].get("ports")
+    assert [p["target"] for p in services["grafana"]["ports"]] == [3000]
+    assert _after(services, "grafana")["prometheus"] == "service_healthy"
+    assert _after(services, "prometheus") == {"metrics-proxy": "service_healthy"}
+    assert _after(services, "metrics-proxy") == {
+        "auth-init": "service_completed_successfully"}

@@ -32,13 +32,16 @@ pytestmark = pytest.mark.integration
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     tmp_path = tmp_path_factory.mktemp("newcomer")
     names = ["ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
-             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE"]
+             "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE",
+             "PROMETHEUS"]
     # Brokers take FERRY_BROKER_* from the environment; small preallocated segments.
     env = {**os.environ, "FERRY_MESH_VAR_DIR": str(tmp_path / "var"),
            "FERRY_BROKER_SEGMENT_BYTES": str(64 << 20)}
     env.update({f"FERRY_MESH_{n}_PORT": str(free_port()) for n in names})
     log = open(tmp_path / "mesh.out", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, str(ROOT / "deploy" / "local_mesh.py"), "up"],
+    # `make up PROMETHEUS=1`: its Prometheus too (tests/e2e/test_mesh_metrics.py)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "deploy" / "local_mesh.py"), "up",
+                             "--prometheus"],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     out = tmp_path / "mesh.out"
     deadline = time.monotonic() + 60
@@ -65,7 +68,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             log.close()
     text = out.read_text()
     for name in ("etcd", "redis", "namesrv", "broker-a", "broker-b", "scheduler",
-                 "txn-checker", "dedup", "console"):
+                 "txn-checker", "dedup", "console", "prometheus"):
         assert f"{name:<10} stopped" in text
 
 

@@ -20,7 +20,7 @@ from tests.support.procs import Proc, free_port, spawn, wait_until_ready
 
 @dataclass
 class Prometheus:
-    proc: Proc
+    proc: Proc | None   # None: a server the test did not start (`make up`'s)
     port: int
 
     @property
@@ -64,16 +64,18 @@ def scrape_config(targets: dict[str, str]) -> str:
             "  evaluation_interval: 1s\nscrape_configs:\n" + "".join(jobs))
 
 
-def start_prometheus(workdir: Path, targets: dict[str, str]) -> Prometheus:
-    """Run Debian's prometheus on a free port scraping `targets`; stop it with `.proc.stop()`."""
+def start_prometheus(workdir: Path, targets: dict[str, str], *,
+                     config: str | None = None) -> Prometheus:
+    """Run Debian's prometheus on a free port scraping `targets` (or with the whole
+    prometheus.yml `config` given); stop it with `.proc.stop()`."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("no prometheus binary: `make setup` installs Debian's package")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(scrape_config(targets))
+    path = workdir / "prometheus.yml"
+    path.write_text(scrape_config(targets) if config is None else config)
     port = free_port()
-    proc = spawn("prometheus", [binary, f"--config.file={config}",
+    proc = spawn("prometheus", [binary, f"--config.file={path}",
                                 f"--storage.tsdb.path={workdir / 'data'}",
                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
                  workdir)
