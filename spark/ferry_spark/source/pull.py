@@ -8,8 +8,10 @@ It stops exactly at the range end: records at or past `end` in the last
 answer are dropped. The queue's broker is looked up in
 namesrv (its master, else a slave of the group), again after a failed pull.
 
-Statuses: FOUND and NO_MATCHED_MESSAGE (records expired by TTL are skipped)
-move to the answer's `next_offset`. OFFSET_TOO_SMALL (retention deleted the
+A read's `filter` (tags, SQL92) travels in every PULL, as a consumer's
+subscription does: the broker skips what does not match, and its answers
+move past it. Statuses: FOUND and NO_MATCHED_MESSAGE (records filtered out
+or expired by TTL are skipped) move to the answer's `next_offset`. OFFSET_TOO_SMALL (retention deleted the
 offset since planning) raises OffsetOutOfRangeError under offsetOutOfRange=fail
 and moves to the oldest kept offset under clamp. A queue that ends before the
 range end (a sync master serves only what its slaves confirmed) is waited for,
@@ -21,13 +23,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import NamesrvClient, RouteCache
 from ferry.client.core.offsets import read_addr
-from ferry.client.reading import pull
 from ferry.codec.record import StoredMessage
 from ferry.errors import (
     ConnectionLostError,
@@ -35,13 +37,20 @@ from ferry.errors import (
     OffsetOutOfRangeError,
     RequestTimeoutError,
 )
-from ferry.wire import MAX_PULL_BYTES, MAX_PULL_COUNT, PullRequest, PullStatus
+from ferry.wire import (
+    MAX_PULL_BYTES,
+    MAX_PULL_COUNT,
+    PullAnswer,
+    PullRequest,
+    PullStatus,
+    RequestCode,
+)
 
 from ferry_spark.source.ranges import QueueRange
 
 log = logging.getLogger(__name__)
 
-#: The group named in PULLs (a PULL must name one); the source never commits offsets.
+#: The group named in PULLs (a PULL must name one) when the read has no `groupId`.
 READER_GROUP = "ferry-spark-reader"
 STALL_RECHECK_S = 0.1             # while the queue ends before the range end, look again after
 STALL_TIMEOUT_MS = 60_000         # how long a range may wait for records it was planned with
@@ -63,9 +72,13 @@ class RangePuller:
     """Pulls one QueueRange; iterate `chunks()` for its records, in offset order."""
 
     def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
-                 request_timeout_ms: int, credentials: Credentials | None = None) -> None:
-        """`credentials` sign every namesrv and broker request (None: unsigned)."""
+                 request_timeout_ms: int, credentials: Credentials | None = None,
+                 group: str = READER_GROUP, filter_fields: dict[str, Any] | None = None) -> None:
+        """`credentials` sign every namesrv and broker request (None: unsigned);
+        `filter_fields` the PULL's `tags` and `sql` (None: every record)."""
         self.qr = qr
+        self.group = group
+        self.filter_fields = filter_fields or {}
         self.tq = TopicQueue(qr.topic, qr.broker, qr.queue_id)
         self.fail_out_of_range = fail_out_of_range
         self._client = NamesrvClient(namesrv, credentials=credentials)
@@ -119,13 +132,15 @@ class RangePuller:
         """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
         end = self.qr.end
         # MAX_PULL_BYTES: the largest answer a broker sends (it stays under a frame).
-        request = PullRequest(READER_GROUP, self.tq.topic, self.tq.queue_id, offset,
+        request = PullRequest(self.group, self.tq.topic, self.tq.queue_id, offset,
                               min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES)
+        fields = {**request.fields(), **self.filter_fields}
         for attempt in range(MAX_PULL_ATTEMPTS):
             try:
                 if self._addr is None:
                     self._addr = await read_addr(self._routes, self.tq)
-                answer = await pull(self._pool, self._addr, request)
+                resp = await self._pool.request(self._addr, RequestCode.PULL, fields)
+                answer = PullAnswer.parse(resp.fields, resp.body, offset)
                 break
             except _UNREACHABLE:
                 self._addr = None

@@ -76,7 +76,8 @@ def store_bounds(store_dir: str, broker: str, topic: str, start_ts_ms: int | Non
         def at(qid: int, ts: int | None) -> int | None:
             return None if ts is None else store.offset_for_timestamp(topic, qid, ts)
 
-        return [QueueBounds(broker, qid, store.min_offset(topic, qid), store.max_offset(topic, qid),
+        return [QueueBounds(topic, broker, qid, store.min_offset(topic, qid),
+                            store.max_offset(topic, qid),
                             at(qid, start_ts_ms), at(qid, end_ts_ms)) for qid in queue_ids]
     finally:
         store.close()
