@@ -10,19 +10,19 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from ferry.codec.record import StoredMessage
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
-from ferry_spark.schema import to_batch
+from ferry_spark.schema import records_batch
 from ferry_spark.source import store_dir
 from ferry_spark.source.options import ReadFilter, ReadOptions, signing_credentials
 from ferry_spark.source.probe import topic_bounds
 from ferry_spark.source.pull import READER_GROUP, RangePuller
 from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges, split_ranges
 
-#: Rows per Arrow batch handed to Spark: several PULL answers, since every batch
-#: costs Spark a fixed overhead (an Arrow message to the JVM, its vectors loaded).
-ARROW_BATCH_ROWS = 8192
+#: PULL answers (or store reads) per Arrow batch handed to Spark, up to 8,192 rows:
+#: every batch costs Spark a fixed overhead (an Arrow message to the JVM, its vectors
+#: loaded), and building one costs a fixed numpy/Arrow overhead per column.
+ARROW_BATCH_CHUNKS = 8
 
 
 def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
@@ -40,6 +40,7 @@ def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     """A task's rows: the records of `qr` as Arrow batches (network or store directory)."""
+    chunks: Iterator[bytes | memoryview]
     if opts.store_dir is not None:
         chunks = store_dir.read_store_range(opts.store_dir, qr,
                                             fail_out_of_range=opts.fail_out_of_range)
@@ -51,14 +52,19 @@ def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
                              group=opts.group_id or READER_GROUP,
                              filter_fields=None if opts.filter.is_all
                              else opts.filter.fields()).chunks()
-    pending: list[StoredMessage] = []
+    pending: list[bytes | memoryview] = []
     for records in chunks:
-        pending += records
-        if len(pending) >= ARROW_BATCH_ROWS:
-            yield to_batch(pending, qr.topic, qr.broker)
+        if records:
+            pending.append(records)
+        if len(pending) >= ARROW_BATCH_CHUNKS:
+            batch = records_batch(b"".join(pending), qr.topic, qr.broker, qr.end)
             pending = []
+            if batch.num_rows:
+                yield batch
     if pending:
-        yield to_batch(pending, qr.topic, qr.broker)
+        batch = records_batch(b"".join(pending), qr.topic, qr.broker, qr.end)
+        if batch.num_rows:
+            yield batch
 
 
 def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -1,11 +1,12 @@
 """Reading one queue range over the network, in a Spark task: PULL from `start` until `end`.
 
 The task runs its own event loop and drives it one PULL at a time, handing
-each answer's records to Spark before it takes the next, so a range of any
+each answer's records (the answer's bytes, as stored: `schema.records_batch`
+checks and decodes them column by column) to Spark before it takes the next, so a range of any
 length takes the memory of two answers: the next PULL is put on the wire
 before the records go to Spark, so the broker works while the task converts.
 It stops exactly at the range end: records at or past `end` in the last
-answer are dropped. The queue's broker is looked up in
+answer are dropped when the batch is built. The queue's broker is looked up in
 namesrv (its master, else a slave of the group), again after a failed pull.
 
 A read's `filter` (tags, SQL92) travels in every PULL, as a consumer's
@@ -30,7 +31,6 @@ from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import NamesrvClient, RouteCache
 from ferry.client.core.offsets import read_addr
-from ferry.codec.record import StoredMessage
 from ferry.errors import (
     ConnectionLostError,
     NotMasterError,
@@ -69,7 +69,8 @@ async def _loop_turns(n: int) -> None:
 
 
 class RangePuller:
-    """Pulls one QueueRange; iterate `chunks()` for its records, in offset order."""
+    """Pulls one QueueRange; iterate `chunks()` for its records' bytes, in offset order
+    (the last chunk may run past the range end: `records_batch(..., end)` cuts it)."""
 
     def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
                  request_timeout_ms: int, credentials: Credentials | None = None,
@@ -87,9 +88,9 @@ class RangePuller:
                                     credentials=credentials)
         self._addr: str | None = None
 
-    def chunks(self) -> Iterator[list[StoredMessage]]:
+    def chunks(self) -> Iterator[bytes | memoryview]:
         loop = asyncio.new_event_loop()
-        ahead: asyncio.Task[tuple[list[StoredMessage], int, bool]] | None = None
+        ahead: asyncio.Task[tuple[bytes | memoryview, int, bool]] | None = None
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
@@ -128,8 +129,8 @@ class RangePuller:
         await self._pool.close()
         await self._client.close()
 
-    async def _pull(self, offset: int) -> tuple[list[StoredMessage], int, bool]:
-        """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
+    async def _pull(self, offset: int) -> tuple[bytes | memoryview, int, bool]:
+        """One PULL from `offset`: (the answer's records, next offset, queue ended)."""
         end = self.qr.end
         # MAX_PULL_BYTES: the largest answer a broker sends (it stays under a frame).
         request = PullRequest(self.group, self.tq.topic, self.tq.queue_id, offset,
@@ -149,12 +150,9 @@ class RangePuller:
                 await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
         status, next_offset = answer.status, answer.next_offset
         if status is PullStatus.FOUND:
-            records = answer.stored()   # each checked (size, magic, CRC)
-            if records and records[-1].queue_offset >= end:
-                records = [r for r in records if r.queue_offset < end]
-            return records, max(next_offset, offset + 1), False
+            return answer.body, max(next_offset, offset + 1), False
         if status is PullStatus.NO_MATCHED_MESSAGE and next_offset > offset:
-            return [], next_offset, False
+            return b"", next_offset, False
         if status is PullStatus.OFFSET_TOO_SMALL:
             if self.fail_out_of_range:
                 raise OffsetOutOfRangeError(
@@ -162,9 +160,9 @@ class RangePuller:
                     f"queue now starts at {next_offset}; range [{self.qr.start}, {end}))")
             log.warning("%s: offset %d deleted since planning; continuing at %d (clamp)",
                         self.qr.where, offset, next_offset)
-            return [], next_offset, False
+            return b"", next_offset, False
         if status in _ENDED:
             await asyncio.sleep(STALL_RECHECK_S)
-            return [], offset, True
+            return b"", offset, True
         raise OffsetOutOfRangeError(f"ferry source: {self.qr.where}: unexpected PULL status "
                                     f"{status.value!r} at offset {offset}")
