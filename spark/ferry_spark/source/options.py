@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,10 +288,8 @@ def _topics(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
         return (), pattern
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
     for topic in topics:
-        try:
-            validate_topic(topic, allow_internal=True)
-        except ValueError as exc:
-            raise SourceOptionError(f"ferry source: option topic: {exc}") from None
+        _named(topic, lambda t: validate_topic(t, allow_internal=True),
+               "ferry source: option topic")
     return topics, None
 
 
@@ -320,14 +318,18 @@ def _flag(opts: Mapping[str, str], name: str) -> bool:
     return raw == "true"
 
 
-def _group(opts: Mapping[str, str]) -> str | None:
-    group = opts.get("groupid") or None
-    if group is not None:
+def _named(name: str | None, check: Callable[[str], object], what: str) -> str | None:
+    """`name` if `check` accepts it (None stays None), else SourceOptionError naming `what`."""
+    if name is not None:
         try:
-            validate_group(group)
+            check(name)
         except ValueError as exc:
-            raise SourceOptionError(f"ferry source: option groupId: {exc}") from None
-    return group
+            raise SourceOptionError(f"{what}: {exc}") from None
+    return name
+
+
+def _group(opts: Mapping[str, str]) -> str | None:
+    return _named(opts.get("groupid") or None, validate_group, "ferry source: option groupId")
 
 
 @dataclass(frozen=True)
@@ -346,12 +348,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     namesrv = opts.get("namesrv") or os.environ.get("FERRY_NAMESRV")
     if not namesrv:
         raise SourceOptionError("ferry sink: option namesrv is required")
-    topic = opts.get("topic") or None
-    if topic is not None:
-        try:
-            validate_topic(topic)
-        except ValueError as exc:
-            raise SourceOptionError(f"ferry sink: option topic: {exc}") from None
+    topic = _named(opts.get("topic") or None, validate_topic, "ferry sink: option topic")
     return WriteOptions(namesrv, topic,
                         _int(opts, "requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS,
                         _credentials(opts, "sink"))
