@@ -93,6 +93,7 @@ def stats(ctx: BrokerContext) -> dict[str, Any]:
             "served_topics": ctx.topics.served(), "held_pulls": ctx.long_poll.held,
             "expired": dict(sorted(ctx.expiry.expired.items())),
             "subscription_conflicts": ctx.consumers.conflicts.as_json(),
+            "filters": ctx.filters.as_json(),
             "locks": len(ctx.locks),
             "transactions": {**ctx.txn_stats.as_dict(), "producers": ctx.producers.groups()},
             "replication": ctx.roles.status(), "limits": ctx.limits.as_json(),

@@ -13,6 +13,10 @@ so compiled filters are kept in a bounded LRU keyed by the fields as sent.
 A filter that does not compile is not cached here: `InvalidFilterError` each
 time (`compile_sql` refuses an over-long one, MAX_SQL_CHARS, before parsing,
 and remembers the refusal of a repeated one).
+
+Each cached filter counts the PULLs that carried it (`pulled`), shown in
+`/v1/stats` under `filters`: an operator (and a test) sees which filters
+readers send, a Spark read's `filter` among them.
 """
 from __future__ import annotations
 
@@ -80,6 +84,7 @@ class FilterCache:
     def __init__(self, max_entries: int = MAX_CACHED_FILTERS) -> None:
         self._max_entries = max_entries
         self._cache: OrderedDict[FilterKey, CompiledFilter] = OrderedDict()
+        self._pulls: dict[FilterKey, int] = {}   # PULLs per cached filter (not take-all)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -95,5 +100,18 @@ class FilterCache:
         got = compile_filter(key)
         self._cache[key] = got
         if len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
+            self._pulls.pop(self._cache.popitem(last=False)[0], None)
         return got
+
+    def pulled(self, tags: Any, sql: Any) -> None:
+        """Count a PULL that filtered with these (valid, cached) fields."""
+        key = filter_key(tags, sql)
+        self._pulls[key] = self._pulls.get(key, 0) + 1
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """The `filters` section of /v1/stats: each cached filter PULLs used, and how often."""
+        out = []
+        for (tags, sql), pulls in sorted(self._pulls.items(), key=lambda kv: -kv[1]):
+            tag_list = sorted(tags) if isinstance(tags, tuple) else tags
+            out.append({"tags": tag_list, "sql": sql, "pulls": pulls})
+        return out

@@ -19,14 +19,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ferry_spark.schema import SCHEMA
-from ferry_spark.source.batch import FerryBatchReader
+from ferry_spark.source.batch import FerryBatchReader, FerryPushdownReader
 from ferry_spark.source.options import read_options, write_options
 
 NAME = "ferry"
 
 
 class FerryDataSource(DataSource):
-    """Registered as "ferry" by `ferry_spark.register(spark)`."""
+    """Registered as "ferry" in every session by `pyspark_ferry` (or `ferry_spark.register`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -39,7 +39,8 @@ class FerryDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return FerryBatchReader(read_options(self.options, stream=False))
+        opts = read_options(self.options, stream=False)
+        return FerryPushdownReader(opts) if opts.push_down_predicate else FerryBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from ferry_spark.source.stream import FerryStreamReader

@@ -1,13 +1,14 @@
 """Asking the mesh (namesrv and brokers) for a topic's queues and their bounds, at planning.
 
-Runs on the driver (in Spark's planning worker) under `asyncio.run`: one
-namesrv route lookup, then GET_MIN_MAX (and OFFSET_FOR_TIME for reads by time)
-per queue. An unknown topic raises TopicNotFoundError, an unreachable namesrv
+Runs on the driver (in Spark's planning worker) under `asyncio.run`: for a
+`topicPattern` the namesrv's topic list, then one namesrv route lookup per
+topic, then GET_MIN_MAX (and OFFSET_FOR_TIME for reads by time) per queue. An unknown topic raises TopicNotFoundError, an unreachable namesrv
 ConnectionLostError, each with a message naming what was asked.
 """
 from __future__ import annotations
 
 import asyncio
+import re
 
 from ferry.auth.credentials import Credentials
 from ferry.client.core.connection import ConnectionPool
@@ -51,10 +52,21 @@ class MeshProbe:
                                      f"(no live broker serves it; namesrv {self.namesrv})")
         return queues
 
+    async def matching(self, pattern: str) -> list[str]:
+        """The user topics whose whole name matches `pattern` (Kafka's subscribePattern;
+        internal `%...%` topics never match), sorted."""
+        try:
+            data = await self._client.call("GET", "/v1/topics")
+        except (ConnectionLostError, RequestTimeoutError) as exc:
+            raise type(exc)(f"ferry source: cannot reach namesrv {self.namesrv}: {exc}") from None
+        regex = re.compile(pattern)
+        names = (str(t["name"]) for t in data.get("topics", []))
+        return sorted(n for n in names if not n.startswith("%") and regex.fullmatch(n))
+
     async def bounds(self, tq: TopicQueue, start_ts_ms: int | None = None,
                      end_ts_ms: int | None = None) -> QueueBounds:
         low, high = await queue_bounds(self.pool, self.routes, tq)
-        return QueueBounds(tq.broker, tq.queue_id, low, high,
+        return QueueBounds(tq.topic, tq.broker, tq.queue_id, low, high,
                            await self._at_time(tq, start_ts_ms),
                            await self._at_time(tq, end_ts_ms))
 
@@ -67,22 +79,32 @@ class MeshProbe:
         return int(resp.fields["offset"])
 
 
-async def _topic_bounds(namesrv: str, topic: str, start_ts_ms: int | None,
-                        end_ts_ms: int | None, request_timeout_ms: int,
+async def _topic_bounds(namesrv: str, topics: tuple[str, ...], pattern: str | None,
+                        start_ts_ms: int | None, end_ts_ms: int | None, request_timeout_ms: int,
                         credentials: Credentials | None) -> list[QueueBounds]:
     probe = MeshProbe(namesrv, request_timeout_ms, credentials)
     try:
-        queues = await probe.queues(topic)
+        queues = []
+        if pattern is None:
+            for topic in topics:
+                queues += await probe.queues(topic)
+        else:
+            for topic in await probe.matching(pattern):
+                try:
+                    queues += await probe.queues(topic)
+                except TopicNotFoundError:
+                    continue   # deleted since it was listed, or no live broker serves it
         return list(await asyncio.gather(*(probe.bounds(tq, start_ts_ms, end_ts_ms)
                                            for tq in queues)))
     finally:
         await probe.close()
 
 
-def topic_bounds(namesrv: str, topic: str, *, start_ts_ms: int | None = None,
-                 end_ts_ms: int | None = None,
+def topic_bounds(namesrv: str, topics: tuple[str, ...], pattern: str | None = None, *,
+                 start_ts_ms: int | None = None, end_ts_ms: int | None = None,
                  request_timeout_ms: int = 30_000,
                  credentials: Credentials | None = None) -> list[QueueBounds]:
-    """The bounds of every readable queue of `topic`, from the mesh (blocking)."""
-    return asyncio.run(_topic_bounds(namesrv, topic, start_ts_ms, end_ts_ms, request_timeout_ms,
-                                     credentials))
+    """The bounds of every readable queue of `topics`, or of the topics matching
+    `pattern`, from the mesh (blocking)."""
+    return asyncio.run(_topic_bounds(namesrv, topics, pattern, start_ts_ms, end_ts_ms,
+                                     request_timeout_ms, credentials))

@@ -1,15 +1,18 @@
 """Reading one queue range over the network, in a Spark task: PULL from `start` until `end`.
 
 The task runs its own event loop and drives it one PULL at a time, handing
-each answer's records to Spark before it takes the next, so a range of any
+each answer's records (the answer's bytes, as stored: `schema.records_batch`
+checks and decodes them column by column) to Spark before it takes the next, so a range of any
 length takes the memory of two answers: the next PULL is put on the wire
 before the records go to Spark, so the broker works while the task converts.
 It stops exactly at the range end: records at or past `end` in the last
-answer are dropped. The queue's broker is looked up in
+answer are dropped when the batch is built. The queue's broker is looked up in
 namesrv (its master, else a slave of the group), again after a failed pull.
 
-Statuses: FOUND and NO_MATCHED_MESSAGE (records expired by TTL are skipped)
-move to the answer's `next_offset`. OFFSET_TOO_SMALL (retention deleted the
+A read's `filter` (tags, SQL92) travels in every PULL, as a consumer's
+subscription does: the broker skips what does not match, and its answers
+move past it. Statuses: FOUND and NO_MATCHED_MESSAGE (records filtered out
+or expired by TTL are skipped) move to the answer's `next_offset`. OFFSET_TOO_SMALL (retention deleted the
 offset since planning) raises OffsetOutOfRangeError under offsetOutOfRange=fail
 and moves to the oldest kept offset under clamp. A queue that ends before the
 range end (a sync master serves only what its slaves confirmed) is waited for,
@@ -21,27 +24,33 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ferry.auth.credentials import Credentials
 from ferry.client.core.connection import ConnectionPool
 from ferry.client.core.message import TopicQueue
 from ferry.client.core.namesrv import NamesrvClient, RouteCache
 from ferry.client.core.offsets import read_addr
-from ferry.client.reading import pull
-from ferry.codec.record import StoredMessage
 from ferry.errors import (
     ConnectionLostError,
     NotMasterError,
     OffsetOutOfRangeError,
     RequestTimeoutError,
 )
-from ferry.wire import MAX_PULL_BYTES, MAX_PULL_COUNT, PullRequest, PullStatus
+from ferry.wire import (
+    MAX_PULL_BYTES,
+    MAX_PULL_COUNT,
+    PullAnswer,
+    PullRequest,
+    PullStatus,
+    RequestCode,
+)
 
 from ferry_spark.source.ranges import QueueRange
 
 log = logging.getLogger(__name__)
 
-#: The group named in PULLs (a PULL must name one); the source never commits offsets.
+#: The group named in PULLs (a PULL must name one) when the read has no `groupId`.
 READER_GROUP = "ferry-spark-reader"
 STALL_RECHECK_S = 0.1             # while the queue ends before the range end, look again after
 STALL_TIMEOUT_MS = 60_000         # how long a range may wait for records it was planned with
@@ -60,12 +69,17 @@ async def _loop_turns(n: int) -> None:
 
 
 class RangePuller:
-    """Pulls one QueueRange; iterate `chunks()` for its records, in offset order."""
+    """Pulls one QueueRange; iterate `chunks()` for its records' bytes, in offset order
+    (the last chunk may run past the range end: `records_batch(..., end)` cuts it)."""
 
     def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
-                 request_timeout_ms: int, credentials: Credentials | None = None) -> None:
-        """`credentials` sign every namesrv and broker request (None: unsigned)."""
+                 request_timeout_ms: int, credentials: Credentials | None = None,
+                 group: str = READER_GROUP, filter_fields: dict[str, Any] | None = None) -> None:
+        """`credentials` sign every namesrv and broker request (None: unsigned);
+        `filter_fields` the PULL's `tags` and `sql` (None: every record)."""
         self.qr = qr
+        self.group = group
+        self.filter_fields = filter_fields or {}
         self.tq = TopicQueue(qr.topic, qr.broker, qr.queue_id)
         self.fail_out_of_range = fail_out_of_range
         self._client = NamesrvClient(namesrv, credentials=credentials)
@@ -74,9 +88,9 @@ class RangePuller:
                                     credentials=credentials)
         self._addr: str | None = None
 
-    def chunks(self) -> Iterator[list[StoredMessage]]:
+    def chunks(self) -> Iterator[bytes | memoryview]:
         loop = asyncio.new_event_loop()
-        ahead: asyncio.Task[tuple[list[StoredMessage], int, bool]] | None = None
+        ahead: asyncio.Task[tuple[bytes | memoryview, int, bool]] | None = None
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
@@ -115,17 +129,19 @@ class RangePuller:
         await self._pool.close()
         await self._client.close()
 
-    async def _pull(self, offset: int) -> tuple[list[StoredMessage], int, bool]:
-        """One PULL from `offset`: (records below the range end, next offset, queue ended)."""
+    async def _pull(self, offset: int) -> tuple[bytes | memoryview, int, bool]:
+        """One PULL from `offset`: (the answer's records, next offset, queue ended)."""
         end = self.qr.end
         # MAX_PULL_BYTES: the largest answer a broker sends (it stays under a frame).
-        request = PullRequest(READER_GROUP, self.tq.topic, self.tq.queue_id, offset,
+        request = PullRequest(self.group, self.tq.topic, self.tq.queue_id, offset,
                               min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES)
+        fields = {**request.fields(), **self.filter_fields}
         for attempt in range(MAX_PULL_ATTEMPTS):
             try:
                 if self._addr is None:
                     self._addr = await read_addr(self._routes, self.tq)
-                answer = await pull(self._pool, self._addr, request)
+                resp = await self._pool.request(self._addr, RequestCode.PULL, fields)
+                answer = PullAnswer.parse(resp.fields, resp.body, offset)
                 break
             except _UNREACHABLE:
                 self._addr = None
@@ -134,12 +150,9 @@ class RangePuller:
                 await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
         status, next_offset = answer.status, answer.next_offset
         if status is PullStatus.FOUND:
-            records = answer.stored()   # each checked (size, magic, CRC)
-            if records and records[-1].queue_offset >= end:
-                records = [r for r in records if r.queue_offset < end]
-            return records, max(next_offset, offset + 1), False
+            return answer.body, max(next_offset, offset + 1), False
         if status is PullStatus.NO_MATCHED_MESSAGE and next_offset > offset:
-            return [], next_offset, False
+            return b"", next_offset, False
         if status is PullStatus.OFFSET_TOO_SMALL:
             if self.fail_out_of_range:
                 raise OffsetOutOfRangeError(
@@ -147,9 +160,9 @@ class RangePuller:
                     f"queue now starts at {next_offset}; range [{self.qr.start}, {end}))")
             log.warning("%s: offset %d deleted since planning; continuing at %d (clamp)",
                         self.qr.where, offset, next_offset)
-            return [], next_offset, False
+            return b"", next_offset, False
         if status in _ENDED:
             await asyncio.sleep(STALL_RECHECK_S)
-            return [], offset, True
+            return b"", offset, True
         raise OffsetOutOfRangeError(f"ferry source: {self.qr.where}: unexpected PULL status "
                                     f"{status.value!r} at offset {offset}")

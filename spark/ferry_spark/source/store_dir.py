@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Iterator
 
-from ferry.codec.record import StoredMessage, iter_records
 from ferry.errors import OffsetOutOfRangeError, StoreError, TopicNotFoundError
 from ferry.store import GetStatus, MessageStore, StoreConfig
 
@@ -76,15 +75,17 @@ def store_bounds(store_dir: str, broker: str, topic: str, start_ts_ms: int | Non
         def at(qid: int, ts: int | None) -> int | None:
             return None if ts is None else store.offset_for_timestamp(topic, qid, ts)
 
-        return [QueueBounds(broker, qid, store.min_offset(topic, qid), store.max_offset(topic, qid),
+        return [QueueBounds(topic, broker, qid, store.min_offset(topic, qid),
+                            store.max_offset(topic, qid),
                             at(qid, start_ts_ms), at(qid, end_ts_ms)) for qid in queue_ids]
     finally:
         store.close()
 
 
 def read_store_range(store_dir: str, qr: QueueRange, *,
-                     fail_out_of_range: bool) -> Iterator[list[StoredMessage]]:
-    """The records of `qr` from the store in `store_dir`, a chunk at a time."""
+                     fail_out_of_range: bool) -> Iterator[bytes]:
+    """The records of `qr` from the store in `store_dir`, a chunk of their bytes at a time
+    (checked and decoded by `schema.records_batch`)."""
     store = open_store(store_dir, wait_s=LOCK_WAIT_S)
     try:
         offset = qr.start
@@ -99,9 +100,8 @@ def read_store_range(store_dir: str, qr: QueueRange, *,
                 raise OffsetOutOfRangeError(
                     f"ferry source: {qr.where} in {store_dir}: offset {offset} cannot be read "
                     f"({got.status.name}; the queue holds [{got.min_offset}, {got.max_offset}))")
-            records = list(iter_records(b"".join(got.records)))
             offset = got.next_queue_offset
-            if records:
-                yield records
+            if got.records:
+                yield b"".join(got.records)
     finally:
         store.close()

@@ -76,6 +76,8 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
     hist = hist_field(f)
     compiled = ctx.filters.get(f.get("tags"), f.get("sql"))
     tag_hashes, match = compiled.tag_hashes, compiled.match
+    if match is not None:
+        ctx.filters.pulled(f.get("tags"), f.get("sql"))
     ctx.topics.check_readable(topic)
 
     expiry = ctx.expiry
