@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import pytest
 from ferry import Admin, Consumer, Producer, TopicQueue
 from ferry.errors import AlreadyExistsError, FerryError
+from ferry.wire import RequestCode
 
+from tests.broker.wire_client import WireClient, message
 from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh, unique
 from tests.client.util import FAST, send_all, wait_assignment
 from tests.support.procs import Etcd
@@ -265,3 +267,42 @@ async def test_broadcasting_member_restarted_after_a_lost_disk_skips_nothing(
         got = await _bodies(c, 50, 20)
         assert got == set(new)
         assert c.describe()["history_rewinds"] >= 1
+
+
+async def test_a_members_commit_from_the_lost_history_skips_nothing(one_broker: Mesh) -> None:
+    """A live member's auto-commit can reach the restarted broker before its next PULL
+    is sent back: its position in the lost history (30) lies past the new log's end (5).
+    Lowered to that end without a history, the member that loads it next (a rebalance
+    moves the queue) would start after 5 records the group never read; it goes to
+    where the histories part (the new log's start) instead."""
+    mesh, topic, group = one_broker, unique("hist"), unique("g")
+    async with Admin(namesrv=mesh.namesrv) as admin:
+        await admin.create_group(group)
+        await admin.create_topic(topic, queues=1)
+    await send_all(mesh.namesrv, topic, [b"old:%d" % i for i in range(30)])
+    q = {"group": group, "topic": topic, "queue_id": 0}
+    client = await WireClient.connect("127.0.0.1", mesh.brokers["broker-a"].port)
+    try:
+        fields, old = await client.pull(topic, 0, 0, group=group, max_count=100)
+        assert len(old) == 30 and fields["next_offset"] == 30
+        old_hist = fields["hist"]   # the member's position: 30, after a record of this history
+    finally:
+        await client.close()
+    _lose_disk(mesh, "broker-a", Traffic())
+    mesh.start_broker("broker-a")
+    new = [b"new:%d" % i for i in range(5)]
+    client = await WireClient.connect("127.0.0.1", mesh.brokers["broker-a"].port)
+    try:
+        await client.send(topic, 0, [message(b) for b in new])
+        await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 30, "hist": old_hist})
+        assert (await client.call(RequestCode.QUERY_OFFSET, q)).fields["offset"] == 0
+        # A position past the end in the history this log continues is still lowered to
+        # the end (a member that read a master ahead of it): no duplicates made up.
+        fields, _ = await client.pull(topic, 0, 0, group=group, max_count=100)
+        await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 9, "hist": fields["hist"]})
+        assert (await client.call(RequestCode.QUERY_OFFSET, q)).fields["offset"] == 5
+        await client.call(RequestCode.COMMIT_OFFSET, {**q, "offset": 30, "hist": old_hist})
+    finally:
+        await client.close()
+    async with Consumer(topic, group=group, namesrv=mesh.namesrv, **FAST) as c:
+        assert await _bodies(c, 5, 20) == set(new)

@@ -24,8 +24,8 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     Only for a queue that exists on this broker (issue 24: names chosen by a client
     must not fill the table): its topic configured here with more queues than
     `queue_id`, or the queue in the store. An offset past the queue's end is lowered
-    to it (as the table does after a failover: a re-delivery, never a skip), without
-    its history. A new entry beyond the table's bounds is refused (consumer_offsets).
+    (`_lowered`: a re-delivery, never a skip). A new entry beyond the table's bounds
+    is refused (consumer_offsets).
 
     With `reset: true` (an operator's reset, which needs `reset` on the group): refused
     with BusyError while the group has live members on this broker, unless `force`;
@@ -43,7 +43,7 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
         raise TopicNotFoundError(f"no queue {queue_id} of topic {topic} on broker "
                                  f"{ctx.config.name}: nothing to commit an offset for")
     if offset > top:
-        offset, hist = top, None
+        offset, hist = _lowered(ctx, topic, queue_id, offset, hist, top)
     key = (group, topic, queue_id)
     if not reset and (pending := ctx.resets.get(key)) is not None:
         return response(req, {"reset_pending": pending})
@@ -67,6 +67,25 @@ async def handle_commit_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -
     await asyncio.to_thread(ctx.offsets.write_snapshot, *ctx.offsets.snapshot())
     ctx.long_poll.notify(topic, queue_id)   # a member's parked PULL is answered now
     return response(req, {"from": before, "to": offset})
+
+
+def _lowered(ctx: BrokerContext, topic: str, queue_id: int, offset: int, hist: str | None,
+             top: int) -> tuple[int, str | None]:
+    """Where a commit past the queue's end (`top`) goes, and its history.
+
+    To the end, without a history (as the table does after a failover: the reader
+    read a master ahead of this log), unless its history is one this log does not
+    continue (issue 16: the broker lost it with its disk, or a newer term replaced
+    it): then to where they part. A live member's auto-commit of its position in the
+    lost history reaches a restarted broker before its next PULL is sent back; at
+    the end, the member that loads it next (a rebalance) would skip every record
+    the new log holds below it."""
+    if hist is not None:
+        history = ctx.store.queue_history(topic, queue_id)
+        back = history.divergence(hist, offset, ctx.store.min_offset(topic, queue_id), top)
+        if back is not None and back < top:
+            return back, (history.id_at(back - 1) if back > 0 else None)
+    return top, None
 
 
 async def handle_query_offset(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
