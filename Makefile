@@ -7,7 +7,7 @@ SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
 # The hot modules that have a compiled twin (ferry.extensions.TWINS; docs/performance.md).
 TWIN_SOURCES := libs/ferry/ferry/store/batch_input.py libs/ferry/ferry/codec/entry.py \
-	libs/ferry/ferry/wire/decoder.py
+	libs/ferry/ferry/wire/decoder.py libs/ferry/ferry/codec/record_check.py
 TWIN_STAMP := .venv/.twins-stamp
 # The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1).
 PURE_TESTS ?= tests/store tests/wire tests/codec
