@@ -111,3 +111,23 @@ def test_the_running_check_is_the_selected_module() -> None:
     assert record.check_records.__module__ == running
     assert records.check_records.__module__ == running
     assert extensions.pure(PURE, "decode_record").__module__ == PURE
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages, damages)
+def test_decode_record_refuses_what_check_records_refuses(
+        msgs: list[MessageIn], damage: tuple[str, float]) -> None:
+    """decode_record does check_records' checks inline (for speed): the same refusal, in
+    the pure module and in the twin."""
+    buf = bytes(_records(msgs, damage))
+    for module in (extensions.pure, lambda m, name: getattr(compiled_twin(m), name)):
+        check, decode = module(PURE, "check_records"), module(PURE, "decode_record")
+        size = U32.unpack_from(buf)[0] if len(buf) >= 4 else 0
+        checked = _run(check, memoryview(buf), 0, min(max(size, HEADER_SIZE), len(buf)))
+        decoded = _run(decode, buf)
+        if checked == []:  # nothing to check: an empty buffer
+            assert decoded[1] == "truncated record header at 0"
+        elif isinstance(checked, list):  # passed: decoded, or refused only for its text
+            assert type(decoded) is not tuple or "not UTF-8" in decoded[1]
+        else:
+            assert decoded == checked
