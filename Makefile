@@ -7,10 +7,11 @@ SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
 # The hot modules that have a compiled twin (ferry.extensions.TWINS; docs/performance.md).
 TWIN_SOURCES := libs/ferry/ferry/store/batch_input.py libs/ferry/ferry/codec/entry.py \
-	libs/ferry/ferry/wire/decoder.py
+	libs/ferry/ferry/wire/decoder.py libs/ferry/ferry/codec/record_check.py
 TWIN_STAMP := .venv/.twins-stamp
-# The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1).
-PURE_TESTS ?= tests/store tests/wire tests/codec
+# The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1):
+# those of the twins' modules, and the client's PULL decoder (record_check).
+PURE_TESTS ?= tests/store tests/wire tests/codec tests/client/test_records.py
 BENCH ?=
 HA ?=
 PROMETHEUS ?=

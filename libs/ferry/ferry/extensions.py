@@ -30,6 +30,7 @@ TWINS: dict[str, str] = {
     "ferry.store.batch_input": "ferry.store._batch_input_c",
     "ferry.codec.entry": "ferry.codec._entry_c",
     "ferry.wire.decoder": "ferry.wire._decoder_c",
+    "ferry.codec.record_check": "ferry.codec._record_check_c",
 }
 #: The line of a pure module where its compiled copy ends (the selection below it is not compiled).
 TWIN_CUT = "# -- compiled twin: the build compiles this file down to here --"
