@@ -40,24 +40,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import mesh_ferry
 import redis
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
-
-from ferry import Producer  # noqa: E402
-from ferry.client.admin.admin import Admin  # noqa: E402
-from ferry.client.core.namesrv import NamesrvClient  # noqa: E402
-from ferry.errors import FerryError  # noqa: E402
-from mesh_ferry import (  # noqa: E402
-    ferry_consume,
-    ferry_consume_iter,
-    ferry_produce,
-    ferry_produce_burst,
-    ferry_produce_send,
-)
-from mesh_redis import redis_consume, redis_produce  # noqa: E402
-from mesh_workload import (  # noqa: E402
+from ferry.client import Admin, Producer
+from ferry.client.core.namesrv import NamesrvClient
+from ferry.errors import FerryError
+from mesh_redis import redis_consume, redis_produce
+from mesh_workload import (
     BATCH,
     BURST,
     CLIENT_LOOP,
@@ -70,6 +59,9 @@ from mesh_workload import (  # noqa: E402
     run_client,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:   # run alone: tests.support (the process helpers) from here
+    sys.path.append(str(ROOT))
 from tests.support.procs import Proc, free_port, spawn, start_redis  # noqa: E402
 from tests.support.prometheus import start_prometheus  # noqa: E402
 
@@ -145,12 +137,13 @@ def one_mesh(work: Path, metrics: str) -> dict[str, float]:
         prom = start_prometheus(work / "prometheus", urls)
         asyncio.run(create_topics(namesrv, [topic for _, topic in PRODUCE_PASSES]))
         passes: dict[str, Callable[[str, str, int], Coroutine[Any, Any, float]]] = {
-            "produce": ferry_produce, "send": ferry_produce_send, "burst": ferry_produce_burst}
+            "produce": mesh_ferry.ferry_produce, "send": mesh_ferry.ferry_produce_send,
+            "burst": mesh_ferry.ferry_produce_burst}
         rates = {name: run_client(passes[name](namesrv, topic, TOTAL))
                  for name, topic in PRODUCE_PASSES}
-        rates["getmany"] = asyncio.run(ferry_consume(namesrv, "up-batch", TOTAL, "up-getmany",
+        rates["getmany"] = asyncio.run(mesh_ferry.ferry_consume(namesrv, "up-batch", TOTAL, "up-getmany",
                                                      CONSUME_MAX_RECORDS))
-        rates["async_for"] = asyncio.run(ferry_consume_iter(namesrv, "up-batch", TOTAL,
+        rates["async_for"] = asyncio.run(mesh_ferry.ferry_consume_iter(namesrv, "up-batch", TOTAL,
                                                             "up-async-for"))
         return rates
     finally:
