@@ -32,6 +32,12 @@ per message, keeping up to 20,000 result futures in flight (the oldest is
 awaited once the window is full), 1 KiB messages, tracing at the default;
 beside Redis with redis-py pipelining XADD in batches of 1,000. Target >= 3.
 
+The mesh of `make up` (bench/mesh_up.py): then every service of deploy/local_mesh.py
+at its default, two brokers, a Prometheus scraping them, with metrics on and off:
+its lines say `"mesh": "up"` (`mesh.produce`, `mesh.produce_send`, `mesh.produce_burst`,
+`mesh.consume` by `getmany` and by `async for`, `mesh.metrics_cost`). The client side
+of every pass is bench/mesh_ferry.py, the Redis side bench/mesh_redis.py.
+
 The produce passes (`mesh.produce`, `mesh.produce_send`) run their client under
 asyncio, or under uvloop with FERRY_BENCH_CLIENT_LOOP=uvloop (docs/client.md:
 clients may run under it; it measured no faster, docs/perf/producer.md); their
@@ -40,7 +46,6 @@ lines say which in `"loop"`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import os
 import shutil
 import statistics
@@ -54,14 +59,15 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 
-from ferry import Consumer, Message, Producer  # noqa: E402
+from ferry import Consumer, Producer  # noqa: E402
 from ferry.auth.acl import Rule  # noqa: E402
 from ferry.auth.credentials import Credentials  # noqa: E402
 from ferry.routing import EtcdRegistry  # noqa: E402
 from ferry.service.auth_registry import AuthRegistry  # noqa: E402
+from mesh_ferry import ferry_consume, ferry_produce, ferry_produce_send  # noqa: E402
 from mesh_redis import redis_consume, redis_latency, redis_produce  # noqa: E402
+from mesh_up import run_up  # noqa: E402
 from mesh_workload import (  # noqa: E402
-    BATCH,
     BODY,
     CLIENT_LOOP,
     LATENCY_RATE,
@@ -158,51 +164,6 @@ async def ferry_wait_route(namesrv: str, topic: str,
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
-
-
-async def ferry_produce(namesrv: str, topic: str, n: int,
-                        credentials: Credentials | None = None) -> float:
-    async with Producer(namesrv=namesrv, credentials=credentials) as producer:
-        batch = [Message(BODY) for _ in range(BATCH)]
-        in_flight: set[asyncio.Future[object]] = set()
-        t0 = time.perf_counter()
-        for _ in range(n // BATCH):
-            fut = asyncio.ensure_future(producer.send_batch(topic, batch))
-            in_flight.add(fut)
-            fut.add_done_callback(in_flight.discard)
-            if len(in_flight) >= 16:
-                await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-        await asyncio.gather(*in_flight)
-        return n / (time.perf_counter() - t0)
-
-
-async def ferry_produce_send(namesrv: str, topic: str, n: int,
-                             credentials: Credentials | None = None) -> float:
-    """One `await producer.send()` per message, at most SEND_WINDOW futures in flight."""
-    async with Producer(namesrv=namesrv, credentials=credentials) as producer:
-        in_flight: collections.deque[asyncio.Future[object]] = collections.deque()
-        send = producer.send
-        t0 = time.perf_counter()
-        for _ in range(n):
-            in_flight.append(await send(topic, BODY))
-            if len(in_flight) >= SEND_WINDOW:
-                await in_flight.popleft()
-        for fut in in_flight:
-            await fut
-        return n / (time.perf_counter() - t0)
-
-
-async def ferry_consume(namesrv: str, topic: str, n: int) -> float:
-    async with Consumer(topic, group="bench", namesrv=namesrv,
-                        auto_offset_reset="earliest", enable_auto_commit=True) as consumer:
-        # The clock starts once the consumer has joined and taken its queues (as Redis's starts
-        # after XGROUP CREATE), so the first pulls and anything prefetched meanwhile count.
-        got = 0
-        t0 = time.perf_counter()
-        while got < n:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=BATCH * 4)
-            got += sum(len(v) for v in batch.values())
-        return got / (time.perf_counter() - t0)
 
 
 def ferry_pass(work: Path, etcd_endpoint: str) -> tuple[float, float]:
@@ -373,7 +334,8 @@ def main() -> None:
              window=SEND_WINDOW, msgs_s=round(f_send), redis_msgs_s=round(r_send),
              redis_pipeline=REDIS_SEND_PIPELINE, ratio=round(f_send / r_send, 2), target=3)
         emit_auth_cost(auth_runs, rates["default"][0], f_send, r_prod, r_send)
-        use_tracing("default")   # latency runs at the default
+        use_tracing("default")   # latency and the mesh of `make up` run at the default
+        run_up(work, client)     # the `"mesh": "up"` lines (mesh_up)
         mesh_procs, namesrv = start_ferry(work / "latency", etcd.endpoint, "async")
         procs.extend(mesh_procs)
 

@@ -28,17 +28,26 @@ def redis_produce(client: redis.Redis, stream: str, n: int, batch: int = BATCH) 
     return n / (time.perf_counter() - t0)
 
 
-def redis_consume(client: redis.Redis, stream: str, n: int) -> float:
-    client.xgroup_create(stream, "bench", id="0")
+def redis_consume(client: redis.Redis, stream: str, n: int, group: str = "bench",
+                  count: int = BATCH * 4, each: bool = False) -> float:
+    """A fresh group from the start: XREADGROUP COUNT `count` + XACK in a loop. `each`: the
+    records are also taken one by one, with their body (Ferry's `async for` counterpart)."""
+    client.xgroup_create(stream, group, id="0")
     got = 0
     t0 = time.perf_counter()
     while got < n:
-        resp = client.xreadgroup("bench", "c1", {stream: ">"}, count=BATCH * 4, block=1000)
+        resp = client.xreadgroup(group, "c1", {stream: ">"}, count=count, block=1000)
         if not resp:
             continue
-        ids = [mid for mid, _ in resp[0][1]]
+        if each:
+            ids = []
+            for mid, fields in resp[0][1]:
+                _ = fields[b"b"]   # what a handler reads
+                ids.append(mid)
+        else:
+            ids = [mid for mid, _ in resp[0][1]]
         pipe = client.pipeline(transaction=False)
-        pipe.xack(stream, "bench", *ids)
+        pipe.xack(stream, group, *ids)
         pipe.execute()
         got += len(ids)
     return got / (time.perf_counter() - t0)

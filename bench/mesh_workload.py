@@ -24,6 +24,8 @@ WARMUP_SENDS = 16  # two rounds over the topic's 8 queues
 SYNC_SENDERS = 64
 SEND_WINDOW = 20_000        # produce_send: result futures in flight at most
 REDIS_SEND_PIPELINE = 1000  # produce_send's Redis side: XADDs per pipeline
+BURST = 20_000              # produce_burst: sends in a row before gathering their futures
+CONSUME_MAX_RECORDS = 2000  # the mesh of `make up`: getmany(max_records=) and XREADGROUP COUNT
 SYNC_SECONDS = 5.0
 
 

@@ -8,7 +8,9 @@
 
 Only the API: with no MeterProvider set by the application (`opentelemetry.metrics.
 set_meter_provider`, e.g. with the Prometheus or OTLP reader) every instrument is a
-no-op. Counted per batch, not per message; attribute sets are kept per topic.
+no-op, and the hooks skip it before building its attributes (`_live`: `async for`
+calls the consume hook once per record). Counted per batch, not per message;
+attribute sets are kept per topic.
 docs/metrics.md lists them.
 """
 from __future__ import annotations
@@ -51,6 +53,13 @@ def _instrument(name: str) -> Any:
     return found
 
 
+def _live(instrument: Any) -> bool:
+    """Whether `instrument` records anything: False while it is the API's proxy with no
+    MeterProvider behind it yet (its calls do nothing then); a provider set later makes
+    it live at once."""
+    return getattr(instrument, "_real_instrument", instrument) is not None
+
+
 class SendMetrics:
     """A producer's: `sent(topic, n, seconds, error)` once per SEND request."""
 
@@ -60,6 +69,8 @@ class SendMetrics:
         self._attrs: dict[str, Mapping[str, str]] = {}
 
     def sent(self, topic: str, count: int, seconds: float, error: str | None = None) -> None:
+        if not _live(self._sent):
+            return
         attrs = self._attrs.get(topic)
         if attrs is None:
             attrs = self._attrs[topic] = {"messaging.system": SYSTEM,
@@ -93,7 +104,9 @@ class ConsumeMetrics:
 
     def received(self, batch: Mapping[Any, list[Any]], tr: Tracing) -> None:
         """Count a batch (records by TopicQueue) handed to the application; trace it."""
-        for tq, records in batch.items():
-            self.consumed(tq.topic, len(records))
+        consumed = self._consumed
+        if getattr(consumed, "_real_instrument", consumed) is not None:   # _live, inline
+            for tq, records in batch.items():
+                self.consumed(tq.topic, len(records))
         if tr.enabled:
             trace_received(tr, batch, self.group)

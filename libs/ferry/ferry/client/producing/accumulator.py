@@ -28,6 +28,18 @@ batch goes out (`PendingRun.encode`; the entry kinds are in `pending`). Its
 messages share one born timestamp, the time the run was opened (as a RocketMQ
 batch's messages do). A run that fails is split into `PendingMessage`s, so
 retries see no difference.
+
+A burst: thousands of `await producer.send()` in a row, which never suspend, then
+`asyncio.gather` of their futures (the aiokafka docs' pattern). The loop does not
+turn during the burst, so "at once, on the next loop turn" would be after the
+last send: the brokers would idle while the client queues, then the client idle
+while they store. Instead, once an open batch that could go out (a free slot,
+its send scheduled) has grown to BURST_YIELD_FRACTION of `max_batch_bytes`
+meanwhile, `add_plain` returns True and `Producer.send` yields once to the loop:
+that batch (and every other queue's waiting one) goes out while the burst goes on.
+A send never yields more than once per that many bytes of one queue; a sender
+whose loop turns anyway (a sliding window of futures, one send at a time) never
+reaches it.
 """
 from __future__ import annotations
 
@@ -41,6 +53,9 @@ from ferry.client.producing.pending import Entry, Pending, PendingRun
 
 #: The broker refuses a SEND of more messages than this (handlers/send.py).
 MAX_BATCH_MESSAGES = 10_000
+#: The share of `max_batch_bytes` a batch that could go out grows to, in a burst of sends
+#: with no loop turn, before `add_plain` asks the caller to yield (module doc).
+BURST_YIELD_FRACTION = 1 / 8
 
 
 @dataclass(slots=True)
@@ -56,6 +71,14 @@ class Batch:
 SendBatch = Callable[[Batch], Awaitable[None]]
 
 
+async def let_batches_go() -> None:
+    """What a sender awaits when `add_plain` says so: two loop turns; in the first the
+    scheduled sends close their batches and start their tasks, in the second those
+    tasks encode and write them."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+
 class QueueBatcher:
     """The accumulator of one (topic, broker, queue)."""
 
@@ -65,6 +88,8 @@ class QueueBatcher:
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.max_in_flight = max_in_flight
+        #: an open batch this big, waiting for a loop turn to go out, asks the sender to yield
+        self.yield_bytes = max(1, int(max_batch_bytes * BURST_YIELD_FRACTION))
         self._open = Batch()
         self._ready: deque[Batch] = deque()   # closed batches waiting for an in-flight slot
         self._in_flight = 0
@@ -113,9 +138,14 @@ class QueueBatcher:
         else:
             self._pump()
 
-    def add_plain(self, body: bytes, future: asyncio.Future[object], size: int) -> None:
+    def add_plain(self, body: bytes, future: asyncio.Future[object], size: int) -> bool:
         """`add` for a plain message (`size`: its encoded size): its body and future join
-        the open batch's run, with no object of its own (the producer's hot path)."""
+        the open batch's run, with no object of its own (the producer's hot path).
+
+        True when the caller should let the loop turn (`Producer.send` then yields once):
+        the batch could have gone out at the next loop turn, and BURST_YIELD_FRACTION of
+        `max_batch_bytes` piled up since without one (a burst of sends, see the module doc).
+        """
         batch = self._open
         run = self._open_run
         if (run is None or batch.size_bytes + size > self.max_batch_bytes
@@ -130,8 +160,12 @@ class QueueBatcher:
         if batch.size_bytes >= self.max_batch_bytes or batch.count >= MAX_BATCH_MESSAGES:
             self._close_open()
             self._pump()
-        elif self._in_flight < self.max_in_flight and self._soon_handle is None:
-            self._soon_handle = asyncio.get_running_loop().call_soon(self._on_soon)
+        elif self._soon_handle is None:
+            if self._in_flight < self.max_in_flight:
+                self._soon_handle = asyncio.get_running_loop().call_soon(self._on_soon)
+        elif batch.size_bytes >= self.yield_bytes:
+            return True
+        return False
 
     def _new_run(self, size: int) -> PendingRun:
         """A run at the end of the open batch (closing the batch first when `size` won't fit)."""

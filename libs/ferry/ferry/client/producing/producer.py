@@ -41,6 +41,7 @@ from ferry.client.core.tracing import (
     end_on_result,
     start_send,
 )
+from ferry.client.producing.accumulator import let_batches_go
 from ferry.client.producing.buffer import ByteBudget
 from ferry.client.producing.delay import DelaySchedulerClient
 from ferry.client.producing.encoding import (
@@ -199,7 +200,8 @@ class Producer(AsyncClient):
             return await self._send_plain(topic, body, nbytes)
         budget.used_bytes += nbytes
         fut: asyncio.Future[Any] = self._new_future()
-        next(lane[1]).add_plain(body, fut, nbytes)
+        if next(lane[1]).add_plain(body, fut, nbytes):
+            await let_batches_go()   # a burst: its batches go out meanwhile (accumulator)
         return fut
 
     async def _send_plain(self, topic: str, body: bytes,
@@ -223,7 +225,8 @@ class Producer(AsyncClient):
             budget.release(nbytes)
             raise
         fut: asyncio.Future[Any] = self._new_future()
-        batcher.add_plain(body, fut, nbytes)
+        if batcher.add_plain(body, fut, nbytes):
+            await let_batches_go()
         return fut
 
     async def _send_one(self, topic: str, body: bytes, key: str | None, tags: str | None,
