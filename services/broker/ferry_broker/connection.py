@@ -327,7 +327,10 @@ class BrokerProtocol(asyncio.Protocol):
         except FerryError as exc:
             log.error("cannot encode response to request %d: %s", req.request_id, exc)
             parts = encode_frame_parts(error_response(req, exc))
-        self._cork.add_now(parts)  # corked while a read is handled, else the turn's first goes at once
+        if len(self.tasks) > 1:  # others will answer too: the turn's answers leave together
+            self._cork.add(parts)
+        else:  # alone (a woken PULL): now, unless corked while a read is handled
+            self._cork.add_now(parts)
 
     def _write_out(self, out: list[bytes | memoryview]) -> None:
         if out and not self._closed and self.transport is not None:

@@ -183,8 +183,11 @@ class BrokerConnection:
         if self._closed or self._transport is None:
             raise ConnectionLostError(f"connection to {self.addr} is closed ({self._close_reason})")
         # Encoding errors (an oversized frame) raise here, before anything is written.
-        # The first frame of a loop turn leaves at once; the turn's later ones are corked.
-        self._cork.add_now(encode_frame_parts(frame, self._max_frame_bytes))
+        parts = encode_frame_parts(frame, self._max_frame_bytes)
+        if self._pending:  # answers are awaited: cork with the rest of this loop turn's
+            self._cork.add(parts)
+        else:  # an idle connection: the request leaves now, a loop turn sooner
+            self._cork.add_now(parts)
 
     def _write_out(self, out: list[bytes | memoryview]) -> None:
         if not out or self._closed or self._transport is None:
