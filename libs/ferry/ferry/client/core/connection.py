@@ -22,8 +22,8 @@ reader never dies of an incoming request.
 
 The connection is an `asyncio.BufferedProtocol` rather than a StreamReader/Writer
 pair: received bytes go straight from its reusable buffer to the FrameDecoder (no
-intermediate buffer and no reader task to wake), and the frames of requests made in one loop turn
-are corked into one socket write (one syscall for many small requests).
+intermediate buffer and no reader task to wake). A request on a connection awaiting no answer
+is written at once; while answers are awaited, a loop turn's frames go in one write.
 
 A broker closes a connection idle for its `idle_timeout_ms` (60 s); the pool closes
 its own sooner (`idle_close_ms`, 45 s) and reopens on the next use, so a request
