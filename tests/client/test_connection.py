@@ -196,3 +196,22 @@ async def test_oneway_sent_just_before_close_still_goes_out(
             break
         await asyncio.sleep(0.01)
     assert [f.fields["n"] for f in srv.oneway] == [8]
+
+
+async def test_bodies_stay_whole_across_reads_of_the_reused_buffer(
+        server: tuple[TinyServer, str]) -> None:
+    """The protocol reads every chunk into one reused buffer: what a response keeps
+    (its body, a frame spanning reads) must not change when the next read lands there."""
+    _, addr = server
+    conn = await BrokerConnection.open(addr)
+    try:
+        big = bytes(range(256)) * 2400  # 600 KiB: more than one read buffer
+        bodies = [big] + [bytes([i]) * (1000 + i) for i in range(60)]
+        answers = await asyncio.gather(*(conn.request(10, {"n": i}, body)
+                                         for i, body in enumerate(bodies)))
+        for i, (body, answer) in enumerate(zip(bodies, answers, strict=True)):
+            assert answer.fields["echo"] == i
+            assert bytes(answer.body) == body
+        assert type(answers[1].body) is bytes  # a copy, not a view into the buffer
+    finally:
+        await conn.close()

@@ -27,6 +27,7 @@ from ferry.wire import (
 
 from ferry_broker.auth import BrokerAuth
 from ferry_broker.context import BrokerContext, ConnInfo, Handler
+from ferry_broker.eager_start import start_eager
 from ferry_broker.limits import (
     FRAMES_MALFORMED,
     PENDING_FRAMES_WAITED,
@@ -139,8 +140,9 @@ class BrokerProtocol(asyncio.Protocol):
             return
         if frames:
             self.last_frame_at = time.monotonic()
-        for frame in frames:
-            self._dispatch(frame)
+            with self._cork:  # the answers made for this read leave in one write, after it
+                for frame in frames:
+                    self._dispatch(frame)
         if not self._closed:
             self._account_pending(bool(frames))
 
@@ -237,7 +239,9 @@ class BrokerProtocol(asyncio.Protocol):
         self._start(handler, frame)
 
     def _start(self, handler: Handler, frame: Frame) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(handler, frame))
+        task = start_eager(self._run(handler, frame))  # a task only if it waits
+        if task is None:
+            return
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
         if len(self.tasks) >= self._max_inflight:
@@ -323,7 +327,10 @@ class BrokerProtocol(asyncio.Protocol):
         except FerryError as exc:
             log.error("cannot encode response to request %d: %s", req.request_id, exc)
             parts = encode_frame_parts(error_response(req, exc))
-        self._cork.add(parts)
+        if len(self.tasks) > 1:  # others will answer too: the turn's answers leave together
+            self._cork.add(parts)
+        else:  # alone (a woken PULL): now, unless corked while a read is handled
+            self._cork.add_now(parts)
 
     def _write_out(self, out: list[bytes | memoryview]) -> None:
         if out and not self._closed and self.transport is not None:

@@ -1,10 +1,13 @@
 """The wire server: TCP connections, frame decoding, dispatch to handlers, responses.
 
 One `BrokerProtocol` per connection (`connection.py`) feeds received bytes to a sans-IO
-`FrameDecoder` and runs each request's handler as a task, so a parked PULL
+`FrameDecoder` and runs each request's handler at once, up to its first wait
+(`eager_start.py`); only a handler that waits becomes a task, so a parked PULL
 never holds up the SENDs behind it on the same connection. Handlers run their
 synchronous part (validation, the store call) before their first await, so
-requests on one connection reach the store in the order they arrived.
+requests on one connection reach the store in the order they arrived. The
+answers made while one read is handled leave in one write at its end; an answer
+finished later (a woken PULL) goes at once when it is its loop turn's first.
 
 Failure handling, so that no input can stop the broker: a malformed frame
 closes only that connection; an unknown code, or a FerryError from a handler,
