@@ -3,6 +3,7 @@ runs at once; a task goes on only with one that waits, and passes everything thr
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 from ferry_broker.eager_start import start_eager
@@ -83,3 +84,27 @@ async def test_a_coroutine_may_catch_the_cancellation_and_finish() -> None:
     task.cancel()
     await task
     assert task.done() and not task.cancelled()
+
+
+_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("eager_test", default="outer")
+
+
+async def test_a_context_variable_set_before_the_first_wait_stays_in_the_request() -> None:
+    """Set before the first await and reset after it (a span made current around an
+    await): the reset works, and the caller's context never sees the value."""
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen: list[str] = []
+
+    async def request() -> None:
+        token = _VAR.set("request")
+        await gate
+        seen.append(_VAR.get())
+        _VAR.reset(token)   # ValueError if the task ran in another context than the set
+
+    task = start_eager(request())
+    assert task is not None
+    assert _VAR.get() == "outer"   # the connection's context is untouched
+    gate.set_result(None)
+    await task
+    assert seen == ["request"]
+    assert _VAR.get() == "outer"

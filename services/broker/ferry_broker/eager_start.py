@@ -9,23 +9,29 @@ suspended one in a task that goes on from where it stopped (what it waits for,
 cancellation and the result all pass through unchanged).
 
 The first step runs inside the caller (the connection's `data_received`), so
-it must not need `asyncio.current_task()` before its first await
-(`asyncio.timeout` and `TaskGroup` do); no request handler does.
+it must not need `asyncio.current_task()` before its first await (`asyncio.timeout`
+and `TaskGroup` do); no request handler does. It runs in a copy of the caller's
+context and the task goes on in that same copy, as all steps of a task run in one:
+a context variable set before the first await (an OpenTelemetry span made current
+by `with hop_span(...)` around an `await`) is reset in the context it was set in
+and never leaks into the connection's later requests.
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Coroutine, Generator
 from typing import Any
 
 
 def start_eager(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
     """Run `coro` up to its first suspension; None if it finished, else the task going on."""
+    context = contextvars.copy_context()
     try:
-        yielded = coro.send(None)
+        yielded = context.run(coro.send, None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(_go_on(coro, yielded))
+    return asyncio.get_running_loop().create_task(_go_on(coro, yielded), context=context)
 
 
 async def _go_on(coro: Coroutine[Any, Any, None], yielded: Any) -> None:
