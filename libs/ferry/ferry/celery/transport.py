@@ -14,7 +14,8 @@ asks the transport to put, get, ack and reject messages of named queues):
   that stops or dies are delivered again from their uncommitted offsets;
 - trace context in a task's headers (`TRACEPARENT`) makes its message a
   traced one, and a traced record's context goes back into the task's
-  headers on the way out (`ferry.celery.tracing`).
+  headers on the way out (`ferry.celery.tracing`);
+- fanout and topic exchanges (remote control, events) are `ferry.celery.fanout`.
 
 Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
@@ -38,6 +39,7 @@ from typing import Any
 
 from kombu.transport import virtual
 
+from ferry.celery.fanout import FanoutChannel, direct_route
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, topic_for_queue
@@ -99,7 +101,7 @@ class QoS(virtual.QoS):
         return []
 
 
-class Channel(virtual.Channel):
+class Channel(FanoutChannel, virtual.Channel):
     """A kombu channel whose queues are Ferry topics."""
 
     QoS = QoS
@@ -116,7 +118,7 @@ class Channel(virtual.Channel):
         self.connection.publish(queue, message)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.connection.take(queue)
+        return self.take_from(queue)
 
     def _size(self, queue: str) -> int:
         return self.connection.lag(queue)
@@ -131,7 +133,7 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
                       **kwargs: Any) -> Any:
-        self.connection.open_feed(queue)
+        self.open_queue(queue)
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
 
     def _lookup(self, exchange: str, routing_key: str, default: str | None = None) -> list[str]:
@@ -139,7 +141,7 @@ class Channel(virtual.Channel):
         # no binding for routes by Celery's convention (routing key = queue name).
         queues: list[str] = super()._lookup(exchange, routing_key, default)
         if not queues and routing_key and self.typeof(exchange).type == "direct":
-            return [routing_key]
+            return [direct_route(exchange, routing_key)]
         return queues
 
 
@@ -152,7 +154,7 @@ class Transport(virtual.Transport):
     driver_name = "ferry"
     polling_interval = DEFAULT_POLLING_INTERVAL_S
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False)
+        asynchronous=False, exchange_type=frozenset(["direct", "fanout", "topic"]), heartbeats=False)
     connection_errors = virtual.Transport.connection_errors + (
         ConnectionLostError, RequestTimeoutError, BusyError, StoreUnavailableError,
         OSError)  # type: ignore[assignment]
