@@ -14,8 +14,7 @@ asks the transport to put, get, ack and reject messages of named queues):
   that stops or dies are delivered again from their uncommitted offsets;
 - trace context in a task's headers (`TRACEPARENT`) makes its message a
   traced one, and a traced record's context goes back into the task's
-  headers on the way out (`ferry.celery.tracing`);
-- fanout and topic exchanges (remote control, events) are `ferry.celery.fanout`.
+  headers on the way out (`ferry.celery.tracing`); exchanges: `fanout`; hub: `eventloop`.
 
 Ferry's clients are asyncio: each connection runs them on its own loop thread
 (`loop.LoopThread`). Transport options (`broker_transport_options`):
@@ -39,6 +38,7 @@ from typing import Any
 
 from kombu.transport import virtual
 
+from ferry.celery.eventloop import EventLoopTransport, Wakeup
 from ferry.celery.fanout import FanoutChannel, direct_route
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
@@ -145,7 +145,7 @@ class Channel(FanoutChannel, virtual.Channel):
         return queues
 
 
-class Transport(virtual.Transport):
+class Transport(EventLoopTransport, virtual.Transport):
     """`ferry://host:port` (namesrv): Celery's broker on Ferry topics."""
 
     Channel = Channel
@@ -154,7 +154,7 @@ class Transport(virtual.Transport):
     driver_name = "ferry"
     polling_interval = DEFAULT_POLLING_INTERVAL_S
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct", "fanout", "topic"]), heartbeats=False)
+        asynchronous=True, exchange_type=frozenset(["direct", "fanout", "topic"]), heartbeats=False)
     connection_errors = virtual.Transport.connection_errors + (
         ConnectionLostError, RequestTimeoutError, BusyError, StoreUnavailableError,
         OSError)  # type: ignore[assignment]
@@ -179,7 +179,7 @@ class Transport(virtual.Transport):
         self._feeds: dict[str, QueueFeed] = {}          # by kombu queue name
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
-        self._ready = threading.Event()
+        self._ready = Wakeup()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
         # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
@@ -208,7 +208,7 @@ class Transport(virtual.Transport):
             self._loop, self._producer = loop, producer
             # After a fork the parent's feeds and pending outcomes belong to its loop.
             self._feeds, self._tags = {}, {}
-            self._ready = threading.Event()
+            self._ready = Wakeup()
             self._outcomes.clear()
             self._outcomes_scheduled = False
             if not self._closes_at_exit:   # kombu pools keep connections open until exit
