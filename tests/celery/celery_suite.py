@@ -1,4 +1,4 @@
-"""Celery's own integration suite (`t/integration` of the Celery source distribution), fetched and run.
+"""Celery's own integration suite (`t/integration` of Celery's source distribution), run here.
 
 The suite is not in this tree: `suite_dir()` downloads the source distribution
 of the Celery version installed here (`pip download --no-binary :all: --no-deps

@@ -23,16 +23,8 @@ import pytest
 from celery import Celery
 from celery.events.receiver import EventReceiver
 
+from tests.celery import conftest as cf
 from tests.celery.app import make_app
-from tests.celery.conftest import (
-    CeleryMesh,
-    kill9,
-    notes_db,
-    proc_env,
-    query,
-    start_worker,
-    wait_for,
-)
 from tests.client.conftest import unique
 from tests.support.procs import Proc, free_port, spawn
 
@@ -47,9 +39,9 @@ REPLY_TIMEOUT_S = 15.0
 class Remote:
     """The module's two workers, their queue, their notes and an app to talk to them."""
 
-    def __init__(self, cm: CeleryMesh, queue: str, db: Path) -> None:
+    def __init__(self, cm: cf.CeleryMesh, queue: str, db: Path) -> None:
         self.cm, self.queue, self.db = cm, queue, db
-        self.env = proc_env(cm, queue, db)
+        self.env = cf.proc_env(cm, queue, db)
         self.app = make_app(cm.namesrv, queue)
         self.procs: list[Proc] = []
 
@@ -64,22 +56,24 @@ class Remote:
         return self.app.control.inspect(timeout=REPLY_TIMEOUT_S, limit=len(WORKERS), **kwargs)
 
     def noted(self, phase: str) -> set[str]:
-        return {r[0] for r in query(self.db, "SELECT label FROM notes WHERE phase = ?", phase)}
+        return {r[0] for r in cf.query(self.db, "SELECT label FROM notes WHERE phase = ?", phase)}
 
 
 @pytest.fixture(scope="module")
-def remote(celery_mesh: CeleryMesh, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
-    r = Remote(celery_mesh, unique("remote"), notes_db(tmp_path_factory.mktemp("remote") / "n.db"))
+def remote(celery_mesh: cf.CeleryMesh,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
+    db = cf.notes_db(tmp_path_factory.mktemp("remote") / "n.db")
+    r = Remote(celery_mesh, unique("remote"), db)
     try:
         for name in WORKERS:
-            r.procs.append(start_worker(celery_mesh, name.split("@")[0], r.env,
+            r.procs.append(cf.start_worker(celery_mesh, name.split("@")[0], r.env,
                                         options=EVENT_WORKER))
         yield r
     finally:
         r.app.close()
         for proc in r.procs:
             if proc.alive():
-                kill9(proc)
+                cf.kill9(proc)
 
 
 def test_celery_inspect_ping_answers_from_both_workers(remote: Remote) -> None:
@@ -110,7 +104,8 @@ def test_revoke_of_a_pending_countdown_task_prevents_its_run(remote: Remote) -> 
                                         limit=len(WORKERS))
     assert {name for reply in replies for name in reply} == set(WORKERS)
     remote.app.send_task("tests.celery.app.stamp", args=(marker,), countdown=4)
-    wait_for(lambda: marker in remote.noted("run"), 60, "the task sent after the revoked one ran")
+    cf.wait_for(lambda: marker in remote.noted("run"), 60,
+                "the task sent after the revoked one ran")
     assert label not in remote.noted("run")
     revoked = remote.inspect().revoked() or {}
     assert set(revoked) == set(WORKERS)
@@ -119,7 +114,7 @@ def test_revoke_of_a_pending_countdown_task_prevents_its_run(remote: Remote) -> 
 
 def test_inspect_active_lists_a_running_task_and_revoke_terminates_it(remote: Remote) -> None:
     running = remote.app.send_task("tests.celery.app.record", args=(7_001, 120.0))
-    wait_for(lambda: "7001" in remote.noted("start"), 60, "the long task started")
+    cf.wait_for(lambda: "7001" in remote.noted("start"), 60, "the long task started")
 
     def active_ids() -> set[str]:
         active = remote.inspect().active() or {}
@@ -128,7 +123,7 @@ def test_inspect_active_lists_a_running_task_and_revoke_terminates_it(remote: Re
     out = remote.celery("inspect", "active", "--timeout", str(REPLY_TIMEOUT_S), "--json")
     assert running.id in out.stdout, out.stderr + out.stdout
     remote.app.control.revoke(running.id, terminate=True, signal="SIGKILL")
-    wait_for(lambda: running.id not in active_ids(), 60, "the terminated task left `active`")
+    cf.wait_for(lambda: running.id not in active_ids(), 60, "the terminated task left `active`")
     assert "7001" not in remote.noted("done")
 
 
@@ -154,10 +149,10 @@ def test_event_receiver_sees_heartbeats_and_task_succeeded(remote: Remote) -> No
         try:
             assert receiver.ready.wait(60), "the receiver never consumed"
             result = app.send_task("tests.celery.app.stamp", args=(unique("evented"),))
-            wait_for(lambda: any(e["type"] == "task-succeeded" and e.get("uuid") == result.id
+            cf.wait_for(lambda: any(e["type"] == "task-succeeded" and e.get("uuid") == result.id
                                  for e in list(seen)), 60, "task-succeeded of the task")
             # on_consume_ready's wakeup asked every worker for a heartbeat (remote control)
-            wait_for(lambda: {e["hostname"] for e in list(seen)
+            cf.wait_for(lambda: {e["hostname"] for e in list(seen)
                               if e["type"] == "worker-heartbeat"} >= set(WORKERS), 60,
                      "a heartbeat from each worker")
             types = {e["type"] for e in list(seen) if e.get("uuid") == result.id}
@@ -184,15 +179,15 @@ def test_flower_shows_both_workers_and_a_task(remote: Remote) -> None:
         except OSError:
             return None
         return body if path == "/healthcheck" else json.loads(body)
-    wait_for(lambda: get("/healthcheck") == b"OK" or not flower.alive(), 60, "flower up")
+    cf.wait_for(lambda: get("/healthcheck") == b"OK" or not flower.alive(), 60, "flower up")
     assert flower.alive(), flower.log()[-3000:]
-    wait_for(lambda: set(get("/api/workers?refresh=1") or {}) >= set(WORKERS), 90,
+    cf.wait_for(lambda: set(get("/api/workers?refresh=1") or {}) >= set(WORKERS), 90,
              "flower lists both workers")
     # Flower's event receiver started with it (a queue bound now gets events from now on)
     label = unique("flowered")
     result = remote.app.send_task("tests.celery.app.stamp", args=(label,))
-    wait_for(lambda: label in remote.noted("run"), 60, "the task ran")
-    wait_for(lambda: (get("/api/tasks") or {}).get(result.id, {}).get("state") == "SUCCESS",
+    cf.wait_for(lambda: label in remote.noted("run"), 60, "the task ran")
+    cf.wait_for(lambda: (get("/api/tasks") or {}).get(result.id, {}).get("state") == "SUCCESS",
              90, "flower shows the task succeeded")
     task = get("/api/tasks")[result.id]
     assert task["worker"] in WORKERS and task["name"] == "tests.celery.app.stamp"

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import logging
 import uuid
@@ -121,16 +120,16 @@ class Broadcast:
                 await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, FerryError):
-                await self._pump
+        """Stop pulling and leave (positions were only in memory: nothing to commit)."""
+        pump, consumer, self._pump, self._consumer = self._pump, self._consumer, None, None
+        if pump is not None:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)   # cancelled, or its error
         self.inbox.clear()
-        if self._consumer is not None:
-            try:
-                await self._consumer.stop()
-            except FerryError as exc:
-                log.warning("fanout of %s: stop failed: %s", self.exchange, exc)
+        try:
+            await consumer.stop() if consumer is not None else None
+        except FerryError as exc:
+            log.warning("fanout of %s: stop failed: %s", self.exchange, exc)
 
 
 class FanoutChannel:
