@@ -5,7 +5,8 @@
   and the task never runs while a task sent after it does;
 - `inspect active` lists a running task; `revoke(terminate=True)` ends it;
 - a real event receiver sees both workers' heartbeats and a task's `task-succeeded`;
-- Flower started against `ferry://` lists both workers and the task (slow).
+- Flower started against `ferry://` lists both workers and the task (slow);
+- `celery control rate_limit` answers from both; `control shutdown -d` stops one.
 """
 from __future__ import annotations
 
@@ -191,3 +192,27 @@ def test_flower_shows_both_workers_and_a_task(remote: Remote) -> None:
              90, "flower shows the task succeeded")
     task = get("/api/tasks")[result.id]
     assert task["worker"] in WORKERS and task["name"] == "tests.celery.app.stamp"
+
+
+def replies_of(stdout: str) -> dict[str, Any]:
+    """`celery control --json` prints a list of {node: reply}."""
+    return {node: reply for item in json.loads(stdout) for node, reply in item.items()}
+
+
+def test_celery_control_rate_limit_then_shutdown(remote: Remote) -> None:
+    out = remote.celery("control", "rate_limit", "tests.celery.app.stamp", "100/m",
+                        "--timeout", str(REPLY_TIMEOUT_S), "--json")
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert set(replies_of(out.stdout)) == set(WORKERS)
+    conf = remote.inspect().conf() or {}
+    assert set(conf) == set(WORKERS)
+    # a task name no worker knows: refused by each, and every worker keeps serving
+    out = remote.celery("control", "rate_limit", "no.such.task", "1/s",
+                        "--timeout", str(REPLY_TIMEOUT_S), "--json")
+    assert all("error" in reply for reply in replies_of(out.stdout).values()), out.stdout
+    # a worker does not reply to shutdown (Celery raises WorkerShutdown first): it exits
+    remote.celery("control", "shutdown", "-d", WORKERS[1], "--timeout", "3")
+    remote.procs[1].popen.wait(timeout=60)   # the worker exits: shutdown reached it
+    assert remote.procs[0].alive()
+    replies = remote.app.control.inspect(timeout=5).ping() or {}
+    assert set(replies) == {WORKERS[0]}
