@@ -62,12 +62,16 @@ def proc_env(cm: CeleryMesh, queue: str, db: Path, **extra: str) -> dict[str, st
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), path) if p), **extra}
 
 
+#: The worker options of most tests: no event heartbeats (test_remote sends events: `-E`).
+QUIET_WORKER = ("--without-mingle", "--without-gossip", "--without-heartbeat")
+
+
 def start_worker(cm: CeleryMesh, name: str, env: dict[str, str], *, pool: str = "prefork",
-                 concurrency: int = 2) -> Proc:
+                 concurrency: int = 2, options: tuple[str, ...] = QUIET_WORKER) -> Proc:
     """A Celery worker process named `name`; returns once it says it is ready."""
     argv = [sys.executable, "-m", "celery", "-A", "tests.celery.app", "worker",
             f"--pool={pool}", "-c", str(concurrency), "--hostname", f"{name}@test",
-            "-l", "info", "--without-mingle", "--without-gossip", "--without-heartbeat"]
+            "-l", "info", *options]
     proc = spawn(name, argv, cm.workdir / name, env)
     wait_for(lambda: " ready." in proc.log() or not proc.alive(), READY_TIMEOUT_S,
              f"worker {name} ready")

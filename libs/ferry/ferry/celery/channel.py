@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
+from ferry.celery.fanout import FanoutChannel, direct_route
 from ferry.celery.feed import Settlement
 from ferry.celery.naming import FERRY_PRIORITIES
 
@@ -54,7 +55,7 @@ class QoS(virtual.QoS):
         return []
 
 
-class Channel(virtual.Channel):
+class Channel(FanoutChannel, virtual.Channel):
     """A kombu channel whose queues are Ferry topics."""
 
     QoS = QoS
@@ -79,7 +80,7 @@ class Channel(virtual.Channel):
         self.connection.publish(queue, message)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.connection.take(queue)
+        return self.take_from(queue)
 
     def _size(self, queue: str) -> int:
         return self.connection.lag(queue)
@@ -92,7 +93,7 @@ class Channel(virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
                       **kwargs: Any) -> Any:
-        self.connection.open_feed(queue)
+        self.open_queue(queue)
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
 
     def basic_cancel(self, consumer_tag: str) -> None:
@@ -106,5 +107,5 @@ class Channel(virtual.Channel):
         # no binding for routes by Celery's convention (routing key = queue name).
         queues: list[str] = super()._lookup(exchange, routing_key, default)
         if not queues and routing_key and self.typeof(exchange).type == "direct":
-            return [routing_key]
+            return [direct_route(exchange, routing_key)]
         return queues

@@ -15,7 +15,7 @@ asks the transport to put, get, ack and reject messages of named queues):
   that stops or dies are delivered again from their uncommitted offsets;
 - trace context in a task's headers (`TRACEPARENT`) makes its message a
   traced one, and a traced record's context goes back into the task's
-  headers on the way out (`ferry.celery.tracing`).
+  headers on the way out (`ferry.celery.tracing`); exchanges: `fanout`; hub: `eventloop`.
 
 The kombu side (channel, QoS) is `ferry.celery.channel`; the admin calls
 (topics, group lag) are `ferry.celery.topics`; the consumer side is
@@ -44,6 +44,7 @@ from kombu.transport import virtual
 
 from ferry.celery import topics
 from ferry.celery.channel import Channel
+from ferry.celery.eventloop import EventLoopTransport, Wakeup
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
 from ferry.celery.naming import deliver_at_ms, ferry_priority, mark_redelivered, topic_for_queue
@@ -84,7 +85,7 @@ TRANSPORT_OPTIONS = ("namesrv", *FEED_OPTIONS, "publish_timeout_s", "polling_int
                      "visibility_timeout")
 
 
-class Transport(virtual.Transport):
+class Transport(EventLoopTransport, virtual.Transport):
     """`ferry://host:port` (namesrv): Celery's broker on Ferry topics."""
 
     Channel = Channel
@@ -93,7 +94,7 @@ class Transport(virtual.Transport):
     driver_name = "ferry"
     polling_interval = DEFAULT_POLLING_INTERVAL_S
     implements = virtual.Transport.implements.extend(
-        asynchronous=False, exchange_type=frozenset(["direct"]), heartbeats=False)
+        asynchronous=True, exchange_type=frozenset(["direct", "fanout", "topic"]), heartbeats=False)
     connection_errors = virtual.Transport.connection_errors + (
         ConnectionLostError, RequestTimeoutError, BusyError, StoreUnavailableError,
         OSError)  # type: ignore[assignment]
@@ -119,7 +120,7 @@ class Transport(virtual.Transport):
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
         self._auto_delete: set[str] = set()             # queues declared auto_delete here
-        self._ready = threading.Event()
+        self._ready = Wakeup()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
         # loop (a self-pipe write) per batch, not per ack (bench/celery_tasks.py).
@@ -148,7 +149,7 @@ class Transport(virtual.Transport):
             self._loop, self._producer = loop, producer
             # After a fork the parent's feeds and pending outcomes belong to its loop.
             self._feeds, self._tags = {}, {}
-            self._ready = threading.Event()
+            self._ready = Wakeup()
             self._outcomes.clear()
             self._outcomes_scheduled = False
             if not self._closes_at_exit:   # kombu pools keep connections open until exit
