@@ -22,8 +22,8 @@ reader never dies of an incoming request.
 
 The connection is an `asyncio.BufferedProtocol` rather than a StreamReader/Writer
 pair: received bytes go straight from its reusable buffer to the FrameDecoder (no
-intermediate buffer and no reader task to wake). A request on a connection awaiting no answer
-is written at once; while answers are awaited, a loop turn's frames go in one write.
+intermediate buffer and no reader task to wake), and the frames of requests made in
+one loop turn are corked into one socket write (one syscall for many small requests).
 
 A broker closes a connection idle for its `idle_timeout_ms` (60 s); the pool closes
 its own sooner (`idle_close_ms`, 45 s) and reopens on the next use, so a request
@@ -183,11 +183,10 @@ class BrokerConnection:
         if self._closed or self._transport is None:
             raise ConnectionLostError(f"connection to {self.addr} is closed ({self._close_reason})")
         # Encoding errors (an oversized frame) raise here, before anything is written.
-        parts = encode_frame_parts(frame, self._max_frame_bytes)
-        if self._pending:  # answers are awaited: cork with the rest of this loop turn's
-            self._cork.add(parts)
-        else:  # an idle connection: the request leaves now, a loop turn sooner
-            self._cork.add_now(parts)
+        # Corked with the rest of this loop turn's frames, always: writing a request at
+        # once when no answer was awaited cost 64 send_and_wait senders (mesh.sync_flush)
+        # about 15 % (one write per request instead of one per turn).
+        self._cork.add(encode_frame_parts(frame, self._max_frame_bytes))
 
     def _write_out(self, out: list[bytes | memoryview]) -> None:
         if not out or self._closed or self._transport is None:
