@@ -10,11 +10,14 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.events.receiver import EventReceiver
+from ferry.client import Admin
 
 from tests.celery import conftest as cf
 from tests.celery.app import make_app
@@ -192,6 +196,34 @@ def test_flower_shows_both_workers_and_a_task(remote: Remote) -> None:
              90, "flower shows the task succeeded")
     task = get("/api/tasks")[result.id]
     assert task["worker"] in WORKERS and task["name"] == "tests.celery.app.stamp"
+
+
+#: Topics a caller's reply queue, a worker's pidbox queue or an event receiver's queue
+#: would leave (`<oid>.reply.celery.pidbox`, `wr1@test.celery.pidbox`, `celeryev.<uuid>`
+#: through ferry.celery.naming.topic_for_queue); the exchanges' own topics (`fanout_…`) stay.
+PER_CALLER_TOPIC = re.compile(r"(_reply_celery_pidbox|^wr[12]_test_celery_pidbox|^celeryev_)")
+
+
+def per_caller_topics(namesrv: str) -> list[str]:
+    async def names() -> list[str]:
+        async with Admin(namesrv=namesrv) as admin:
+            return [t["name"] for t in await admin.list_topics()]
+    return [n for n in asyncio.run(names()) if PER_CALLER_TOPIC.search(n)]
+
+
+def test_no_reply_pidbox_or_event_queue_is_left_as_a_topic(remote: Remote) -> None:
+    for _ in range(3):   # each call declares its reply queue again and leaves it
+        assert set(remote.inspect().ping() or {}) == set(WORKERS)
+    # replies that come after their caller left: it stops listening after 10 ms and its
+    # reply queue goes; the workers answer later, to no queue (whatever it collected)
+    remote.app.control.inspect(timeout=0.01).ping()
+    time.sleep(2)   # the workers' late replies have been sent
+    cf.wait_for(lambda: not per_caller_topics(remote.cm.namesrv), 15,
+                "no reply, pidbox or celeryev topic left")
+    # the workers (pidbox queues, events on) still answer, and still leave nothing behind
+    assert set(remote.inspect().ping() or {}) == set(WORKERS)
+    cf.wait_for(lambda: not per_caller_topics(remote.cm.namesrv), 15,
+                "no reply topic left after a further call")
 
 
 def replies_of(stdout: str) -> dict[str, Any]:

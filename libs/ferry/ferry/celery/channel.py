@@ -20,8 +20,8 @@ from ferry.celery.naming import FERRY_PRIORITIES
 class QueueBackend(Protocol):
     """What a channel needs from its connection (the transport)."""
 
-    def ensure_topic(self, queue: str, priority_levels: int | None = None,
-                     auto_delete: bool = False) -> None: ...
+    def declare_queue(self, queue: str, priority_levels: int | None = None,
+                      auto_delete: bool = False) -> None: ...
     def has_topic(self, queue: str) -> bool: ...
     def publish(self, queue: str, message: dict[str, Any]) -> None: ...
     def take(self, queue: str) -> dict[str, Any]: ...
@@ -67,7 +67,7 @@ class Channel(FanoutChannel, virtual.Channel):
         # kombu's `Queue(max_priority=...)`) gets a topic with Ferry's priority levels.
         arguments = kwargs.get("arguments") or {}
         levels = FERRY_PRIORITIES if arguments.get("x-max-priority") else None
-        self.connection.ensure_topic(queue, levels, bool(kwargs.get("auto_delete")))
+        self.connection.declare_queue(queue, levels, bool(kwargs.get("auto_delete")))
 
     def prepare_queue_arguments(self, arguments: Any, **kwargs: Any) -> Any:
         # kombu's Queue options (max_priority, expires, ...) as RabbitMQ's x- arguments.

@@ -39,6 +39,11 @@ def topic_for_queue(queue: str) -> str:
     return f"{_BAD_CHARS.sub('_', queue)[:MAX_TOPIC_CHARS - _HASH_CHARS - 1]}-{digest}"
 
 
+def is_reply_queue(queue: str) -> bool:
+    """kombu's mailbox reply queue, `<oid>.reply.<namespace>.pidbox` (kombu.pidbox.Mailbox)."""
+    return queue.endswith(".pidbox") and ".reply." in queue
+
+
 def deliver_at_ms(headers: dict[str, Any] | None, *, now_ms: int | None = None,
                   max_delay_ms: int = DEFAULT_MAX_DELAY_MS) -> int | None:
     """When a Celery message with these headers should be delivered (epoch ms), or None for now.

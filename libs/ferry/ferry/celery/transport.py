@@ -47,7 +47,13 @@ from ferry.celery.channel import Channel
 from ferry.celery.eventloop import EventLoopTransport, Wakeup
 from ferry.celery.feed import FeedConfig, QueueFeed, Settlement
 from ferry.celery.loop import LoopThread
-from ferry.celery.naming import deliver_at_ms, ferry_priority, mark_redelivered, topic_for_queue
+from ferry.celery.naming import (
+    deliver_at_ms,
+    ferry_priority,
+    is_reply_queue,
+    mark_redelivered,
+    topic_for_queue,
+)
 from ferry.celery.tracing import headers_context, in_context, instrument, set_trace_headers
 from ferry.client import Producer
 from ferry.client.core.namesrv import DEFAULT_NAMESRV
@@ -120,6 +126,7 @@ class Transport(EventLoopTransport, virtual.Transport):
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
         self._auto_delete: set[str] = set()             # queues declared auto_delete here
+        self._declared: dict[str, int | None] = {}      # queue -> priority levels, declared here
         self._ready = Wakeup()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
@@ -208,8 +215,12 @@ class Transport(EventLoopTransport, virtual.Transport):
         parent = headers_context(headers) if tracing().enabled else None
         body = json.dumps(message).encode()
         topic = topic_for_queue(queue)
-        if topic not in self._topics:   # whatever namesrv's auto-create setting is
-            self.ensure_topic(queue)
+        if is_reply_queue(queue):   # its caller may be gone: a topic only while it exists
+            if not self.has_topic(queue):
+                log.debug("ferry://: a reply to %s dropped: the queue is gone", queue)
+                return   # as AMQP drops a message its exchange routes to no queue
+        elif topic not in self._topics:   # whatever namesrv's auto-create setting is
+            self.ensure_topic(queue, self._declared.get(queue))
         send = self._producer.send_and_wait(
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
@@ -222,6 +233,7 @@ class Transport(EventLoopTransport, virtual.Transport):
         loop = self._open()
         feed = self._feeds.get(queue)
         if feed is None:
+            self.ensure_topic(queue, self._declared.get(queue))
             feed = QueueFeed(topic_for_queue(queue), self.config, self._ready)
             loop.run(feed.start(), self.timeout_s)
             self._topics.add(feed.topic)
@@ -292,6 +304,19 @@ class Transport(EventLoopTransport, virtual.Transport):
             feed.settle(tag, outcome)
 
     # -- topics -------------------------------------------------------------------------------
+    def declare_queue(self, queue: str, priority_levels: int | None = None,
+                      auto_delete: bool = False) -> None:
+        """kombu declared `queue` here. An auto-delete queue's topic waits for its first
+        publish or direct consumer: one bound to a fanout / topic exchange (a worker's
+        pidbox, an event receiver's `celeryev.<uuid>`) is served from the exchange's
+        topic and never gets one. A reply queue's topic is made at once: replies to a
+        queue without one are dropped (`publish`)."""
+        self._declared[queue] = priority_levels
+        if auto_delete and not is_reply_queue(queue):
+            self._auto_delete.add(queue)
+        else:
+            self.ensure_topic(queue, priority_levels, auto_delete)
+
     def ensure_topic(self, queue: str, priority_levels: int | None = None,
                      auto_delete: bool = False) -> None:
         """Create the queue's topic unless it exists (`priority_levels`: the option's
@@ -307,6 +332,8 @@ class Transport(EventLoopTransport, virtual.Transport):
             self._topics.add(topic)
 
     def has_topic(self, queue: str) -> bool:
+        if queue in self._declared and queue in self._auto_delete and not is_reply_queue(queue):
+            return True   # declared here, its topic not made yet (`declare_queue`)
         return self._open().run(topics.topic_exists(self.namesrv, topic_for_queue(queue)),
                                 self.timeout_s)
 
