@@ -21,7 +21,12 @@ record's body one by one). Figures are medians over UP_ROUNDS rounds.
 Metrics' cost (issue 25): each round runs the mesh twice, with metrics at the default
 (on) and with FERRY_METRICS=off in every service (`/metrics` empty, no instruments),
 Prometheus scraping both alike; `mesh.metrics_cost` gives each pass's on / off and
-`cost` = 1 - that (target <= 0.05). The modes take turns in the order of each round.
+`cost` = 1 - the median over rounds of the round's on / off (target <= 0.05). The
+modes take turns in the order of each round. Because those figures move by more than
+the cost on a shared machine, the line also carries the cost itself: `scrape_cpu_ms`,
+the CPU one scrape of every service takes (bench/scrape_cpu.py), and
+`scrape_cpu_share`, that at the 1 s scrape interval as a share of the machine's cores
+(metrics do no work on the put and pull paths: every instrument is read at scrape time).
 
 Run alone: `python bench/mesh_up.py` (its own Redis; FERRY_BENCH_MESH_MESSAGES and
 FERRY_BENCH_UP_ROUNDS make it shorter).
@@ -58,6 +63,7 @@ from mesh_workload import (
     emit,
     run_client,
 )
+from scrape_cpu import scrape_cpu_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:   # run alone: tests.support (the process helpers) from here
@@ -68,6 +74,8 @@ from tests.support.prometheus import start_prometheus  # noqa: E402
 UP_ROUNDS = int(os.environ.get("FERRY_BENCH_UP_ROUNDS", "2"))
 METRICS_MODES = ("on", "off")
 METRICS_COST_TARGET = 0.05
+#: Prometheus's scrape interval here (tests.support.prometheus; 15 s by default in deploy/).
+SCRAPE_INTERVAL_S = 1.0
 #: The ports deploy/local_mesh.py takes from FERRY_MESH_<NAME>_PORT.
 PORT_NAMES = ("ETCD", "ETCD_PEER", "REDIS", "NAMESRV", "BROKER_A", "BROKER_A_HTTP",
               "BROKER_B", "BROKER_B_HTTP", "SCHEDULER", "TXN_CHECKER", "DEDUP", "CONSOLE")
@@ -145,6 +153,8 @@ def one_mesh(work: Path, metrics: str) -> dict[str, float]:
                                                      CONSUME_MAX_RECORDS))
         rates["async_for"] = asyncio.run(mesh_ferry.ferry_consume_iter(namesrv, "up-batch", TOTAL,
                                                             "up-async-for"))
+        if metrics == "on":   # with its topics and groups in place: what a scrape costs now
+            rates["scrape_cpu_ms"] = sum(scrape_cpu_ms(urls).values())
         return rates
     finally:
         if prom is not None:
@@ -183,6 +193,12 @@ def run_up(work: Path, client: redis.Redis) -> None:
 
     on = {name: median(ferry_runs["on"], name) for name in ferry_runs["on"][0]}
     off = {name: median(ferry_runs["off"], name) for name in ferry_runs["off"][0]}
+    # Each round's on / off pair ran back to back: the median of the pairs' ratios
+    # follows the machine's drift less than a ratio of the two medians.
+    paired = {name: statistics.median(a[name] / b[name] for a, b in
+                                      zip(ferry_runs["on"], ferry_runs["off"], strict=True))
+              for name in off}
+    scrape_ms = on.pop("scrape_cpu_ms")
     rds = {name: median(redis_runs, name) for name in redis_runs[0]}
     common = {"mesh": "up", "tracing": "default", "metrics": "on", "rounds": UP_ROUNDS}
     for name, bench, extra in (
@@ -201,7 +217,9 @@ def run_up(work: Path, client: redis.Redis) -> None:
     emit(bench="mesh.metrics_cost", mesh="up", rounds=UP_ROUNDS, target_cost=METRICS_COST_TARGET,
          **{f"{name}_msgs_s_on": round(on[name]) for name in on},
          **{f"{name}_msgs_s_off": round(off[name]) for name in off},
-         **{f"{name}_cost": round(1 - on[name] / off[name], 3) for name in on})
+         **{f"{name}_cost": round(1 - paired[name], 3) for name in on},
+         scrape_cpu_ms=round(scrape_ms, 2), scrape_interval_s=SCRAPE_INTERVAL_S,
+         scrape_cpu_share=round(scrape_ms / 1000 / SCRAPE_INTERVAL_S / (os.cpu_count() or 1), 4))
 
 
 def main() -> None:
