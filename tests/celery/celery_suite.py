@@ -81,16 +81,17 @@ def run_suite(broker: str, redis_host: str, redis_port: int, workdir: Path,
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run(
+    output = workdir / "output.txt"   # written as the suite runs (`-v`: one line per test)
+    with output.open("w") as out:
         # `-p ferry`: Celery's conftest never imports Ferry; importing it registers ferry://
-        [sys.executable, "-m", "pytest", "-p", "ferry", "-p", "celery.contrib.pytest",
-         "-p", "no:cacheprovider",
-         "-p", "no:xdist", "-q", "-rfE", "--timeout=300", "-o", "addopts=",
-         f"--junitxml={report}", *files],
-        cwd=where, env=env, capture_output=True, text=True, timeout=timeout_s)
-    (workdir / "output.txt").write_text(proc.stdout + proc.stderr)
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "ferry", "-p", "celery.contrib.pytest",
+             "-p", "no:cacheprovider", "-p", "no:xdist", "-v", "-rfE", "--durations=30",
+             "--timeout=300", "-o", "addopts=", f"--junitxml={report}", *files],
+            cwd=where, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+            timeout=timeout_s)
     result = parse_junit(report)
-    result.output = proc.stdout[-3_000:] + proc.stderr[-2_000:]
+    result.output = output.read_text()[-5_000:]
     return result
 
 

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 #: The whole run (Celery's tests wait for real results: several minutes).
-SUITE_TIMEOUT_S = 3_000
+SUITE_TIMEOUT_S = float(os.environ.get("FERRY_CELERY_SUITE_TIMEOUT_S", "3000"))
 #: Fewer tests than this means the suite did not really run (collection failed).
 MIN_TESTS = 250
 
