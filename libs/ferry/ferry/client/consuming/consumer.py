@@ -45,8 +45,9 @@ from ferry.auth.credentials import Credentials
 from ferry.client.consuming.allocation import allocator
 from ferry.client.consuming.assignment import Assignment
 from ferry.client.consuming.consume_timeout import DEFAULT_CONSUME_TIMEOUT_MS, check_consume_timeout
-from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher, servable
+from ferry.client.consuming.fetcher import FetchConfig, QueueFetcher
 from ferry.client.consuming.group_settings import RESETS, GroupSettings
+from ferry.client.consuming.handout import Handout
 from ferry.client.consuming.idempotence_hook import wire_idempotence
 from ferry.client.consuming.positions import Positions, commit_addr
 from ferry.client.consuming.retry import Nacker, PendingOffsets, SendBack
@@ -129,7 +130,7 @@ class Consumer(AsyncClient):
                               functools.partial(commit_addr, self._fetchers))
             if mode == "clustering" else LocalOffsetStore(offset_store_path))
         self._wakeup = asyncio.Event()
-        self._next_queue = 0
+        self._handout = Handout()   # getmany's round-robin, `async for`'s runs
         routes_seen: dict[str, TopicRoute] = {}
         self._pending = PendingOffsets()
         self._positions = Positions(self._fetchers, self._pending, offsets, self._routes,
@@ -205,12 +206,18 @@ class Consumer(AsyncClient):
         return self
 
     async def __anext__(self) -> ConsumerRecord:
-        # getmany(max_records=1) without its timer: nothing here needs a deadline, since
-        # stop() sets the wakeup too. One record per call, so the timer and the Event
-        # wait it saves are a large part of what iterating costs per message.
+        # The current run of one queue first (handout.py), then getmany(max_records=1)
+        # without its timer (stop() sets the wakeup too): both matter per message.
+        run = self._handout
+        if not self._assignment.levels and self.started:
+            record = run.next_of_run(self._fetchers, self._positions.consumed)
+            if record is not None:
+                self._metrics.received_one(run.fetcher.tq, record, self._tracing)  # type: ignore[union-attr]
+                return record
         self._promote()
         while True:
-            for records in self._take(1).values():
+            for tq, records in self._take(1).items():
+                run.start_run(self._fetchers.get(tq))
                 return records[0]
             if not self.started:
                 raise StopAsyncIteration
@@ -242,34 +249,8 @@ class Consumer(AsyncClient):
         return out
 
     def _take(self, limit: int) -> dict[TopicQueue, list[ConsumerRecord]]:
-        """Round-robin over the queues, so that a busy queue does not starve the others.
-
-        Of a topic with priority levels, only the highest level with buffered
-        records on each broker is served; lower levels get the rest of `limit`.
-        """
-        out: dict[TopicQueue, list[ConsumerRecord]] = {}
-        taken = 0
-        levels = self._assignment.levels
-        while taken < limit:
-            fetchers = servable(self._fetchers.values(), levels)
-            if not fetchers:
-                break
-            self._next_queue = (self._next_queue + 1) % len(fetchers)
-            fetchers = fetchers[self._next_queue:] + fetchers[:self._next_queue]
-            share = max(1, (limit - taken) // len(fetchers))
-            before = taken
-            for fetcher in fetchers:
-                records = fetcher.take(min(share, limit - taken))
-                if records:
-                    if fetcher.tq in out:
-                        out[fetcher.tq] += records
-                    else:
-                        out[fetcher.tq] = records
-                    taken += len(records)
-                if taken >= limit:
-                    break
-            if taken == before:   # nothing to take after all: never spin
-                break
+        """Up to `limit` buffered records by queue, round-robin (handout.py); counted."""
+        out = self._handout.take(self._fetchers.values(), self._assignment.levels, limit)
         if out:
             self._metrics.received(out, self._tracing)
         return out

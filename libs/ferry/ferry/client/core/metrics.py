@@ -110,3 +110,11 @@ class ConsumeMetrics:
                 self.consumed(tq.topic, len(records))
         if tr.enabled:
             trace_received(tr, batch, self.group)
+
+    def received_one(self, tq: Any, record: Any, tr: Tracing) -> None:
+        """`received` of one record of `tq` (an `async for` step), without building a batch."""
+        consumed = self._consumed
+        if getattr(consumed, "_real_instrument", consumed) is not None:
+            self.consumed(tq.topic, 1)
+        if tr.enabled:
+            trace_received(tr, {tq: [record]}, self.group)
