@@ -69,3 +69,26 @@ def test_an_auto_delete_queue_goes_with_its_last_consumer(celery_mesh: CeleryMes
     finally:
         for conn in (first, second, kept):
             conn.release()
+
+
+def test_a_reply_to_a_reply_queue_that_is_gone_is_dropped(celery_mesh: CeleryMesh) -> None:
+    """A worker answering after its caller left (`inspect(timeout=...)` ran out): the reply
+    goes nowhere, as AMQP drops it, and does not bring the caller's topic back."""
+    ns = celery_mesh.namesrv
+    exchange = kombu.Exchange("reply.celery.pidbox", type="direct", durable=False)
+    oid = str(uuid.uuid4())
+    name = f"{oid}.reply.celery.pidbox"
+    reply = kombu.Queue(name, exchange, routing_key=oid, auto_delete=True, durable=False)
+    got: list[str] = []
+    caller = _consumer(ns, reply, got)
+    with kombu.Connection(f"ferry://{ns}", transport_options=TRANSPORT_OPTIONS) as worker:
+        producer = worker.Producer(serializer="json")
+        producer.publish("in time", exchange=exchange, routing_key=oid)
+        _drain([caller], got, 1)
+        assert got == ["in time"]
+        caller.release()   # the caller leaves: its reply queue goes
+        topic = topic_for_queue(name)
+        wait_for(lambda: not asyncio.run(topic_exists(ns, topic)), 10, "the reply topic deleted")
+        producer.publish("too late", exchange=exchange, routing_key=oid)   # no error
+        time.sleep(1)
+        assert not asyncio.run(topic_exists(ns, topic))

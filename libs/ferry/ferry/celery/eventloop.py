@@ -61,6 +61,7 @@ class EventLoopTransport:
 
     _ready: Wakeup
     cycle: Any
+    channels: list[Any]
     _deliver: Any
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
@@ -72,10 +73,15 @@ class EventLoopTransport:
         loop.add_reader(ready.fileno(), on_readable)
         loop.on_tick.add(self.deliver_ready)
 
+    def deliver_broadcasts(self) -> int:
+        """Every channel's ready broadcast (control, event) messages first (fanout.py)."""
+        return sum(channel.deliver_broadcasts(self._deliver) for channel in list(self.channels))
+
     def deliver_ready(self) -> None:
         """Hand kombu what is ready now (never waits); signal again if more may be left."""
         if self.cycle is None:
             return
+        self.deliver_broadcasts()
         for _ in range(MAX_PER_WAKE):
             try:
                 self.cycle.get(self._deliver, timeout=0)

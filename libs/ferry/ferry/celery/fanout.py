@@ -201,6 +201,21 @@ class FanoutChannel:
                     return payload
         raise Empty()
 
+    def deliver_broadcasts(self, deliver: Callable[[dict[str, Any], str], None]) -> int:
+        """Hand kombu every broadcast message ready now, before any queue's task is taken:
+        a control command stored before a task (`revoke_by_stamped_headers`, then
+        `apply_async`) reaches the worker first, as on Redis. How many were handed."""
+        handed = 0
+        for queue in list(self._broadcasts):
+            while queue in self._broadcasts:   # a callback may cancel its consumer
+                try:
+                    payload = self.take_from(queue)
+                except Empty:
+                    break
+                deliver(payload, queue)
+                handed += 1
+        return handed
+
     def _payload(self, record: ConsumerRecord, exchange: str, queue: str) -> dict[str, Any] | None:
         """kombu's message of `record`, if `queue`'s bindings to `exchange` select it."""
         try:

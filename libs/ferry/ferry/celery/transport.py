@@ -188,6 +188,8 @@ class Transport(EventLoopTransport, virtual.Transport):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._ready.clear()
+            if self.deliver_broadcasts():   # control before tasks (eventloop.py)
+                return
             try:
                 self.cycle.get(self._deliver, timeout=timeout)
                 return
