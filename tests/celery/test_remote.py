@@ -102,6 +102,16 @@ def test_inspect_to_one_worker_answers_from_it_only(remote: Remote) -> None:
     assert "No nodes replied" in out.stdout + out.stderr
 
 
+def test_each_of_repeated_calls_gets_its_own_reply(remote: Remote) -> None:
+    """The caller's reply queue is the same for every call of one app, consumed with
+    no_ack: a reply taken by one call is not delivered again to the next (where, with
+    `limit=1`, it would end that call with no answer of its own)."""
+    for _ in range(8):
+        replies = remote.app.control.inspect(destination=[WORKERS[0]], limit=1,
+                                             timeout=REPLY_TIMEOUT_S).ping()
+        assert replies == {WORKERS[0]: {"ok": "pong"}}
+
+
 def test_revoke_of_a_pending_countdown_task_prevents_its_run(remote: Remote) -> None:
     label, marker = unique("revoked"), unique("marker")
     pending = remote.app.send_task("tests.celery.app.stamp", args=(label,), countdown=4)

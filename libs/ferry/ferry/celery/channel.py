@@ -62,6 +62,10 @@ class Channel(FanoutChannel, virtual.Channel):
     do_restore = False
     connection: QueueBackend
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._no_ack: set[str] = set()   # queues consumed with no_ack here
+        super().__init__(*args, **kwargs)
+
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         # A queue declared with a max priority (Celery's `task_queue_max_priority`,
         # kombu's `Queue(max_priority=...)`) gets a topic with Ferry's priority levels.
@@ -80,7 +84,10 @@ class Channel(FanoutChannel, virtual.Channel):
         self.connection.publish(queue, message)
 
     def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.take_from(queue)
+        payload = self.take_from(queue)
+        if queue in self._no_ack:   # acknowledged as it is delivered (AMQP's no_ack)
+            self.connection.settle(payload["properties"]["delivery_tag"], Settlement.ACK)
+        return payload
 
     def _size(self, queue: str) -> int:
         return self.connection.lag(queue)
@@ -93,6 +100,13 @@ class Channel(FanoutChannel, virtual.Channel):
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str,
                       **kwargs: Any) -> Any:
+        # A no_ack consumer (kombu's mailbox reply queue) never acks: its records are
+        # committed as they are taken, or the next consumer of the queue (the caller's
+        # next `inspect()`, same reply queue) would get the last reply again.
+        if no_ack:
+            self._no_ack.add(queue)
+        else:
+            self._no_ack.discard(queue)
         self.open_queue(queue)
         return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
 
