@@ -66,6 +66,10 @@ def test_a_rate_limited_task_runs_no_faster_than_its_rate(
     time.sleep(0.5)
     starts = [ts for (ts,) in query(db, "SELECT ts FROM notes WHERE phase = 'run' ORDER BY ts")]
     assert len(starts) == LIMITED   # each once
-    # No second holds more runs than the rate allows (one more: a window's edges).
+    # The worker releases one task per 1/RATE s; a loaded machine may start a few released
+    # ones together in the pool, so: the whole run keeps the rate (a quarter of slack), and
+    # no second holds more than a few over it. Without the limit all 30 start within a second.
+    span = starts[-1] - starts[0]
+    assert (LIMITED - 1) / span <= RATE_PER_S * 1.25, span
     busiest = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
-    assert busiest <= RATE_PER_S + 1, busiest
+    assert busiest <= RATE_PER_S + 3, busiest
