@@ -126,7 +126,8 @@ class Transport(EventLoopTransport, virtual.Transport):
         self._tags: dict[str, QueueFeed] = {}           # delivery tag -> its feed
         self._topics: set[str] = set()                  # known to exist
         self._auto_delete: set[str] = set()             # queues declared auto_delete here
-        self._declared: dict[str, int | None] = {}      # queue -> priority levels, declared here
+        # Auto-delete queues declared here whose topic waits (`declare_queue`): their levels.
+        self._lazy: dict[str, int | None] = {}
         self._ready = Wakeup()
         self._lock = threading.Lock()
         # Outcomes from kombu's threads, handed to the loop in batches: one wakeup of the
@@ -222,7 +223,7 @@ class Transport(EventLoopTransport, virtual.Transport):
                 log.debug("ferry://: a reply to %s dropped: the queue is gone", queue)
                 return   # as AMQP drops a message its exchange routes to no queue
         elif topic not in self._topics:   # whatever namesrv's auto-create setting is
-            self.ensure_topic(queue, self._declared.get(queue))
+            self.ensure_topic(queue, self._lazy.get(queue))
         send = self._producer.send_and_wait(
             topic, body, key=key,
             deliver_at_ms=deliver_at_ms(headers, max_delay_ms=self._producer.max_delay_ms),
@@ -235,7 +236,7 @@ class Transport(EventLoopTransport, virtual.Transport):
         loop = self._open()
         feed = self._feeds.get(queue)
         if feed is None:
-            self.ensure_topic(queue, self._declared.get(queue))
+            self.ensure_topic(queue, self._lazy.get(queue))
             feed = QueueFeed(topic_for_queue(queue), self.config, self._ready)
             loop.run(feed.start(), self.timeout_s)
             self._topics.add(feed.topic)
@@ -313,8 +314,8 @@ class Transport(EventLoopTransport, virtual.Transport):
         pidbox, an event receiver's `celeryev.<uuid>`) is served from the exchange's
         topic and never gets one. A reply queue's topic is made at once: replies to a
         queue without one are dropped (`publish`)."""
-        self._declared[queue] = priority_levels
         if auto_delete and not is_reply_queue(queue):
+            self._lazy[queue] = priority_levels
             self._auto_delete.add(queue)
         else:
             self.ensure_topic(queue, priority_levels, auto_delete)
@@ -334,7 +335,7 @@ class Transport(EventLoopTransport, virtual.Transport):
             self._topics.add(topic)
 
     def has_topic(self, queue: str) -> bool:
-        if queue in self._declared and queue in self._auto_delete and not is_reply_queue(queue):
+        if queue in self._lazy:
             return True   # declared here, its topic not made yet (`declare_queue`)
         return self._open().run(topics.topic_exists(self.namesrv, topic_for_queue(queue)),
                                 self.timeout_s)
