@@ -6,7 +6,10 @@ producer. Then the same topic is read whole twice: by a `ferry.Consumer`
 (getmany, one process, its own group from the earliest offset) and by
 `spark.read.format("ferry")` on `local[2]` (one partition per queue, every row
 materialized by the `noop` sink, so no column is pruned away). Spark's session
-is started and warmed on a small topic before the clock starts. Prints one JSON
+is started and warmed before the clock starts by a read of a smaller topic
+(FERRY_BENCH_SPARK_WARMUP messages, 100,000: long enough for the JVM to compile
+its per-row path, as in a session that has run a read before; with 1,024 the
+timed read paid that compilation, about 1 to 1.5 CPU seconds). Prints one JSON
 line per case and the ratio Spark / Consumer.
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ BATCH = 256
 TOTAL = int(os.environ.get("FERRY_BENCH_SPARK_MESSAGES", "1000000"))
 BODY = os.urandom(256)
 QUEUES = 8
-WARMUP_MESSAGES = 1024
+WARMUP_MESSAGES = int(os.environ.get("FERRY_BENCH_SPARK_WARMUP", "100000"))
 MASTER = os.environ.get("FERRY_SPARK_MASTER", "local[2]")
 # 1M × ~330 bytes stored: 256 MiB segments keep the preallocated store small.
 SEGMENT_BYTES = 256 << 20
@@ -101,13 +104,15 @@ async def consumer_read(namesrv: str, topic: str, n: int) -> float:
         return time.perf_counter() - t0
 
 
-def spark_read(spark: object, namesrv: str, topic: str) -> float:
-    """Seconds for `spark.read` to materialize every row of `topic` (the noop sink)."""
+def spark_read(spark: object, namesrv: str, topic: str) -> tuple[float, int]:
+    """Seconds for `spark.read` to materialize every row of `topic` (the noop sink), and
+    the read's partitions (counted after the clock stops)."""
     df = spark.read.format("ferry").option("namesrv", f"http://{namesrv}") \
         .option("topic", topic).load()  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    return seconds, df.rdd.getNumPartitions()
 
 
 def main() -> None:
@@ -130,12 +135,12 @@ def main() -> None:
                                                   "spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         spark_read(spark, namesrv, "bench-spark-warm")   # JVM, workers and imports warm
-        spark_s = spark_read(spark, namesrv, "bench-spark")
+        spark_s, partitions = spark_read(spark, namesrv, "bench-spark")
         emit(bench="spark.produce", messages=TOTAL, body_bytes=len(BODY),
              msgs_s=round(TOTAL / produce_s))
         emit(bench="spark.consumer_read", messages=TOTAL, msgs_s=round(TOTAL / consumer_s))
         emit(bench="spark.read", messages=TOTAL, master=MASTER, queues=QUEUES,
-             rows_s=round(TOTAL / spark_s), consumer_msgs_s=round(TOTAL / consumer_s),
+             partitions=partitions, warmup_messages=WARMUP_MESSAGES, rows_s=round(TOTAL / spark_s), consumer_msgs_s=round(TOTAL / consumer_s),
              ratio=round(consumer_s / spark_s, 3))
     finally:
         if spark is not None:

@@ -7,6 +7,8 @@ object per record or value.
 """
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 import pyarrow as pa
 from ferry.codec.properties import decode_properties
@@ -62,42 +64,53 @@ _STRUCT_TO_NUMPY = {"I": "<u4", "i": "<i4", "q": "<i8", "B": "u1", "H": "<u2", "
 #: answer's headers are read as columns at once, not a Python object per record.
 HEADER_DTYPE = np.dtype([(name, _STRUCT_TO_NUMPY[code]) for name, code in HEADER_LAYOUT])
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
-_HEADER_BYTES = np.arange(HEADER_SIZE)
+_first = itemgetter(0)
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _PARTS_BEFORE_BODY = ("topic_len", "born_host_len", "store_host_len", "tags_len", "keys_len",
                       "props_len")
 
 
-def _gather(data: bytes, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """The byte spans [starts, starts + lens) of `data`, back to back, and their offsets.
+def _spans(data: pa.Buffer, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
+    """The byte spans [starts, starts + lens) of `data` (ascending, not overlapping) as a
+    binary column, copied by Arrow's `take`.
 
-    One join of bytes slices: a numpy gather of the same bytes (an index per byte)
-    cost four times as much for 256-byte bodies, memoryview slices 40 % more."""
-    offsets = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    if not offsets[-1]:
-        return offsets, b""
-    ends = (starts + lens).tolist()
-    return offsets, b"".join([data[a:b] for a, b in zip(starts.tolist(), ends, strict=True)])
+    The spans and the gaps between them, in order, are the elements of one binary
+    array over `data` itself (no copy); taking every other element copies the spans
+    back to back in C++: 12 times cheaper than joining a bytes slice per record
+    (256-byte bodies), which cost four times less than a numpy gather of an index
+    per byte."""
+    n = len(starts)
+    if not n:
+        return pa.array([], pa.binary())
+    bounds = np.empty(2 * n, np.int64)
+    bounds[0::2] = starts
+    bounds[1::2] = starts + lens
+    if bounds[-1] >= 2**31:
+        raise CorruptRecordError("an Arrow batch's records exceed 2 GiB")
+    whole = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [
+        None, pa.py_buffer(bounds.astype(np.int32)), data])
+    return whole.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
 
 
-def _variable(data: bytes, starts: np.ndarray, lens: np.ndarray, kind: pa.DataType,
+def _variable(data: pa.Buffer, starts: np.ndarray, lens: np.ndarray, kind: pa.DataType,
               nullable: bool) -> pa.Array:
     """A string or binary column from spans of `data` (empty spans are nulls if `nullable`)."""
-    offsets, values = _gather(data, starts, lens)
-    if offsets[-1] >= 2**31:
-        raise CorruptRecordError("an Arrow batch's column exceeds 2 GiB")
-    validity = None
-    nulls = 0
+    if not lens.any():   # no record has this part (keys, tags): no copy
+        if nullable:
+            return pa.nulls(len(lens), kind)
+        return pa.Array.from_buffers(kind, len(lens), [
+            None, pa.py_buffer(np.zeros(len(lens) + 1, np.int32)), pa.py_buffer(b"")])
+    out = _spans(data, starts, lens)
     if nullable:
         present = lens > 0
         nulls = int(len(lens) - present.sum())
         if nulls:
             validity = pa.py_buffer(np.packbits(present, bitorder="little").tobytes())
-    out = pa.Array.from_buffers(kind, len(lens), [
-        validity, pa.py_buffer(offsets.astype(np.int32).tobytes()), pa.py_buffer(values)],
-        null_count=nulls)
+            _, offsets, values = out.buffers()
+            out = pa.Array.from_buffers(pa.binary(), len(lens), [validity, offsets, values],
+                                        null_count=nulls)
     if kind == pa.string():
+        out = out.view(pa.string())
         out.validate(full=True)   # UTF-8, as the record decoder insists
     return out
 
@@ -114,21 +127,27 @@ def _msg_ids(h: np.ndarray) -> pa.Array:
 
 
 def _properties(data: bytes, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
-    """The properties column; only records that have properties are decoded in Python."""
-    if not lens.any():
-        empty = pa.array([], pa.string())
-        return pa.MapArray.from_arrays(pa.array(np.zeros(len(lens) + 1, np.int32)), empty,
-                                       empty, type=_PROPERTIES)
-    offsets = [0]
+    """The properties column. Records without properties cost no Python work (their
+    maps are empty spans of the offsets, built at once); the others are decoded once
+    per distinct encoding (a producer's messages often carry the same properties)."""
+    counts = np.zeros(len(lens), np.int32)
     keys: list[str] = []
     values: list[str] = []
-    for start, n in zip(starts.tolist(), lens.tolist(), strict=True):
-        if n:
-            props = decode_properties(data[start:start + n])
+    has = np.flatnonzero(lens)
+    if len(has):
+        decoded: dict[bytes, dict[str, str]] = {}
+        for i, start, n in zip(has.tolist(), starts[has].tolist(), lens[has].tolist(),
+                               strict=True):
+            raw = data[start:start + n]
+            props = decoded.get(raw)
+            if props is None:
+                props = decoded[raw] = decode_properties(raw)
             keys += props.keys()
             values += props.values()
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
+            counts[i] = len(props)
+    offsets = np.zeros(len(lens) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(keys, pa.string()),
                                    pa.array(values, pa.string()), type=_PROPERTIES)
 
 
@@ -152,17 +171,20 @@ def records_batch(records: bytes | memoryview, topic: str, broker: str, end: int
     if type(records) is not bytes:
         records = bytes(records)
     view = memoryview(records)
-    sizes = [h[0] for h in check_records(view, 0, len(view), SIZE_MAGIC_CRC)]
+    sizes = list(map(_first, check_records(view, 0, len(view), SIZE_MAGIC_CRC)))
     if not sizes:
         return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-    data = np.frombuffer(records, np.uint8)
+    data = pa.py_buffer(records)
     starts = np.zeros(len(sizes), np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
-    h = data[starts[:, None] + _HEADER_BYTES].view(HEADER_DTYPE).reshape(len(sizes))
+    headers = _spans(data, starts, np.full(len(sizes), HEADER_SIZE, np.int64))
+    h = np.frombuffer(headers.buffers()[2], HEADER_DTYPE, len(sizes))
     if end is not None:
         keep = h["queue_offset"] < end
         if not keep.all():
             h, starts = h[keep], starts[keep]
+            if not len(h):
+                return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
     at = starts + HEADER_SIZE
     part: dict[str, np.ndarray] = {}
     for name in _PARTS_BEFORE_BODY:
@@ -175,10 +197,10 @@ def records_batch(records: bytes | memoryview, topic: str, broker: str, end: int
         _constant(topic, n), _constant(broker, n),
         pa.array(h["queue_id"], pa.int32()), pa.array(h["queue_offset"], pa.int64()),
         _msg_ids(h),
-        _variable(records, part["keys_len"], h["keys_len"].astype(np.int64), pa.string(), True),
-        _variable(records, part["tags_len"], h["tags_len"].astype(np.int64), pa.string(), True),
+        _variable(data, part["keys_len"], h["keys_len"].astype(np.int64), pa.string(), True),
+        _variable(data, part["tags_len"], h["tags_len"].astype(np.int64), pa.string(), True),
         _properties(records, part["props_len"], h["props_len"].astype(np.int64)),
-        _variable(records, at, h["body_len"].astype(np.int64), pa.binary(), False),
+        _spans(data, at, h["body_len"].astype(np.int64)),
         _timestamps(h["born_ts_ms"]), _timestamps(h["store_ts_ms"]),
         pa.array(h["reconsume_times"], pa.int32()),
     ]

@@ -59,3 +59,44 @@ def test_a_corrupt_record_is_refused() -> None:
 def test_empty_input() -> None:
     assert records_batch(b"", "t", "b").num_rows == 0
     assert isinstance(records_batch(b"", "t", "b"), pa.RecordBatch)
+
+
+def test_records_without_keys_tags_properties_or_body() -> None:
+    """The columns no record has a part for (keys, tags, properties, empty bodies) are
+    built without copying spans; they still hold one value per record."""
+    raw = b"".join(encode_record(MessageIn("t", 0, b""), queue_offset=i, phy_offset=0,
+                                 store_ts_ms=1) for i in range(5))
+    batch = records_batch(raw, "t", "b")
+    assert batch.schema == ARROW_SCHEMA
+    assert batch.column("key").to_pylist() == [None] * 5
+    assert batch.column("tags").to_pylist() == [None] * 5
+    assert batch.column("properties").to_pylist() == [[]] * 5
+    assert batch.column("body").to_pylist() == [b""] * 5
+    assert batch.column("queue_offset").to_pylist() == list(range(5))
+
+
+def test_the_same_properties_on_many_records() -> None:
+    """Records sharing one encoding of their properties (decoded once) each get the map."""
+    props = encode_properties({"a": "1", "b": "2"})
+    msgs = [MessageIn("t", 0, b"x", properties=props if i % 4 else b"") for i in range(12)]
+    raw = b"".join(encode_record(m, queue_offset=i, phy_offset=0, store_ts_ms=1)
+                   for i, m in enumerate(msgs))
+    got = records_batch(raw, "t", "b").column("properties").to_pylist()
+    assert got == [[] if i % 4 == 0 else [("a", "1"), ("b", "2")] for i in range(12)]
+
+
+def test_a_key_that_is_not_utf8_is_refused() -> None:
+    """A record whose CRC matches but whose key is not UTF-8 fails the batch, as the
+    record decoder refuses it."""
+    from crc32c import crc32c
+    from ferry.codec.record import HEADER_SIZE
+    from ferry.codec.record_layout import AT_CRC, CRC_START
+
+    good = encode_record(MessageIn("t", 0, b"body", keys="kk"), queue_offset=0, phy_offset=0,
+                         store_ts_ms=1)
+    bad = bytearray(good)
+    at = good.index(b"kk", HEADER_SIZE)
+    bad[at:at + 2] = b"\xff\xfe"
+    bad[AT_CRC:AT_CRC + 4] = crc32c(bytes(bad[CRC_START:])).to_bytes(4, "little")
+    with pytest.raises(pa.ArrowInvalid):
+        records_batch(bytes(bad), "t", "b")
