@@ -48,12 +48,20 @@ class Wakeup(threading.Event):
         return self._r
 
     def drain(self) -> None:
-        self._signalled = False   # first: a set() from now on writes again
+        """Empty the pipe, then let the next set() write again. The caller hands kombu
+        what is ready right after (`on_readable`): an arrival whose set() wrote nothing
+        because the flag was still up is one that hand-off sees.
+
+        In this order only: with the flag lowered first, a set() between the two steps
+        wrote a byte that the read then took, leaving the flag up on an empty pipe, and
+        no later arrival woke the hub again (deliveries only on its timers' ticks:
+        control replies 10 s late in Celery's suite)."""
         try:
             while os.read(self._r, 4096):
                 pass
         except OSError:   # empty (BlockingIOError) or closed
             pass
+        self._signalled = False
 
 
 class EventLoopTransport:
