@@ -40,6 +40,10 @@ if CLIENT_LOOP == "uvloop":
 
 
 def emit(**fields: object) -> None:
+    """One JSON line; it says which code ran (`twins`: the compiled twins or the pure
+    modules, `FERRY_NO_EXTENSIONS=1`; the services the bench starts inherit the setting)."""
+    from ferry import extensions
+    fields.setdefault("twins", "compiled" if extensions.compiled() else "pure")
     print(json.dumps(fields), flush=True)
 
 
