@@ -7,7 +7,9 @@ processes, each in its own session so a kill -9 takes its pool children too.
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ferry.client import Admin
 
 from tests.client.conftest import FAST_EXPIRY_ENV, Mesh, start_mesh
 from tests.support.procs import Etcd, Proc, spawn
@@ -115,6 +118,28 @@ def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s")
         time.sleep(0.1)
+
+
+#: Topics a caller's reply queue, a worker's pidbox queue or an event receiver's queue
+#: would leave (`<oid>.reply.celery.pidbox`, `wr1@test.celery.pidbox`, `celeryev.<uuid>`
+#: through ferry.celery.naming.topic_for_queue); the exchanges' own topics (`fanout_…`) stay.
+PER_CALLER_TOPIC = re.compile(r"(_reply_celery_pidbox|^(?!fanout_).*_celery_pidbox-[0-9a-f]{8}$"
+                              r"|^celeryev_)")
+
+
+def per_caller_topics(namesrv: str) -> set[str]:
+    async def names() -> list[str]:
+        async with Admin(namesrv=namesrv) as admin:
+            return [t["name"] for t in await admin.list_topics()]
+    return {n for n in asyncio.run(names()) if PER_CALLER_TOPIC.search(n)}
+
+
+def none_left(namesrv: str, timeout_s: float = 15, before: frozenset[str] = frozenset()) -> None:
+    """No per-caller topic (but those in `before`) is left, within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while left := per_caller_topics(namesrv) - before:
+        assert time.monotonic() < deadline, f"topics left behind: {sorted(left)}"
+        time.sleep(0.2)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.celery.celery_suite import SUITE_FILES, expected_failures, run_suite, suite_dir
-from tests.celery.conftest import CeleryMesh
+from tests.celery.conftest import CeleryMesh, none_left, per_caller_topics
 from tests.support.procs import start_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -51,6 +51,7 @@ def run_on_ferry(celery_mesh: CeleryMesh, tmp_path: Path, files: tuple[str, ...]
         suite_dir()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"Celery's source distribution could not be downloaded: {exc}")
+    before = frozenset(per_caller_topics(celery_mesh.namesrv))
     redis = start_redis(tmp_path / "redis")
     try:
         result = run_suite(f"ferry://{celery_mesh.namesrv}", redis.host, redis.port,
@@ -63,6 +64,9 @@ def run_on_ferry(celery_mesh: CeleryMesh, tmp_path: Path, files: tuple[str, ...]
     assert not unexpected, (f"{result.counts()}; {len(unexpected)} failures not in "
                             f"celery_suite_failures.txt: {sorted(unexpected)[:20]}\n"
                             f"{result.output}\n(whole output: {tmp_path}/suite/output.txt)")
+    # Every inspect call's reply queue, the worker's pidbox and event queues went with
+    # the suite's process: no topic of theirs is left on the mesh.
+    none_left(celery_mesh.namesrv, before=before)
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 120)

@@ -10,14 +10,11 @@
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +23,6 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.events.receiver import EventReceiver
-from ferry.client import Admin
 
 from tests.celery import conftest as cf
 from tests.celery.app import make_app
@@ -208,34 +204,14 @@ def test_flower_shows_both_workers_and_a_task(remote: Remote) -> None:
     assert task["worker"] in WORKERS and task["name"] == "tests.celery.app.stamp"
 
 
-#: Topics a caller's reply queue, a worker's pidbox queue or an event receiver's queue
-#: would leave (`<oid>.reply.celery.pidbox`, `wr1@test.celery.pidbox`, `celeryev.<uuid>`
-#: through ferry.celery.naming.topic_for_queue); the exchanges' own topics (`fanout_…`) stay.
-PER_CALLER_TOPIC = re.compile(r"(_reply_celery_pidbox|^wr[12]_test_celery_pidbox|^celeryev_)")
-
-
-def per_caller_topics(namesrv: str) -> list[str]:
-    async def names() -> list[str]:
-        async with Admin(namesrv=namesrv) as admin:
-            return [t["name"] for t in await admin.list_topics()]
-    return [n for n in asyncio.run(names()) if PER_CALLER_TOPIC.search(n)]
-
-
-def none_left(namesrv: str, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while left := per_caller_topics(namesrv):
-        assert time.monotonic() < deadline, f"topics left behind: {left}"
-        time.sleep(0.2)
-
-
 def test_no_reply_pidbox_or_event_queue_is_left_as_a_topic(remote: Remote) -> None:
     for _ in range(3):   # each call declares its reply queue again and leaves it
         assert set(remote.inspect().ping() or {}) == set(WORKERS)
-    none_left(remote.cm.namesrv)
+    cf.none_left(remote.cm.namesrv)
     # the workers (pidbox queues, events on) still answer, and still leave nothing behind
     # (a reply after its caller left: test_auto_delete.py)
     assert set(remote.inspect().ping() or {}) == set(WORKERS)
-    none_left(remote.cm.namesrv)
+    cf.none_left(remote.cm.namesrv)
 
 
 def replies_of(stdout: str) -> dict[str, Any]:
