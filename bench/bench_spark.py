@@ -2,15 +2,18 @@
 
 One run, one machine: etcd, a namesrv and a broker (real processes, tracing
 off), one topic of 8 queues filled with 1,000,000 messages of 256 bytes by one
-producer. Then the same topic is read whole twice: by a `ferry.Consumer`
-(getmany, one process, its own group from the earliest offset) and by
-`spark.read.format("ferry")` on `local[2]` (one partition per queue, every row
-materialized by the `noop` sink, so no column is pruned away). Spark's session
-is started and warmed before the clock starts by a read of a smaller topic
-(FERRY_BENCH_SPARK_WARMUP messages, 100,000: long enough for the JVM to compile
-its per-row path, as in a session that has run a read before; with 1,024 the
-timed read paid that compilation, about 1 to 1.5 CPU seconds). Prints one JSON
-line per case and the ratio Spark / Consumer.
+producer. Then the same topic is read whole FERRY_BENCH_SPARK_READS times (3)
+each way, taking turns: by a `ferry.Consumer` (getmany, one process, a fresh
+group from the earliest offset each time) and by `spark.read.format("ferry")`
+on `local[2]` (one partition per queue, every row materialized by the `noop`
+sink, so no column is pruned away). Spark's session is started and warmed
+before the clock starts by a read of a smaller topic (FERRY_BENCH_SPARK_WARMUP
+messages, 100,000). Each side's figure is the median of its reads: a
+long-lived session reads at the JVM's steady state, which its first large
+reads approach as the JIT compiles Spark's per-row path (measured: a first
+timed read after the warm-up about a quarter slower than the next ones), and
+the Consumer's reads vary with the machine. Prints one JSON line per case and
+the ratio Spark / Consumer.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +40,7 @@ TOTAL = int(os.environ.get("FERRY_BENCH_SPARK_MESSAGES", "1000000"))
 BODY = os.urandom(256)
 QUEUES = 8
 WARMUP_MESSAGES = int(os.environ.get("FERRY_BENCH_SPARK_WARMUP", "100000"))
+READS = max(1, int(os.environ.get("FERRY_BENCH_SPARK_READS", "3")))
 MASTER = os.environ.get("FERRY_SPARK_MASTER", "local[2]")
 # 1M × ~330 bytes stored: 256 MiB segments keep the preallocated store small.
 SEGMENT_BYTES = 256 << 20
@@ -92,9 +97,9 @@ async def fill(namesrv: str, topic: str, n: int) -> None:
         await asyncio.gather(*in_flight)
 
 
-async def consumer_read(namesrv: str, topic: str, n: int) -> float:
+async def consumer_read(namesrv: str, topic: str, n: int, group: str = "bench-spark") -> float:
     """Seconds for a fresh group to read `n` messages of `topic` from the earliest offset."""
-    async with Consumer(topic, group="bench-spark", namesrv=namesrv,
+    async with Consumer(topic, group=group, namesrv=namesrv,
                         auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
         got = 0
         t0 = time.perf_counter()
@@ -129,18 +134,27 @@ def main() -> None:
         asyncio.run(fill(namesrv, "bench-spark", TOTAL))
         produce_s = time.perf_counter() - t0
         asyncio.run(fill(namesrv, "bench-spark-warm", WARMUP_MESSAGES))
-        consumer_s = asyncio.run(consumer_read(namesrv, "bench-spark", TOTAL))
         from ferry_spark import session
         spark = session("ferry-bench", MASTER, **{"spark.ui.enabled": "false",
                                                   "spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         spark_read(spark, namesrv, "bench-spark-warm")   # JVM, workers and imports warm
-        spark_s, partitions = spark_read(spark, namesrv, "bench-spark")
+        consumer_runs: list[float] = []
+        spark_runs: list[float] = []
+        for i in range(READS):   # taking turns, so both sides see the same machine
+            consumer_runs.append(asyncio.run(consumer_read(namesrv, "bench-spark", TOTAL,
+                                                           f"bench-spark-{i}")))
+            seconds, partitions = spark_read(spark, namesrv, "bench-spark")
+            spark_runs.append(seconds)
+        consumer_s, spark_s = statistics.median(consumer_runs), statistics.median(spark_runs)
         emit(bench="spark.produce", messages=TOTAL, body_bytes=len(BODY),
              msgs_s=round(TOTAL / produce_s))
         emit(bench="spark.consumer_read", messages=TOTAL, msgs_s=round(TOTAL / consumer_s))
         emit(bench="spark.read", messages=TOTAL, master=MASTER, queues=QUEUES,
-             partitions=partitions, warmup_messages=WARMUP_MESSAGES, rows_s=round(TOTAL / spark_s), consumer_msgs_s=round(TOTAL / consumer_s),
+             partitions=partitions, warmup_messages=WARMUP_MESSAGES, reads=READS,
+             rows_s=round(TOTAL / spark_s), consumer_msgs_s=round(TOTAL / consumer_s),
+             rows_s_each=[round(TOTAL / t) for t in spark_runs],
+             consumer_msgs_s_each=[round(TOTAL / t) for t in consumer_runs],
              ratio=round(consumer_s / spark_s, 3))
     finally:
         if spark is not None:
