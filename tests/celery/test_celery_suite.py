@@ -20,7 +20,7 @@ from tests.celery.conftest import CeleryMesh, none_left, per_caller_topics
 from tests.support.procs import start_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-#: The whole suite takes about 50 minutes here (Redis: 20): beyond `make test`'s budget.
+#: The whole suite takes about 25 minutes here (Redis: 20): beyond `make test`'s budget.
 full_suite = pytest.mark.skipif(os.environ.get("FERRY_CELERY_SUITE") != "1",
                                 reason="Celery's whole suite runs with FERRY_CELERY_SUITE=1")
 
