@@ -45,6 +45,21 @@ def test_cold_spans_are_bounded_by_the_read_and_gone_once_loaded(tmp_path: Path)
         assert got.status is GetStatus.FOUND and len(got.records) >= 10
 
 
+def test_cold_spans_of_a_read_bounded_by_count_end_at_its_last_record(tmp_path: Path) -> None:
+    with _store(tmp_path) as s:
+        for i in range(30):
+            s.put_batch([MessageIn("c", 0, bytes([i]) * 4000) for _ in range(10)])
+    _evict(tmp_path)
+    with _store(tmp_path) as s:
+        spans = s.cold_spans("c", 0, 0, max_count=10, max_bytes=1 << 20)
+        load_spans(spans)
+        got = s.get_messages("c", 0, 0, max_count=10, max_bytes=1 << 20)
+        assert got.status is GetStatus.FOUND and len(got.records) == 10
+        # the ten records, back to back in the first segment: exactly their bytes
+        assert [(rel, length) for _, rel, length in spans] == [
+            (0, sum(len(r) for r in got.records))]
+
+
 def test_nothing_is_cold_outside_the_queue_or_after_a_write(tmp_path: Path) -> None:
     with _store(tmp_path) as s:
         s.put_batch([MessageIn("c", 0, b"x" * 3000) for _ in range(20)])

@@ -237,15 +237,26 @@ def cold_spans(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_
     first = cq.get(queue_offset, 1)
     if not first or first[0][0] >= cl.segments[-1].start_offset:
         return []
-    entries = cq.get(queue_offset, min(max_count, hi - queue_offset))
-    if not entries:
+    count = min(max_count, hi - queue_offset)
+    if count <= 0:
         return []
-    lo, total, end = entries[0][0], 0, entries[0][0]
-    for phy, size, _ in entries:
-        if total + size > max_bytes and total:
-            break
-        total += size
-        end = max(end, phy + size)
+    lo = first[0][0]
+    # A queue's records lie in log order: when the last entry within `max_count` ends within
+    # `max_bytes` of the first, the read takes them all and ends there (two entries read,
+    # not a loop over up to MAX_PULL_COUNT: this probe ran on every pull of a lagging reader).
+    last = cq.get(queue_offset + count - 1, 1) if count > 1 else first
+    if not last:
+        return []
+    last_phy, last_size = last[0][0], last[0][1]
+    end = last_phy + last_size
+    if last_phy < lo or end - lo > max_bytes:   # out of order, or max_bytes may stop it
+        entries = cq.get(queue_offset, count)
+        total, end = 0, lo
+        for phy, size, _ in entries:
+            if total + size > max_bytes and total:
+                break
+            total += size
+            end = max(end, phy + size)
     end = min(end, cl.write_offset)
     segs = cl.segments
     base, seg_bytes = segs[0].start_offset, cl.segment_bytes
