@@ -28,9 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_mesh import BATCH, BODY, ferry_produce, ferry_wait_route  # noqa: E402
+from bench_mesh import ferry_wait_route  # noqa: E402
 from ferry import Producer  # noqa: E402
 from ferry.errors import FerryError  # noqa: E402
+from mesh_ferry import ferry_produce  # noqa: E402
+from mesh_workload import BATCH, BODY  # noqa: E402
 
 from tests.support.ha import Cluster, start_cluster  # noqa: E402
 from tests.support.procs import start_etcd  # noqa: E402
