@@ -7,7 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ferry.errors import InvalidNameError, MalformedRequestError, MessageTooLargeError, StoreError
+from ferry.codec.record import check_records
+from ferry.errors import (
+    CorruptRecordError,
+    InvalidNameError,
+    MalformedRequestError,
+    MessageTooLargeError,
+    StoreError,
+)
 from ferry.store import (
     FlushMode,
     GetStatus,
@@ -170,6 +177,25 @@ def test_a_corrupt_record_in_a_batch_is_skipped_and_the_rest_served(
     assert got.next_queue_offset == 8
     got = store.get_messages("c", 0, 3, max_count=1)
     assert got.records == [] and got.next_queue_offset == 4
+
+
+def test_an_unchecked_read_serves_records_as_stored(store: MessageStore) -> None:
+    """check=False (a reader that checks records itself): the damaged record is served
+    as it is, for that reader to find; a checked read still skips it."""
+    results = store.put_batch([MessageIn("u", 0, b"%d" % i) for i in range(4)])
+    bad = results[2]
+    seg_bytes = SMALL["commitlog_segment_bytes"]
+    path = Path(store.config.root_dir) / "commitlog" / f"{bad.phy_offset // seg_bytes * seg_bytes:020d}"
+    with open(path, "r+b") as f:
+        f.seek(bad.phy_offset % seg_bytes + bad.size - 1)
+        f.write(b"X")
+    got = store.get_messages("u", 0, 0, max_count=100, check=False)
+    assert [len(r) for r in got.records] == [r.size for r in results]
+    assert bytes(got.records[2])[-1:] == b"X" and got.next_queue_offset == 4
+    with pytest.raises(CorruptRecordError):
+        check_records(memoryview(b"".join(got.records)), 0, sum(r.size for r in results))
+    got = store.get_messages("u", 0, 0, max_count=100)
+    assert [decode_record(r).body for r in got.records] == [b"0", b"1", b"3"]
 
 
 def test_a_slow_match_stops_at_the_scan_time_bound(store: MessageStore) -> None:

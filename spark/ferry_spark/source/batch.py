@@ -7,9 +7,11 @@ filter: PULLs carry them and Spark does not evaluate them again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
+from ferry.errors import CorruptRecordError
 from pyspark.sql.datasource import DataSourceReader, EqualTo, Filter, In, InputPartition
 
 from ferry_spark.schema import records_batch
@@ -18,6 +20,8 @@ from ferry_spark.source.options import ReadFilter, ReadOptions, signing_credenti
 from ferry_spark.source.probe import topic_bounds
 from ferry_spark.source.pull import READER_GROUP, RangePuller
 from ferry_spark.source.ranges import QueueBounds, QueueRange, plan_ranges, split_ranges
+
+log = logging.getLogger(__name__)
 
 #: PULL answers (or store reads) per Arrow batch handed to Spark, up to 8,192 rows:
 #: every batch costs Spark a fixed overhead (an Arrow message to the JVM, its vectors
@@ -40,31 +44,74 @@ def bounds_of(opts: ReadOptions) -> list[QueueBounds]:
 
 def read_range(opts: ReadOptions, qr: QueueRange) -> Iterator[pa.RecordBatch]:
     """A task's rows: the records of `qr` as Arrow batches (network or store directory)."""
-    chunks: Iterator[bytes | memoryview]
     if opts.store_dir is not None:
-        chunks = store_dir.read_store_range(opts.store_dir, qr,
-                                            fail_out_of_range=opts.fail_out_of_range)
-    else:
-        assert opts.namesrv is not None
-        chunks = RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
-                             request_timeout_ms=opts.request_timeout_ms,
-                             credentials=signing_credentials(opts.credentials),
-                             group=opts.group_id or READER_GROUP,
-                             filter_fields=None if opts.filter.is_all
-                             else opts.filter.fields()).chunks()
+        yield from _batches(store_dir.read_store_range(
+            opts.store_dir, qr, fail_out_of_range=opts.fail_out_of_range), qr)
+        return
+    # Over the network the broker is asked not to check the records (unchecked PULLs):
+    # records_batch checks every one of them here anyway. A corrupt record ends that:
+    # the range is read on from the start of the batch that held it with the broker's
+    # check, which skips (and logs) corrupt records as it does for every reader.
+    puller = _puller(opts, qr, unchecked=True)
+    chunks = puller.chunks()
+    try:
+        yield from _batches(chunks, qr, lambda: puller.last_start)
+    except _CorruptBatch as bad:
+        chunks.close()
+        log.warning("ferry source: %s: a corrupt record at or after offset %d (%s); reading "
+                    "on from there with the broker's record check", qr.where, bad.start,
+                    bad.__cause__)
+        rest = QueueRange(qr.topic, qr.broker, qr.queue_id, bad.start, qr.end)
+        yield from _batches(_puller(opts, rest, unchecked=False).chunks(), rest)
+
+
+class _CorruptBatch(Exception):
+    """records_batch found a corrupt record in the batch of chunks pulled from `start`."""
+
+    def __init__(self, start: int) -> None:
+        super().__init__(start)
+        self.start = start
+
+
+def _puller(opts: ReadOptions, qr: QueueRange, unchecked: bool) -> RangePuller:
+    assert opts.namesrv is not None
+    return RangePuller(qr, opts.namesrv, fail_out_of_range=opts.fail_out_of_range,
+                       request_timeout_ms=opts.request_timeout_ms,
+                       credentials=signing_credentials(opts.credentials),
+                       group=opts.group_id or READER_GROUP,
+                       filter_fields=None if opts.filter.is_all else opts.filter.fields(),
+                       unchecked=unchecked)
+
+
+def _batches(chunks: Iterator[bytes | memoryview], qr: QueueRange,
+             start_of: Callable[[], int] | None = None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of up to ARROW_BATCH_CHUNKS chunks each. With `start_of` (the offset
+    the chunk just taken was pulled from), a corrupt record raises _CorruptBatch."""
     pending: list[bytes | memoryview] = []
+    at = qr.start
     for records in chunks:
-        if records:
-            pending.append(records)
+        if not records:
+            continue
+        if not pending and start_of is not None:
+            at = start_of()
+        pending.append(records)
         if len(pending) >= ARROW_BATCH_CHUNKS:
-            batch = records_batch(b"".join(pending), qr.topic, qr.broker, qr.end)
+            yield from _batch(pending, qr, at, start_of is not None)
             pending = []
-            if batch.num_rows:
-                yield batch
     if pending:
-        batch = records_batch(b"".join(pending), qr.topic, qr.broker, qr.end)
-        if batch.num_rows:
-            yield batch
+        yield from _batch(pending, qr, at, start_of is not None)
+
+
+def _batch(chunks: list[bytes | memoryview], qr: QueueRange, at: int,
+           retry: bool) -> Iterator[pa.RecordBatch]:
+    try:
+        batch = records_batch(b"".join(chunks), qr.topic, qr.broker, qr.end)
+    except CorruptRecordError as exc:
+        if not retry:
+            raise
+        raise _CorruptBatch(at) from exc
+    if batch.num_rows:
+        yield batch
 
 
 def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

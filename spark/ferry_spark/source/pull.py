@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from ferry.auth.credentials import Credentials
@@ -74,12 +74,17 @@ class RangePuller:
 
     def __init__(self, qr: QueueRange, namesrv: str, *, fail_out_of_range: bool,
                  request_timeout_ms: int, credentials: Credentials | None = None,
-                 group: str = READER_GROUP, filter_fields: dict[str, Any] | None = None) -> None:
+                 group: str = READER_GROUP, filter_fields: dict[str, Any] | None = None,
+                 unchecked: bool = False) -> None:
         """`credentials` sign every namesrv and broker request (None: unsigned);
-        `filter_fields` the PULL's `tags` and `sql` (None: every record)."""
+        `filter_fields` the PULL's `tags` and `sql` (None: every record); `unchecked`
+        asks the broker not to check the records (the caller checks each one)."""
         self.qr = qr
         self.group = group
         self.filter_fields = filter_fields or {}
+        self.unchecked = unchecked
+        #: The offset the PULL of the chunk `chunks()` yielded last was made from.
+        self.last_start = qr.start
         self.tq = TopicQueue(qr.topic, qr.broker, qr.queue_id)
         self.fail_out_of_range = fail_out_of_range
         self._client = NamesrvClient(namesrv, credentials=credentials)
@@ -88,14 +93,17 @@ class RangePuller:
                                     credentials=credentials)
         self._addr: str | None = None
 
-    def chunks(self) -> Iterator[bytes | memoryview]:
+    def chunks(self) -> Generator[bytes | memoryview, None, None]:
         loop = asyncio.new_event_loop()
         ahead: asyncio.Task[tuple[bytes | memoryview, int, bool]] | None = None
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
+            ahead_at = offset
             while offset < end:
-                task, ahead = ahead or loop.create_task(self._pull(offset)), None
+                if ahead is None:
+                    ahead_at, ahead = offset, loop.create_task(self._pull(offset))
+                task, at, ahead = ahead, ahead_at, None
                 records, offset, ended = loop.run_until_complete(task)
                 if ended:
                     stalled_since = stalled_since or time.monotonic()
@@ -107,9 +115,10 @@ class RangePuller:
                 if offset < end:
                     # The next PULL goes out before Spark takes these records: the broker
                     # reads and sends it while this task converts them.
-                    ahead = loop.create_task(self._pull(offset))
+                    ahead_at, ahead = offset, loop.create_task(self._pull(offset))
                     loop.run_until_complete(_loop_turns(SEND_AHEAD_TURNS))
                 if records:
+                    self.last_start = at
                     yield records
         finally:
             if ahead is not None:
@@ -136,6 +145,8 @@ class RangePuller:
         request = PullRequest(self.group, self.tq.topic, self.tq.queue_id, offset,
                               min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES)
         fields = {**request.fields(), **self.filter_fields}
+        if self.unchecked:
+            fields["unchecked"] = True
         for attempt in range(MAX_PULL_ATTEMPTS):
             try:
                 if self._addr is None:

@@ -156,7 +156,7 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,
                      max_bytes: int = 1 << 20, tag_hashes: set[int] | frozenset[int] | None = None,
                      match: RecordMatch | None = None, max_scan_ms: float | None = None,
-                     stop_offset: int | None = None) -> GetResult:
+                     stop_offset: int | None = None, check: bool = True) -> GetResult:
         """Read up to max_count records (and max_bytes, but at least one) from a queue.
 
         `tag_hashes` filters in the consume queue, before the commit log is read;
@@ -167,13 +167,13 @@ class MessageStore:
         `max_scan_ms` bounds the time a scan with `match` takes (checked every few
         dozen entries): it then stops early, `next_queue_offset` where it got to.
         `stop_offset` ends the read there (the end of a history: an answer never
-        spans two, see histories.py).
+        spans two, see histories.py). `check` False: unchecked records (reader.py).
         """
         with self._lock:
             self._check_readable()
             self._writer.dispatch()
             return read_queue(self._cl, self._cqs.find(topic, queue_id), queue_offset, max_count,
-                              max_bytes, tag_hashes, match, max_scan_ms, stop_offset)
+                              max_bytes, tag_hashes, match, max_scan_ms, stop_offset, check)
 
     @os_errors_as_store_errors
     def cold_spans(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32,

@@ -71,7 +71,7 @@ FileSpan = tuple[str, int, int]
 def read_queue(cl: CommitLog, cq: ConsumeQueue | None, queue_offset: int, max_count: int,
                max_bytes: int, tag_hashes: set[int] | frozenset[int] | None,
                match: RecordMatch | None, max_scan_ms: float | None,
-               stop_offset: int | None) -> GetResult:
+               stop_offset: int | None, check: bool = True) -> GetResult:
     """MessageStore.get_messages's answer for queue `cq` (None: not stored yet)."""
     if cq is None or cq.max_offset == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
@@ -84,19 +84,21 @@ def read_queue(cl: CommitLog, cq: ConsumeQueue | None, queue_offset: int, max_co
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, [], hi, lo, hi)
     stop = hi if stop_offset is None or stop_offset <= queue_offset else min(hi, stop_offset)
     records, nxt = read_entries(cl, cq, queue_offset, stop, max_count, max_bytes,
-                                tag_hashes, match, max_scan_ms)
+                                tag_hashes, match, max_scan_ms, check)
     status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
     return GetResult(status, records, nxt, lo, hi)
 
 
 def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, max_count: int,
                  max_bytes: int, tag_hashes: set[int] | frozenset[int] | None,
-                 match: RecordMatch | None = None, max_scan_ms: float | None = None
-                 ) -> tuple[list[memoryview], int]:
+                 match: RecordMatch | None = None, max_scan_ms: float | None = None,
+                 check: bool = True) -> tuple[list[memoryview], int]:
     """The records of cq from queue_offset on, within the limits; and the next offset.
 
     With `max_scan_ms` (used only with `match`) the scan stops once that long
-    passed, at a run boundary (at least one run is always read).
+    passed, at a run boundary (at least one run is always read). `check` False
+    (only without `match`, which needs checked records): the records are served
+    as stored, unchecked, for a reader that checks every record itself.
     """
     records: list[memoryview] = []
     nxt = queue_offset
@@ -112,7 +114,7 @@ def read_entries(cl: CommitLog, cq: ConsumeQueue, queue_offset: int, hi: int, ma
             break
         started = time.monotonic() if deadline is not None else 0.0
         nxt, full = _read_run(cl, cq, entries, nxt, records, max_count, max_bytes, tag_hashes,
-                              match)
+                              match, check)
         if full:
             break
         if deadline is not None:
@@ -133,8 +135,8 @@ def _next_chunk(took_s: float, entries: int, left_s: float) -> int:
 
 def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int]], nxt: int,
               records: list[memoryview], max_count: int, max_bytes: int,
-              tag_hashes: set[int] | frozenset[int] | None, match: RecordMatch | None
-              ) -> tuple[int, bool]:
+              tag_hashes: set[int] | frozenset[int] | None, match: RecordMatch | None,
+              check: bool = True) -> tuple[int, bool]:
     """Serve `entries` (queue offsets from `nxt` on) into `records`; (next offset, limit hit).
 
     Without `match`, records are checked a span at a time: consecutive entries whose
@@ -172,13 +174,14 @@ def _read_run(cl: CommitLog, cq: ConsumeQueue, entries: list[tuple[int, int, int
         rel = phy - seg_lo
         raw = view[rel:end - seg_lo]
         if match is None:
-            if rel != span_end:
-                if span_at >= 0:
-                    _check_span(view, span_lo, span_end, sizes, records, span_at, seg_lo, cq,
-                                span_qoff)
-                span_at, span_lo, span_qoff, sizes = len(records), rel, nxt - 1, []
-            span_end = rel + size
-            sizes.append(size)
+            if check:   # else no span is opened, and nothing is checked
+                if rel != span_end:
+                    if span_at >= 0:
+                        _check_span(view, span_lo, span_end, sizes, records, span_at, seg_lo,
+                                    cq, span_qoff)
+                    span_at, span_lo, span_qoff, sizes = len(records), rel, nxt - 1, []
+                span_end = rel + size
+                sizes.append(size)
         elif not _checked(view, rel, size, seg_lo, cq, nxt - 1) or not match(raw):
             continue  # corrupt (never served), or filtered out: skipped for good
         add(raw)

@@ -71,6 +71,7 @@ class PullRequest:
     hist: str | None = None     # history of the record at offset - 1, as last answered
     tags: str | None = None
     sql: str | None = None
+    unchecked: bool = False     # the reader checks every record: the broker need not
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"group": self.group, "topic": self.topic,
@@ -81,6 +82,8 @@ class PullRequest:
             out["max_bytes"] = self.max_bytes
         if self.hist is not None:
             out["hist"] = self.hist
+        if self.unchecked:
+            out["unchecked"] = True
         return out
 
 

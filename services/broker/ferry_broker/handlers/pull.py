@@ -16,6 +16,10 @@ poll's included, so that a consumer's position (and lag) moves too. Records
 of queues that have held TTL messages are checked for expiry (see
 `hooks/ttl.py`): an expired one is left out, as if filtered.
 
+`unchecked: true` (a reader that checks every record itself, as Kafka's
+consumers do with check.crcs): a plain read (no filter, no TTL) is served
+without the store's record check.
+
 Slaves serve PULL too (issue 9). A master whose answer lies more than
 `slave_read_lag_bytes` behind its commit-log end, while a slave is live,
 adds `suggest_slave: true` (the consumer reads from a slave next time). A
@@ -48,7 +52,13 @@ from ferry.wire.pull import MAX_PULL_BYTES, MAX_PULL_COUNT, PullStatus
 
 from ferry_broker.cold_reads import warm_for_read
 from ferry_broker.context import BrokerContext, ConnInfo
-from ferry_broker.handlers.fields import hist_field, int_field, offset_field, position_fields
+from ferry_broker.handlers.fields import (
+    flag_field,
+    hist_field,
+    int_field,
+    offset_field,
+    position_fields,
+)
 
 DEFAULT_MAX_COUNT = 32
 DEFAULT_MAX_BYTES = 1 << 20
@@ -82,6 +92,12 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
 
     expiry = ctx.expiry
     ttl_queue = (topic, queue_id) in expiry.queues if expiry.queues else False
+    # `unchecked`: the reader checks every record itself (Spark's source does), so the
+    # store skips its CRC check of a plain read; a reader that meets a corrupt record
+    # pulls again without it, and the store skips and logs that record as always.
+    # Filtered and TTL reads look into records here: they stay checked.
+    check = not (flag_field(f, "unchecked") and match is None and tag_hashes is None
+                 and not ttl_queue)
 
     history = ctx.store.queue_history(topic, queue_id)
     looks = 0
@@ -92,7 +108,8 @@ async def handle_pull(ctx: BrokerContext, conn: ConnInfo, req: Frame) -> Frame:
             history = ctx.store.queue_history(topic, queue_id)
         looks += 1
         got = ctx.store.get_messages(topic, queue_id, at, max_count, max_bytes, tag_hashes,
-                                     match, MAX_FILTER_SCAN_MS, history.end_of_history_at(at))
+                                     match, MAX_FILTER_SCAN_MS, history.end_of_history_at(at),
+                                     check)
         if ttl_queue and got.records:
             live = expiry.live(topic, got.records)
             if len(live) != len(got.records):
