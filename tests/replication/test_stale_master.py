@@ -3,8 +3,9 @@
 While the master is stopped, its election lease ends and the slave takes over
 with a higher epoch. Requests sent to the stale master after it stopped wait in
 its socket buffers; when it runs again it must refuse them (NotMasterError),
-never acknowledge them, in sync and in async mode: every ack is recorded with the time its request was
-sent, and none may be for a request sent after the pause. A request the master
+never acknowledge them, in sync and in async mode: every ack is recorded with
+the time its request was sent, and none may be for a request sent after the
+pause. A request the master
 had checked and answered just as it stopped may have its ack go out only after
 it runs again (SIGSTOP can land between the last lease check and the socket
 write): that ack is allowed, since the write had reached the in-sync slave, and

@@ -99,7 +99,6 @@ class RangePuller:
         try:
             offset, end = self.qr.start, self.qr.end
             stalled_since: float | None = None
-            ahead_at = offset
             while offset < end:
                 if ahead is None:
                     ahead_at, ahead = offset, loop.create_task(self._pull(offset))
@@ -143,10 +142,9 @@ class RangePuller:
         end = self.qr.end
         # MAX_PULL_BYTES: the largest answer a broker sends (it stays under a frame).
         request = PullRequest(self.group, self.tq.topic, self.tq.queue_id, offset,
-                              min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES)
+                              min(MAX_PULL_COUNT, end - offset), max_bytes=MAX_PULL_BYTES,
+                              unchecked=self.unchecked)
         fields = {**request.fields(), **self.filter_fields}
-        if self.unchecked:
-            fields["unchecked"] = True
         for attempt in range(MAX_PULL_ATTEMPTS):
             try:
                 if self._addr is None:
