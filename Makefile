@@ -7,7 +7,8 @@ SERVICES := $(wildcard services/*)
 STAMP := .venv/.setup-stamp
 # The hot modules that have a compiled twin (ferry.extensions.TWINS; docs/performance.md).
 TWIN_SOURCES := libs/ferry/ferry/store/batch_input.py libs/ferry/ferry/codec/entry.py \
-	libs/ferry/ferry/wire/decoder.py libs/ferry/ferry/codec/record_check.py
+	libs/ferry/ferry/wire/decoder.py libs/ferry/ferry/codec/record_check.py \
+	libs/ferry/ferry/store/_batch_input_cy.pyx
 TWIN_STAMP := .venv/.twins-stamp
 # The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1):
 # those of the twins' modules, and the client's PULL decoder (record_check).
@@ -50,11 +51,12 @@ $(STAMP): libs/ferry/pyproject.toml $(wildcard services/*/pyproject.toml) spark/
 	   || { tail -30 .venv/setup.log; exit 1; }
 	@touch $(STAMP)
 
-# The compiled twins (mypyc, pinned in requirements-dev.txt), beside their pure modules,
+# The compiled twins (mypyc and, for the staging loop, Cython: both pinned in
+# requirements-dev.txt), beside their pure modules,
 # rebuilt when one changes. Never fails: without a C compiler the pure modules run and
 # the build says so in one line.
 $(TWIN_STAMP): $(STAMP) $(TWIN_SOURCES) libs/ferry/build_twins.py libs/ferry/ferry/extensions.py
-	@echo "setup: compiling the twins of the hot modules (mypyc, about a minute)"
+	@echo "setup: compiling the twins of the hot modules (mypyc and Cython, about a minute)"
 	@$(PY) libs/ferry/build_twins.py
 	@touch $(TWIN_STAMP)
 

@@ -25,6 +25,11 @@ def _built() -> bool:
                for twin in extensions.TWINS.values())
 
 
+def _native_built() -> bool:
+    return all(glob.glob(str(LIB / (twin.replace(".", "/") + ".*.so")))
+               for twin in extensions.NATIVE_TWINS.values())
+
+
 def test_the_twins_run_when_built_and_the_pure_modules_when_disabled() -> None:
     """`make test` runs this twice: on the twins (built by `make setup`), then with
     FERRY_NO_EXTENSIONS=1 on the pure modules."""
@@ -34,11 +39,20 @@ def test_the_twins_run_when_built_and_the_pure_modules_when_disabled() -> None:
         assert active == {pure: pure for pure in extensions.TWINS}
         assert not extensions.compiled()
     elif _built():
-        # a stale twin (built from another version of its source) would show here
-        assert active == extensions.TWINS
+        # a stale twin (built from another version of its source) would show here; where
+        # a native twin is built, it runs instead of the mypyc twin
+        assert active == {**extensions.TWINS, **extensions.NATIVE_TWINS}
         assert extensions.compiled()
     else:
         pytest.skip("the compiled twins are not built on this machine")
+
+
+def test_make_setup_builds_the_native_twins_where_it_builds_the_mypyc_twins() -> None:
+    """Same toolchain (gcc, Python headers) and Cython pinned beside mypy: a native twin
+    missing beside built mypyc twins is a broken build, not a machine without a compiler."""
+    if not _built():
+        pytest.skip("the compiled twins are not built on this machine")
+    assert _native_built()
 
 
 def test_the_running_code_is_the_selected_module() -> None:
@@ -69,16 +83,21 @@ def test_a_twin_built_from_other_source_is_refused(tmp_path: Path,
     with caplog.at_level(logging.WARNING, logger="ferry.extensions"):
         assert extensions._load(pure, str(edited)) is None
         assert extensions._load(pure, str(edited)) is None
-    notices = [r.getMessage() for r in caplog.records]
+    messages = [r.getMessage() for r in caplog.records]
+    notices = [m for m in messages if "running the pure-Python modules" in m]
     assert len(notices) == 1  # once per process
     assert "built from another version of ferry.store.batch_input" in notices[0]
+    # the native twin declares the pure file it mirrors: an edit refuses it too
+    if _native_built():
+        assert any("ferry.store._batch_input_cy mirrors another version of "
+                   "ferry.store.batch_input" in m for m in messages)
     # the source it was built from is accepted
     assert extensions._load(pure, sys.modules[pure].__file__ or "") is not None
 
 
 def test_a_missing_twin_is_noticed_once() -> None:
     code = ("import logging, ferry.extensions as e; logging.basicConfig(); "
-            "e.TWINS['ferry.store.batch_input'] = 'ferry.store._not_there_c'; "
+            "e.TWINS['ferry.store.batch_input'] = 'ferry.store._not_there_c'; e.NATIVE_TWINS.clear(); "
             "e.TWINS['ferry.codec.entry'] = 'ferry.codec._not_there_c'; "
             "import ferry.store.batch_input, ferry.codec.entry; print(e.active())")
     env = {k: v for k, v in os.environ.items() if k != extensions.NO_EXTENSIONS_ENV}

@@ -8,8 +8,13 @@ and a small extension module per twin, each beside its pure module) and removes 
 copies. The pure `.py` stays the source of truth: `ferry.extensions` refuses a twin
 whose recorded hash is not its pure module's (a stale build) and runs the pure module.
 
+Then it compiles the native twins (`ferry.extensions.NATIVE_TWINS`: hand-written
+Cython beside their pure module, `_batch_input_cy.pyx`) with Cython into extension
+modules in the package; the generated C stays in the temporary build directory.
+
 It never fails the caller: without a C compiler, Python headers or mypyc, it prints a
-one-line notice, leaves no twin behind and exits 0 (the pure modules then run).
+one-line notice, leaves no twin behind and exits 0 (the pure modules then run); a
+native twin that does not build leaves the mypyc twins (a one-line notice too).
 """
 from __future__ import annotations
 
@@ -28,11 +33,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GROUP = "ferry._twins"  # the mypyc group: its shared library lives in the ferry package
 NOTICE = ("ferry: compiled twins not built ({why}); the pure-Python modules run "
           "(same results, slower; docs/performance.md, Compiled twins)")
+NATIVE_NOTICE = ("ferry: native twins not built ({why}); the mypyc twins run "
+                 "(docs/performance.md, Compiled twins)")
 
 
-def _twins() -> tuple[dict[str, str], str, str]:
-    """TWINS, TWIN_CUT and SOURCE_HASH_NAME of ferry/extensions.py, read without importing
-    ferry (this runs before, and apart from, the installed package)."""
+def _constants() -> dict[str, Any]:
+    """The literal constants of ferry/extensions.py, read without importing ferry (this
+    runs before, and apart from, the installed package)."""
     with open(os.path.join(HERE, "ferry", "extensions.py")) as f:
         tree = ast.parse(f.read())
     found: dict[str, Any] = {}
@@ -42,7 +49,18 @@ def _twins() -> tuple[dict[str, str], str, str]:
         elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             with contextlib.suppress(ValueError):
                 found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found
+
+
+def _twins() -> tuple[dict[str, str], str, str]:
+    """TWINS, TWIN_CUT and SOURCE_HASH_NAME of ferry/extensions.py."""
+    found = _constants()
     return found["TWINS"], found["TWIN_CUT"], found["SOURCE_HASH_NAME"]
+
+
+def _native_twins() -> dict[str, str]:
+    """NATIVE_TWINS of ferry/extensions.py (pure module -> Cython twin)."""
+    return dict(_constants()["NATIVE_TWINS"])
 
 
 def _path(module: str) -> str:
@@ -52,7 +70,7 @@ def _path(module: str) -> str:
 def _built_files() -> list[str]:
     twins, _, _ = _twins()
     found = glob.glob(os.path.join(HERE, "ferry", "_twins__mypyc*.so"))
-    for twin in twins.values():
+    for twin in [*twins.values(), *_native_twins().values()]:
         found += glob.glob(_path(twin)[:-3] + ".*.so")
     return found
 
@@ -112,12 +130,40 @@ def build() -> int:
             print(NOTICE.format(why=reason))
             return 0
         print(f"build_twins: built {len(copies)} compiled twins")
+        _build_native(build_temp)
         return 0
     finally:
         for path in copies:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
         shutil.rmtree(build_temp, ignore_errors=True)
+
+
+def _build_native(build_temp: str) -> None:
+    """Compile the native twins (Cython); on failure remove them and print a notice."""
+    natives = list(_native_twins().values())
+    setup_py = os.path.join(build_temp, "setup_native.py")
+    exts = [(m, os.path.relpath(_path(m)[:-3] + ".pyx", HERE)) for m in natives]
+    with open(setup_py, "w") as f:
+        f.write("from setuptools import Extension, setup\nfrom Cython.Build import cythonize\n"
+                f"exts = [Extension(m, [p], extra_compile_args=['-O3']) for m, p in {exts!r}]\n"
+                "setup(name='ferry-native-twins', ext_modules=cythonize(exts, quiet=True, "
+                f"build_dir={os.path.join(build_temp, 'c')!r}))\n")
+    log = os.path.join(build_temp, "native.log")
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [sys.executable, setup_py, "build_ext", "--inplace",
+             "--build-temp", os.path.join(build_temp, "native-tmp")],
+            cwd=HERE, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        with open(log) as f:
+            print("\n".join(f.read().strip().splitlines()[-12:]))
+        for m in natives:
+            for path in glob.glob(_path(m)[:-3] + ".*.so"):
+                os.remove(path)
+        print(NATIVE_NOTICE.format(why="Cython or the C compiler failed; the lines above say why"))
+        return
+    print(f"build_twins: built {len(natives)} native twin(s)")
 
 
 if __name__ == "__main__":

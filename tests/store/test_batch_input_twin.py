@@ -1,9 +1,11 @@
-"""The staging loop's compiled twin stages the same bytes, index items and consume-queue
-entries as the pure loop, and refuses the same input with the same error."""
+"""The staging loop's twins (mypyc's, compiled from the pure source, and the native one,
+hand-written in Cython) stage the same bytes, index items and consume-queue entries as
+the pure loop, and refuse the same input with the same error."""
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from ferry import extensions
 from ferry.codec.entry import append_entry
 from ferry.codec.message_flags import HOOKED_FLAGS
@@ -12,11 +14,15 @@ from ferry.store.encode_context import EncodeContext, QueueRun, StageState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.twins import compiled_twin
+from tests.support.twins import compiled_twin, native_twin
 
 PURE = "ferry.store.batch_input"
+# Ids as producers make them (one prefix, a counter: consecutive ids share an index-key
+# run) and random ones.
+msg_ids = (st.binary(min_size=16, max_size=16).filter(lambda b: b != NO_MSG_ID)
+           | st.integers(1, 47).map(lambda i: b"\x07" * 15 + bytes([i])))
 entries = st.lists(st.tuples(
-    st.binary(min_size=16, max_size=16).filter(lambda b: b != NO_MSG_ID),
+    msg_ids,
     st.integers(min_value=-(2**63), max_value=2**63 - 1),  # born_ts_ms
     st.sampled_from([0, 1, 2, HOOKED_FLAGS, 2**32 - 1]),  # flags
     st.text(max_size=6).map(str.encode),  # tags
@@ -40,14 +46,18 @@ def _stage(stage: Any, data: bytes, seg_bytes: int, **kw: Any) -> tuple[Any, ...
             q.next_offset, state.seg_start, state.rel)
 
 
+TWINS = {"mypyc": compiled_twin, "native": native_twin}
+
+
+@pytest.mark.parametrize("kind", sorted(TWINS))
 @settings(max_examples=150, deadline=None)
 @given(entries, st.sampled_from([4096, 1 << 20]), st.booleans(),
        st.sampled_from([0, 0, 0]) | st.integers(1, 300), st.sampled_from([1 << 62] * 4 + [1, 5]),
        st.sampled_from([0, 0, 0, 1, HOOKED_FLAGS]), st.sampled_from([0, 0, 0, 0, 3, 4]))
 def test_the_twin_stages_what_the_pure_loop_stages(
-        batch: list[tuple[Any, ...]], seg_bytes: int, exact_ids: bool, cut: int,
+        kind: str, batch: list[tuple[Any, ...]], seg_bytes: int, exact_ids: bool, cut: int,
         max_count: int, refuse_flags: int, not_utf8: int) -> None:
-    twin = compiled_twin(PURE).stage_batch_input
+    twin = TWINS[kind](PURE).stage_batch_input
     pure = extensions.pure(PURE, "stage_batch_input")
     parts: list[bytes] = []
     if not_utf8:  # the last entry's tags (3) or keys (4) are not UTF-8
@@ -60,3 +70,60 @@ def test_the_twin_stages_what_the_pure_loop_stages(
     kw = dict(max_count=max_count, refuse_flags=refuse_flags, exact_ids=exact_ids,
               reconsume_times=2, prepared_offset=77)
     assert _stage(twin, data, seg_bytes, **kw) == _stage(pure, data, seg_bytes, **kw)
+
+
+@pytest.mark.parametrize("kind", sorted(TWINS))
+@pytest.mark.parametrize("exact_ids", [False, True])
+def test_the_twin_keys_id_runs_as_the_pure_loop(kind: str, exact_ids: bool) -> None:
+    """A producer's ids run in order: 40 of them share index-key runs of up to 16
+    records (a segment roll ends one), as the pure loop keys them; so do 20 records
+    of one id (a message sent again), where only the count ends a run."""
+    twin = TWINS[kind](PURE).stage_batch_input
+    pure = extensions.pure(PURE, "stage_batch_input")
+    parts: list[bytes] = []
+    ids = [(1000 + i).to_bytes(8, "big") for i in range(40)] + [bytes(7) + b"\x09"] * 20
+    for i, low in enumerate(ids):
+        append_entry(parts, b"\x05" * 8 + low, i, 0, b"", b"", b"", bytes(64))
+    data = b"".join(parts)
+    got = _stage(twin, data, 4096, exact_ids=exact_ids)
+    assert got == _stage(pure, data, 4096, exact_ids=exact_ids)
+    assert got[0] == 60 and got[2]   # all staged, across a segment roll
+
+
+@pytest.mark.parametrize("change, kw", [
+    ("bytearray", {}),                                  # data not bytes
+    ("", {"prepared_offset": 2**63}),                   # past the header's i64
+    ("", {"reconsume_times": -(2**31) - 1}),            # past its i32
+    ("", {"max_count": 2**70}),
+    ("", {"ts": 2**64}),
+])
+def test_the_native_twin_leaves_what_its_c_types_do_not_hold_to_the_pure_loop(
+        change: str, kw: dict[str, Any]) -> None:
+    """Out of the fast path's C integer ranges, or not `bytes`: the native twin runs the
+    pure loop, so it stages or refuses exactly as the pure loop does (struct.error)."""
+    native = native_twin(PURE).stage_batch_input
+    pure = extensions.pure(PURE, "stage_batch_input")
+    parts: list[bytes] = []
+    for i in range(3):
+        append_entry(parts, bytes([i + 1]) * 16, 5, 0, b"t", b"k a", b"", b"body %d" % i)
+    data: Any = b"".join(parts)
+    if change == "bytearray":
+        data = bytearray(data)
+    ts = kw.pop("ts", 1_700_000_000_123)
+
+    def stage(fn: Any) -> tuple[Any, ...]:
+        ctx = EncodeContext(256, "10.0.0.9:10911", 1 << 20)
+        state = StageState.__new__(StageState)
+        state.pos, state.seg_start, state.rel = 0, 0, 0
+        state.seals, state.items, state.queues = [], [], {}
+        q = QueueRun(3, 41, b"orders", 12345)
+        try:
+            count = fn(ctx, state, q, (b"10.1.2.3:4567", 13), data, ts, **kw)
+        except Exception as exc:
+            return (type(exc), str(exc))
+        return (count, bytes(ctx.buf[:state.pos]), state.items, q.entries)
+
+    got = stage(native)
+    assert got == stage(pure)
+    # the pure loop's own outcome: a huge max_count stages all; the rest are refused
+    assert (got[0] == 3) is ("max_count" in kw)

@@ -15,3 +15,12 @@ def compiled_twin(pure_module: str) -> ModuleType:
         return importlib.import_module(extensions.TWINS[pure_module])
     except ImportError:
         pytest.skip(f"the compiled twin of {pure_module} is not built")
+
+
+def native_twin(pure_module: str) -> ModuleType:
+    """The native (Cython) twin of `pure_module`, imported directly; skipped when it is not
+    built (no compiler, no SSE 4.2: the mypyc twin runs there)."""
+    try:
+        return importlib.import_module(extensions.NATIVE_TWINS[pure_module])
+    except ImportError:
+        pytest.skip(f"the native twin of {pure_module} is not built")

@@ -12,6 +12,11 @@ import from the pure module as always. The twin is refused, with a one-line noti
 (logged once per process), when it is missing or was built from other source (its
 recorded SHA-256 is not the pure file's). `FERRY_NO_EXTENSIONS=1` runs the pure
 modules, quietly (as `AIOHTTP_NO_EXTENSIONS` does). `active()` says which runs.
+
+A module may also have a native twin (`NATIVE_TWINS`): a hand-written Cython module,
+preferred to the mypyc twin when it is built and declares (`MIRRORS_SHA256`) the
+SHA-256 of the pure file as it is now; after an edit of the pure file it is refused
+with a one-line notice until it is checked against the edit, and the mypyc twin runs.
 """
 from __future__ import annotations
 
@@ -32,6 +37,12 @@ TWINS: dict[str, str] = {
     "ferry.wire.decoder": "ferry.wire._decoder_c",
     "ferry.codec.record_check": "ferry.codec._record_check_c",
 }
+#: pure module -> its native twin (hand-written Cython, built by `make setup` too).
+NATIVE_TWINS: dict[str, str] = {
+    "ferry.store.batch_input": "ferry.store._batch_input_cy",
+}
+#: The name under which a native twin declares the SHA-256 of the pure file it mirrors.
+MIRRORS_HASH_NAME = "MIRRORS_SHA256"
 #: The line of a pure module where its compiled copy ends (the selection below it is not compiled).
 TWIN_CUT = "# -- compiled twin: the build compiles this file down to here --"
 #: The name under which a twin records the SHA-256 of the pure file it was built from.
@@ -62,18 +73,38 @@ def install(namespace: dict[str, Any], names: tuple[str, ...]) -> None:
 
 
 def _load(pure_name: str, pure_file: str) -> Any:
+    with open(pure_file, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    native = _load_native(pure_name, digest)
+    if native is not None:
+        return native
     twin_name = TWINS[pure_name]
     try:
         twin = importlib.import_module(twin_name)
     except ImportError as exc:
         _notice(f"{twin_name} is not built ({exc})")
         return None
-    with open(pure_file, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
     if getattr(twin, SOURCE_HASH_NAME, None) != digest:
         _notice(f"{twin_name} was built from another version of {pure_name}")
         return None
     return twin
+
+
+def _load_native(pure_name: str, digest: str) -> Any:
+    """The native twin of `pure_name` when it is built and mirrors the pure file `digest`."""
+    name = NATIVE_TWINS.get(pure_name)
+    if name is None:
+        return None
+    try:
+        native = importlib.import_module(name)
+    except ImportError:
+        return None   # not built (no Cython, no SSE 4.2): the mypyc twin, as before it
+    if getattr(native, MIRRORS_HASH_NAME, None) != digest:
+        log.warning("ferry: %s mirrors another version of %s and is not run (the mypyc "
+                    "twin runs); check it against the pure module and update %s",
+                    name, pure_name, MIRRORS_HASH_NAME)
+        return None
+    return native
 
 
 def _notice(why: str) -> None:
