@@ -53,10 +53,11 @@ TWINS = {"mypyc": compiled_twin, "native": native_twin}
 @settings(max_examples=150, deadline=None)
 @given(entries, st.sampled_from([4096, 1 << 20]), st.booleans(),
        st.sampled_from([0, 0, 0]) | st.integers(1, 300), st.sampled_from([1 << 62] * 4 + [1, 5]),
-       st.sampled_from([0, 0, 0, 1, HOOKED_FLAGS]), st.sampled_from([0, 0, 0, 0, 3, 4]))
+       st.sampled_from([0, 0, 0, 1, HOOKED_FLAGS]), st.sampled_from([0, 0, 0, 0, 3, 4]),
+       st.booleans())
 def test_the_twin_stages_what_the_pure_loop_stages(
         kind: str, batch: list[tuple[Any, ...]], seg_bytes: int, exact_ids: bool, cut: int,
-        max_count: int, refuse_flags: int, not_utf8: int) -> None:
+        max_count: int, refuse_flags: int, not_utf8: int, view: bool) -> None:
     twin = TWINS[kind](PURE).stage_batch_input
     pure = extensions.pure(PURE, "stage_batch_input")
     parts: list[bytes] = []
@@ -69,7 +70,10 @@ def test_the_twin_stages_what_the_pure_loop_stages(
         data = data[:-cut] if cut % 2 else data[:cut] + bytes(4) + data[cut + 4:]
     kw = dict(max_count=max_count, refuse_flags=refuse_flags, exact_ids=exact_ids,
               reconsume_times=2, prepared_offset=77)
-    assert _stage(twin, data, seg_bytes, **kw) == _stage(pure, data, seg_bytes, **kw)
+    given_data: Any = data
+    if view:   # as the broker hands a SEND body over: a view into its receive buffer
+        given_data = memoryview(b"<" + data + b">")[1:-1]
+    assert _stage(twin, given_data, seg_bytes, **kw) == _stage(pure, data, seg_bytes, **kw)
 
 
 @pytest.mark.parametrize("kind", sorted(TWINS))
@@ -91,7 +95,9 @@ def test_the_twin_keys_id_runs_as_the_pure_loop(kind: str, exact_ids: bool) -> N
 
 
 @pytest.mark.parametrize("change, kw", [
-    ("bytearray", {}),                                  # data not bytes
+    ("bytearray", {}),                                  # data not bytes, read in place
+    ("strided", {}),                                    # a view that is not flat
+    ("words", {}),                                      # a view of 4-byte items
     ("", {"prepared_offset": 2**63}),                   # past the header's i64
     ("", {"reconsume_times": -(2**31) - 1}),            # past its i32
     ("", {"max_count": 2**70}),
@@ -99,8 +105,9 @@ def test_the_twin_keys_id_runs_as_the_pure_loop(kind: str, exact_ids: bool) -> N
 ])
 def test_the_native_twin_leaves_what_its_c_types_do_not_hold_to_the_pure_loop(
         change: str, kw: dict[str, Any]) -> None:
-    """Out of the fast path's C integer ranges, or not `bytes`: the native twin runs the
-    pure loop, so it stages or refuses exactly as the pure loop does (struct.error)."""
+    """Out of the fast path's C integer ranges, or no flat byte buffer: the native twin
+    runs the pure loop, so it stages or refuses exactly as the pure loop does
+    (struct.error); a bytearray it reads in place, staging what the pure loop stages."""
     native = native_twin(PURE).stage_batch_input
     pure = extensions.pure(PURE, "stage_batch_input")
     parts: list[bytes] = []
@@ -109,6 +116,10 @@ def test_the_native_twin_leaves_what_its_c_types_do_not_hold_to_the_pure_loop(
     data: Any = b"".join(parts)
     if change == "bytearray":
         data = bytearray(data)
+    elif change == "strided":
+        data = memoryview(data + data)[::2]
+    elif change == "words":
+        data = memoryview(data + bytes(-len(data) % 4)).cast("I")
     ts = kw.pop("ts", 1_700_000_000_123)
 
     def stage(fn: Any) -> tuple[Any, ...]:
@@ -126,4 +137,4 @@ def test_the_native_twin_leaves_what_its_c_types_do_not_hold_to_the_pure_loop(
     got = stage(native)
     assert got == stage(pure)
     # the pure loop's own outcome: a huge max_count stages all; the rest are refused
-    assert (got[0] == 3) is ("max_count" in kw)
+    assert (got[0] == 3) is ("max_count" in kw or change == "bytearray")

@@ -135,8 +135,6 @@ class Appender:
         key = (topic, queue_id)
         q = self._ctx.queue(key, self.next_queue_offset.get(key, 0))
         born = self._ctx.host(born_host)
-        if type(data) is not bytes:
-            data = bytes(data)
         st = StageState(self._cl, {key: q})
         try:
             count = stage_batch_input(self._ctx, st, q, born, data, ts,

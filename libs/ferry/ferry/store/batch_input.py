@@ -39,7 +39,8 @@ NO_LIMIT = 1 << 62
 
 
 def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tuple[bytes, int],
-                      data: bytes, ts: int, max_count: int = NO_LIMIT, reconsume_times: int = 0,
+                      data: bytes | bytearray | memoryview, ts: int, max_count: int = NO_LIMIT,
+                      reconsume_times: int = 0,
                       prepared_offset: int = 0, refuse_flags: int = 0,
                       exact_ids: bool = False) -> int:
     """Validate and encode every entry of `data` as records of the queue `q`; the count.
@@ -47,7 +48,9 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     Continues `st` (staging position, log position, index items) and `q` (queue
     offsets, consume-queue entries). `born` is the UTF-8 born host and its length;
     `reconsume_times` and `prepared_offset` go to every record's header. `exact_ids`:
-    every record gets its exact id key (else only those with EXACT_ID_FLAGS). Raises
+    every record gets its exact id key (else only those with EXACT_ID_FLAGS). `data` may
+    be a view of a receive buffer: this loop copies it first, the native twin reads it
+    in place (the broker hands SEND bodies over as views). Raises
     MalformedRequestError (an entry with a flag in `refuse_flags` among others),
     MessageTooLargeError, UnicodeDecodeError (tags or keys) or struct.error
     (`reconsume_times`, `prepared_offset` out of range) before anything is written.
@@ -56,6 +59,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     needs bound to locals (about 2 µs a message with the write and dispatch, 64-message
     batches of 100-byte bodies, on the 2-core development machine).
     """
+    raw: bytes = data if type(data) is bytes else bytes(data)
     # Everything the loop uses is a local of a known type: the compiled twin (mypyc) then
     # does the integer arithmetic in C and no module-dict lookups; CPython gains a little.
     store_b, max_body, tag_hashes, seg_bytes = ctx.store_b, ctx.max_body, ctx.tag_bytes, ctx.seg_bytes
@@ -77,7 +81,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
     seals, entries, items = st.seals, q.entries, st.items
     first_qoff = qoff = q.next_offset
     qoff_limit = first_qoff + max_count
-    src, at, stop = memoryview(data), 0, len(data)
+    src, at, stop = memoryview(raw), 0, len(raw)
     # The index-key rule (index_keys.py), inlined once here for speed: IdRuns.add, which
     # re-dispatch and replicas call, takes about 0.34 us a record, a tenth of this loop's
     # 3 us a message (micro bench, 256 x 1 KiB entries, 2-core machine). The id run being
@@ -107,7 +111,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
                                         f"{at}, an entry head is {entry_size}")
         # The head's fields in ENTRY_HEAD_FIELDS order.
         length, msg_id, born_ts, flags, tags_len, keys_len, props_len, body_len = \
-            unpack_entry(data, at)
+            unpack_entry(raw, at)
         if body_len > max_body or props_len > max_props:
             raise ctx.too_large(body_len, props_len)
         if length != entry_size + tags_len + keys_len + props_len + body_len \
@@ -120,7 +124,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
             raise MalformedRequestError(f"the batch has more than {max_count} messages")
         p = at + entry_size
         if tags_len:
-            tags_b = data[p:p + tags_len]
+            tags_b = raw[p:p + tags_len]
             th = tag_hashes.get(tags_b) or ctx.tag_bytes_hash(tags_b)
         else:
             th = 0
@@ -158,7 +162,7 @@ def stage_batch_input(ctx: EncodeContext, st: StageState, q: QueueRun, born: tup
             items.append((crc(id_prefix + window_byte[id_high], run_crc), phy, ts_o))
             run_prefix, run_high, run_left = id_prefix, id_high, MAX_ID_RUN - 1
         if keys_len:
-            keys_b = data[p + tags_len:p + tags_len + keys_len]
+            keys_b = raw[p + tags_len:p + tags_len + keys_len]
             if not keys_b.isascii():
                 keys_b.decode()  # stored keys are decoded as text: refuse what is not UTF-8
             for k in keys_b.split(b" ") if 32 in keys_b else (keys_b,):
