@@ -8,7 +8,8 @@ STAMP := .venv/.setup-stamp
 # The hot modules that have a compiled twin (ferry.extensions.TWINS; docs/performance.md).
 TWIN_SOURCES := libs/ferry/ferry/store/batch_input.py libs/ferry/ferry/codec/entry.py \
 	libs/ferry/ferry/wire/decoder.py libs/ferry/ferry/codec/record_check.py \
-	libs/ferry/ferry/store/_batch_input_cy.pyx
+	libs/ferry/ferry/store/_batch_input_cy.pyx libs/ferry/ferry/codec/_record_check_cy.pyx \
+	libs/ferry/ferry/native_crc32c.h
 TWIN_STAMP := .venv/.twins-stamp
 # The tests `make test` runs a second time on the pure modules (FERRY_NO_EXTENSIONS=1):
 # those of the twins' modules, and the client's PULL decoder (record_check).

@@ -146,7 +146,8 @@ def _build_native(build_temp: str) -> None:
     exts = [(m, os.path.relpath(_path(m)[:-3] + ".pyx", HERE)) for m in natives]
     with open(setup_py, "w") as f:
         f.write("from setuptools import Extension, setup\nfrom Cython.Build import cythonize\n"
-                f"exts = [Extension(m, [p], extra_compile_args=['-O3']) for m, p in {exts!r}]\n"
+                f"exts = [Extension(m, [p], extra_compile_args=['-O3'], include_dirs=[{os.path.join(HERE, 'ferry')!r}]) "
+                f"for m, p in {exts!r}]\n"
                 "setup(name='ferry-native-twins', ext_modules=cythonize(exts, quiet=True, "
                 f"build_dir={os.path.join(build_temp, 'c')!r}))\n")
     log = os.path.join(build_temp, "native.log")

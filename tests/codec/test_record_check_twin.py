@@ -1,10 +1,13 @@
-"""The record check's compiled twin accepts, returns and refuses what the pure check does:
-the same headers and StoredMessages for good records, the same error, word for word, for
-bad ones (a flipped byte, a cut, a wrong magic, size or part length, text not UTF-8)."""
+"""The record check's twins (mypyc's, and the native one for a plain read's check) accept,
+return and refuse what the pure check does: the same headers and StoredMessages for good
+records, the same error, word for word, for bad ones (a flipped byte, a cut, a wrong magic,
+size or part length, text not UTF-8)."""
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+import pytest
 from crc32c import crc32c
 from ferry import extensions
 from ferry.codec.record import (
@@ -22,7 +25,7 @@ from ferry.codec.record import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.twins import compiled_twin
+from tests.support.twins import compiled_twin, native_twin
 
 PURE = "ferry.codec.record_check"
 texts = st.text(st.characters(codec="utf-8"), max_size=8)
@@ -77,6 +80,11 @@ def _outcomes(module: Any, buf: bytearray, offsets: list[int]) -> list[Any]:
     view = memoryview(buf)
     got = [_run(module("check_records"), view, 0, len(buf)),
            _run(module("check_records"), view, 0, len(buf), SIZE_MAGIC_CRC)]
+    # a plain read's span check (the native twin's own path): from each offset to the end,
+    # to a cut end, and past the view's end
+    for off in offsets:
+        for end in (len(buf), len(buf) - 7, len(buf) + 50):
+            got.append(_run(module("check_records"), view, off, end, SIZE_MAGIC_CRC))
     for off in offsets:
         got.append(_run(module("check_record"), bytes(buf), off))
         got.append(_run(module("check_record"), buf, off, len(buf) - 3))
@@ -85,11 +93,15 @@ def _outcomes(module: Any, buf: bytearray, offsets: list[int]) -> list[Any]:
     return got
 
 
+TWINS = {"mypyc": compiled_twin, "native": native_twin}
+
+
+@pytest.mark.parametrize("kind", sorted(TWINS))
 @settings(max_examples=300, deadline=None)
 @given(messages, damages, st.lists(st.integers(-2, 2000), max_size=3))
 def test_the_twin_checks_and_decodes_what_the_pure_check_does(
-        msgs: list[MessageIn], damage: tuple[str, float], extra: list[int]) -> None:
-    twin = compiled_twin(PURE)
+        kind: str, msgs: list[MessageIn], damage: tuple[str, float], extra: list[int]) -> None:
+    twin = TWINS[kind](PURE)
     buf = _records(msgs, damage)
     # every record's start (as the intact records lie), and some other offsets
     starts, off = [], 0
@@ -107,9 +119,14 @@ def test_the_running_check_is_the_selected_module() -> None:
     from ferry.codec import record
 
     running = extensions.active()[PURE]
-    assert record.decode_record.__module__ == running
+    module = importlib.import_module(running)
+    # the native twin has its own check_records and passes the mypyc twin's (or the
+    # pure) decode_record and check_record on: the names are the running module's
+    assert record.decode_record is module.decode_record
+    assert record.check_record is module.check_record
+    assert record.check_records is module.check_records
+    assert records.check_records is module.check_records
     assert record.check_records.__module__ == running
-    assert records.check_records.__module__ == running
     assert extensions.pure(PURE, "decode_record").__module__ == PURE
 
 

@@ -40,6 +40,7 @@ TWINS: dict[str, str] = {
 #: pure module -> its native twin (hand-written Cython, built by `make setup` too).
 NATIVE_TWINS: dict[str, str] = {
     "ferry.store.batch_input": "ferry.store._batch_input_cy",
+    "ferry.codec.record_check": "ferry.codec._record_check_cy",
 }
 #: The name under which a native twin declares the SHA-256 of the pure file it mirrors.
 MIRRORS_HASH_NAME = "MIRRORS_SHA256"
