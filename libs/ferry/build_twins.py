@@ -9,7 +9,8 @@ copies. The pure `.py` stays the source of truth: `ferry.extensions` refuses a t
 whose recorded hash is not its pure module's (a stale build) and runs the pure module.
 
 Then it compiles the native twins (`ferry.extensions.NATIVE_TWINS`: hand-written
-Cython beside their pure module, `_batch_input_cy.pyx`) with Cython into extension
+Cython beside their pure module, `store/_batch_input_cy.pyx` and
+`codec/_record_check_cy.pyx`, with `native_crc32c.h`) with Cython into extension
 modules in the package; the generated C stays in the temporary build directory.
 
 It never fails the caller: without a C compiler, Python headers or mypyc, it prints a
@@ -107,22 +108,11 @@ def build() -> int:
         except OSError as exc:
             print(NOTICE.format(why=f"cannot write the sources: {exc}"))
             return 0
-        setup_py = os.path.join(build_temp, "setup_twins.py")
-        with open(setup_py, "w") as f:
-            f.write("from setuptools import setup\nfrom mypyc.build import mypycify\n"
-                    f"paths = {[os.path.relpath(p, HERE) for p in copies]!r}\n"
-                    "setup(name='ferry-twins', ext_modules=mypycify(paths, opt_level='3', "
-                    f"separate=[(paths, {GROUP!r})], target_dir={build_temp!r}))\n")
-        log = os.path.join(build_temp, "build.log")
-        with open(log, "w") as out:
-            done = subprocess.run(
-                [sys.executable, setup_py, "build_ext", "--inplace",
-                 "--build-temp", os.path.join(build_temp, "tmp")],
-                cwd=HERE, stdout=out, stderr=subprocess.STDOUT)
-        if done.returncode != 0:
-            with open(log) as f:
-                tail = f.read().strip().splitlines()[-12:]
-            print("\n".join(tail))
+        setup = ("from setuptools import setup\nfrom mypyc.build import mypycify\n"
+                 f"paths = {[os.path.relpath(p, HERE) for p in copies]!r}\n"
+                 "setup(name='ferry-twins', ext_modules=mypycify(paths, opt_level='3', "
+                 f"separate=[(paths, {GROUP!r})], target_dir={build_temp!r}))\n")
+        if not _build_ext(setup, build_temp, "mypyc"):
             _remove_built()
             reason = "mypyc or the C compiler failed; the lines above say why"
             if not shutil.which(os.environ.get("CC", "gcc")) and not shutil.which("cc"):
@@ -142,29 +132,38 @@ def build() -> int:
 def _build_native(build_temp: str) -> None:
     """Compile the native twins (Cython); on failure remove them and print a notice."""
     natives = list(_native_twins().values())
-    setup_py = os.path.join(build_temp, "setup_native.py")
     exts = [(m, os.path.relpath(_path(m)[:-3] + ".pyx", HERE)) for m in natives]
-    with open(setup_py, "w") as f:
-        f.write("from setuptools import Extension, setup\nfrom Cython.Build import cythonize\n"
-                f"exts = [Extension(m, [p], extra_compile_args=['-O3'], include_dirs=[{os.path.join(HERE, 'ferry')!r}]) "
-                f"for m, p in {exts!r}]\n"
-                "setup(name='ferry-native-twins', ext_modules=cythonize(exts, quiet=True, "
-                f"build_dir={os.path.join(build_temp, 'c')!r}))\n")
-    log = os.path.join(build_temp, "native.log")
-    with open(log, "w") as out:
-        done = subprocess.run(
-            [sys.executable, setup_py, "build_ext", "--inplace",
-             "--build-temp", os.path.join(build_temp, "native-tmp")],
-            cwd=HERE, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        with open(log) as f:
-            print("\n".join(f.read().strip().splitlines()[-12:]))
+    include = os.path.join(HERE, "ferry")   # native_crc32c.h
+    setup = ("from setuptools import Extension, setup\nfrom Cython.Build import cythonize\n"
+             f"exts = [Extension(m, [p], extra_compile_args=['-O3'], include_dirs=[{include!r}])"
+             f" for m, p in {exts!r}]\n"
+             "setup(name='ferry-native-twins', ext_modules=cythonize(exts, quiet=True, "
+             f"build_dir={os.path.join(build_temp, 'c')!r}))\n")
+    if not _build_ext(setup, build_temp, "native"):
         for m in natives:
             for path in glob.glob(_path(m)[:-3] + ".*.so"):
                 os.remove(path)
         print(NATIVE_NOTICE.format(why="Cython or the C compiler failed; the lines above say why"))
         return
     print(f"build_twins: built {len(natives)} native twin(s)")
+
+
+def _build_ext(setup: str, build_temp: str, name: str) -> bool:
+    """Run `setup` (a setup.py's text) as `build_ext --inplace` in the library; on failure
+    print the last lines of its output and return False."""
+    setup_py = os.path.join(build_temp, f"setup_{name}.py")
+    with open(setup_py, "w") as f:
+        f.write(setup)
+    log = os.path.join(build_temp, f"{name}.log")
+    with open(log, "w") as out:
+        done = subprocess.run(
+            [sys.executable, setup_py, "build_ext", "--inplace",
+             "--build-temp", os.path.join(build_temp, f"{name}-tmp")],
+            cwd=HERE, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        with open(log) as f:
+            print("\n".join(f.read().strip().splitlines()[-12:]))
+    return done.returncode == 0
 
 
 if __name__ == "__main__":
